@@ -1,0 +1,62 @@
+"""Errors that carry their gRPC status.
+
+Providers raise these; the service maps them to status codes in one place (service.py), so a
+backend never touches gRPC and a handler never returns UNKNOWN or a traceback. Messages must be
+safe to show to the caller: no secrets, no stack traces.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ProviderError(Exception):
+    """Base class: an error with a gRPC status code and a caller-safe message."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(ProviderError):
+    """An unknown node group id."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class InvalidArgument(ProviderError):
+    """A malformed request: non-positive delta, a node that is not in the group."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class FailedPrecondition(ProviderError):
+    """A well-formed request the group's current state forbids (beyond max/min size)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Unavailable(ProviderError):
+    """The cloud could not be reached, timed out or throttled us; the caller may try again later."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class NotImplementedByProvider(ProviderError):
+    """An optional capability (pricing, templates, per-group options) the backend does not have.
+
+    CA maps UNIMPLEMENTED to cloudprovider.ErrNotImplemented only for the four optional RPCs.
+    """
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class ConfigError(Exception):
+    """Invalid configuration; `key` names the offending setting for the one-line CLI message."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"invalid configuration: {key}: {problem}")
+        self.key = key
+        self.problem = problem

@@ -1,0 +1,1 @@
+"""Kubernetes wire helpers: Quantity rules, template Node encoding, Pod resource requests."""

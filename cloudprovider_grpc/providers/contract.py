@@ -1,0 +1,173 @@
+"""The contract between the gRPC service and a cloud backend.
+
+`CloudProvider` is what the service calls, one method per externalgrpc RPC, in CA's own terms.
+Every method except `refresh` must answer from memory: CA calls them serially, thousands of times
+per loop, under a 5 s deadline, and never retries. Cloud I/O belongs in `refresh` and in background
+workers. Most backends do not implement this class directly: they implement the much smaller
+`providers.managed.Driver` and get target-size bookkeeping, caches, background workers and
+idempotency from `providers.managed.ManagedProvider`.
+
+Errors are raised as `cloudprovider_grpc.errors.ProviderError` subclasses; the service maps them
+to gRPC status codes.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from cloudprovider_grpc.errors import NotImplementedByProvider
+from cloudprovider_grpc.k8s.template import NodeTemplate
+
+
+class InstanceState(enum.IntEnum):
+    """externalgrpc InstanceStatus.InstanceState values."""
+
+    UNSPECIFIED = 0
+    RUNNING = 1
+    CREATING = 2
+    DELETING = 3
+
+
+class ErrorClass(enum.IntEnum):
+    """cloudprovider.InstanceErrorClass (cluster-autoscaler cloudprovider/cloud_provider.go)."""
+
+    OUT_OF_RESOURCES = 1  # stockout, quota: CA backs the group off and tries another
+    OTHER = 99
+
+
+@dataclass(frozen=True)
+class InstanceError:
+    code: str
+    message: str
+    error_class: ErrorClass = ErrorClass.OTHER
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One machine of a node group as CA sees it. `id` equals the Node's spec.providerID exactly."""
+
+    id: str
+    state: InstanceState
+    error: InstanceError | None = None
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    id: str
+    min_size: int
+    max_size: int
+    debug: str = ""
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """A node as CA sends it (ExternalGrpcNode). For instances that never registered, CA
+    synthesises a node whose name equals its providerID."""
+
+    provider_id: str
+    name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AutoscalingOptions:
+    """Per-group autoscaling options in CA's terms (config.NodeGroupAutoscalingOptions).
+
+    Durations are in seconds. The service converts to and from both the new
+    google.protobuf.Duration fields and the legacy nanosecond fields.
+    """
+
+    scale_down_utilization_threshold: float = 0.5
+    scale_down_gpu_utilization_threshold: float = 0.5
+    scale_down_unneeded_time: float = 600.0
+    scale_down_unready_time: float = 1200.0
+    max_node_provision_time: float = 900.0
+    zero_or_max_node_scaling: bool = False
+    ignore_daemonsets_utilization: bool = False
+
+    def merged(self, overrides: Mapping[str, object]) -> AutoscalingOptions:
+        """These options with the given fields replaced (unknown names raise TypeError)."""
+        return replace(self, **overrides)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class GroupSizes:
+    """Sizes reported to metrics: target and machines the cloud holds (running or booting)."""
+
+    target: int
+    registered: int
+
+
+class CloudProvider(abc.ABC):
+    """What the gRPC service needs from a backend. See the module docstring for the rules."""
+
+    #: short backend name used in metrics and logs ("sim", "cherry", ...)
+    name: str = "unknown"
+
+    # ---- cloud-provider level ----
+    @abc.abstractmethod
+    def node_groups(self) -> list[NodeGroup]: ...
+
+    @abc.abstractmethod
+    def node_group_for_node(self, node: NodeRef) -> NodeGroup | None:
+        """The group the node belongs to, or None (control-plane nodes, foreign nodes)."""
+
+    def gpu_label(self) -> str:
+        return ""
+
+    def gpu_types(self) -> list[str]:
+        return []
+
+    def node_price(self, node: NodeRef, start: datetime, end: datetime) -> float:
+        raise NotImplementedByProvider(f"{self.name}: node pricing is not available")
+
+    def pod_price(self, requests: Mapping[str, float], start: datetime, end: datetime) -> float:
+        """Price of a pod given its effective requests (cpu in cores, memory in bytes, ...)."""
+        raise NotImplementedByProvider(f"{self.name}: pod pricing is not available")
+
+    @abc.abstractmethod
+    def refresh(self) -> None:
+        """Called before every CA loop: the one place where the read path talks to the cloud."""
+
+    def cleanup(self) -> None:
+        return None
+
+    # ---- node-group level (raise NotFound for unknown ids) ----
+    @abc.abstractmethod
+    def target_size(self, group_id: str) -> int: ...
+
+    @abc.abstractmethod
+    def increase_size(self, group_id: str, delta: int) -> None: ...
+
+    @abc.abstractmethod
+    def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None: ...
+
+    @abc.abstractmethod
+    def decrease_target_size(self, group_id: str, delta: int) -> None: ...
+
+    @abc.abstractmethod
+    def nodes(self, group_id: str) -> list[Instance]: ...
+
+    def template(self, group_id: str) -> NodeTemplate:
+        raise NotImplementedByProvider(f"{self.name}: node group {group_id!r} has no template")
+
+    def options(self, group_id: str, defaults: AutoscalingOptions) -> AutoscalingOptions:
+        """Per-group options; raise NotImplementedByProvider when the group has no overrides
+        (CA >= 1.35 would otherwise read a missing max-node-startup-time as 0, issue #10245)."""
+        raise NotImplementedByProvider(f"{self.name}: node group {group_id!r} has no option overrides")
+
+    # ---- operations ----
+    def sizes(self) -> dict[str, GroupSizes]:
+        """Per-group sizes for metrics; from memory."""
+        return {}
+
+    def start(self) -> None:
+        """Start background workers (called once by the server before serving)."""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop background workers, letting in-flight cloud calls finish within timeout."""
