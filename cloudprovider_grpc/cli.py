@@ -1,0 +1,174 @@
+"""The `cloudprovider-grpc` command: serve, check-config, emulate, simulate, version.
+
+Invalid configuration prints one line naming the offending key and exits with status 2 before
+anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from cloudprovider_grpc import __version__, logs
+from cloudprovider_grpc.errors import ConfigError
+
+EXIT_CONFIG = 2
+
+
+def _add_server_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="YAML config file (env CLOUDPROVIDER_GRPC_CONFIG)")
+    p.add_argument("--provider", help="backend: sim (default), cherry")
+    p.add_argument("--address", help="gRPC listen address HOST:PORT (default :8086)")
+    p.add_argument("--metrics-address", help="metrics and /healthz HTTP address (default :8087)")
+    p.add_argument("--nodes", action="append", metavar="MIN:MAX:NAME", help="node group, as CA's --nodes (repeatable)")
+    p.add_argument("--cloud-config", type=Path, help="the in-tree provider's cloud-config file, reused verbatim")
+    p.add_argument("--cluster-name", help="cluster name (in-tree --cluster-name)")
+    p.add_argument("--emulate", action="store_true", default=None, help="serve against the backend's bundled API emulator")
+    p.add_argument("--tls-cert", type=Path, help="server certificate (PEM)")
+    p.add_argument("--tls-key", type=Path, help="server private key (PEM)")
+    p.add_argument("--tls-ca", type=Path, help="CA bundle for client certificates: enables mutual TLS")
+    p.add_argument("--state-file", type=Path, help="journal of accepted scale operations, resumed after a restart")
+    p.add_argument("--concurrency", type=int, help="parallel cloud operations (default 10)")
+    p.add_argument("--grace-period", type=float, help="seconds in-flight work may take at shutdown (default 10)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", choices=["json", "text"])
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from cloudprovider_grpc.config import load_settings
+
+    overrides: dict[str, Any] = {
+        "provider": args.provider,
+        "address": args.address,
+        "metrics_address": args.metrics_address,
+        "nodes": args.nodes,
+        "cloud_config": args.cloud_config,
+        "cluster_name": args.cluster_name,
+        "emulate": args.emulate,
+        "state_file": args.state_file,
+        "concurrency": args.concurrency,
+        "grace_period": args.grace_period,
+        "log_level": args.log_level,
+        "log_format": args.log_format,
+    }
+    tls = {"cert": args.tls_cert, "key": args.tls_key, "ca": args.tls_ca}
+    if any(v is not None for v in tls.values()):
+        overrides["tls"] = {k: v for k, v in tls.items() if v is not None}
+    return load_settings(args.config, overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from cloudprovider_grpc.server import ServerStartError, serve_forever
+
+    settings = _settings(args)
+    logs.setup(settings.log_level, settings.log_format)
+    try:
+        return serve_forever(settings)
+    except ServerStartError as exc:
+        print(f"cloudprovider-grpc: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate flags, files and the backend's configuration without starting anything."""
+    from cloudprovider_grpc.providers.registry import build_provider
+
+    settings = _settings(args)
+    ctx = settings.provider_context(emulate=False)
+    provider = build_provider(settings.provider, ctx)
+    groups = provider.node_groups()
+    provider.stop(timeout=0)
+    tls = "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext"
+    print(
+        f"configuration OK: provider {settings.provider}, {len(groups)} node group(s) "
+        f"[{', '.join(f'{g.id} {g.min_size}..{g.max_size}' for g in groups)}], "
+        f"gRPC {settings.address} ({tls}), metrics {settings.metrics_address}"
+    )
+    return 0
+
+
+def cmd_emulate(args: argparse.Namespace) -> int:
+    from cloudprovider_grpc.providers.registry import backend_module
+
+    settings = _settings(args)
+    logs.setup(settings.log_level, settings.log_format)
+    module = backend_module(args.cloud)
+    if not hasattr(module, "build_emulator"):
+        raise ConfigError("cloud", f"backend {args.cloud!r} has no API emulator")
+    emulator = module.build_emulator(settings.provider_context(), args.emu_address, args.state)
+    print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    emulator.stop()
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    import google.protobuf
+    import grpc
+
+    print(f"cloudprovider-grpc {__version__} (grpcio {grpc.__version__}, protobuf {google.protobuf.__version__})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cloudprovider-grpc", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the externalgrpc server")
+    _add_server_flags(serve)
+    serve.set_defaults(func=cmd_serve)
+    check = sub.add_parser("check-config", help="validate the configuration and exit")
+    _add_server_flags(check)
+    check.set_defaults(func=cmd_check_config)
+    emulate = sub.add_parser("emulate", help="run a cloud's API emulator standalone")
+    emulate.add_argument("cloud", help="backend whose API to emulate (e.g. cherry)")
+    emulate.add_argument("--listen", dest="emu_address", default="127.0.0.1:0", metavar="HOST:PORT",
+                         help="emulator address (default 127.0.0.1 on a free port)")
+    emulate.add_argument("--state", type=Path, help="persist the emulated cloud's state to this file")
+    _add_server_flags(emulate)
+    emulate.set_defaults(func=cmd_emulate)
+    version = sub.add_parser("version", help="print versions")
+    version.set_defaults(func=cmd_version)
+    try:
+        from cloudprovider_grpc.simulator import cli as sim_cli
+    except ImportError:  # the simulator package is optional at import time
+        sim_cli = None  # type: ignore[assignment]
+    if sim_cli is not None:
+        simulate = sub.add_parser("simulate", help="replay a scenario through CA's decision logic")
+        sim_cli.add_arguments(simulate)
+        simulate.set_defaults(func=sim_cli.run_cli)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_CONFIG
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"cloudprovider-grpc: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dist_version() -> str:
+    try:
+        return importlib.metadata.version("cloudprovider-grpc")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

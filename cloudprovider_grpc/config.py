@@ -1,0 +1,201 @@
+"""Service configuration: command-line flags > environment > secret files > YAML file > defaults.
+
+Environment variables use the prefix CLOUDPROVIDER_GRPC_ (nested with "__", e.g.
+CLOUDPROVIDER_GRPC_TLS__CERT). The YAML file (`--config` or CLOUDPROVIDER_GRPC_CONFIG) holds the
+same keys; a top-level section named after a backend (`sim:`, `cherry:`) is that backend's own
+configuration. A secrets directory (CLOUDPROVIDER_GRPC_SECRETS_DIR, e.g. a mounted Kubernetes
+Secret) provides one file per setting, named like its environment variable; its files are also
+offered to backends as environment variables (so `CHERRY_AUTH_TOKEN` can be a file). Every
+validation failure is reported as a ConfigError naming the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
+
+ENV_PREFIX = "CLOUDPROVIDER_GRPC_"
+_ADDRESS_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):(?P<port>\d{1,5})$")
+
+
+#: the YAML file's contents while load_settings() builds Settings (settings load once, at startup)
+_yaml_data: dict[str, Any] = {}
+
+
+class TLSSettings(BaseModel):
+    """Server certificate, key and (for mutual TLS) the CA that signs client certificates: the same
+    triple CA's cloud-config names `cert`/`key`/`cacert` on the client side."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> TLSSettings:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("cert and key must be given together")
+        if self.ca is not None and self.cert is None:
+            raise ValueError("ca (client verification) needs cert and key too")
+        for name in ("cert", "key", "ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: file {str(path)!r} does not exist")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert is not None
+
+
+class _YamlFile(PydanticBaseSettingsSource):
+    """The YAML config file chosen at run time (pydantic's YAML source only takes a static path)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: Mapping[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = dict(data)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self._data
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", secrets_dir=None
+    )
+
+    provider: str = "sim"
+    address: str = ":8086"
+    metrics_address: str = ":8087"
+    nodes: list[str] = Field(default_factory=list)
+    cloud_config: Path | None = None
+    cluster_name: str | None = None
+    emulate: bool = False
+    tls: TLSSettings = Field(default_factory=TLSSettings)
+    state_file: Path | None = None
+    concurrency: int = Field(10, ge=1, le=100)
+    grpc_workers: int = Field(16, ge=1, le=256)
+    grace_period: float = Field(10.0, ge=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    secrets_dir: Path | None = None
+    #: backend sections of the YAML file, by backend name
+    backends: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, file_secret_settings, _YamlFile(settings_cls, _yaml_data))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_sections(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            sections = {k: data.pop(k) for k in list(data) if k in BACKENDS}
+            if sections:
+                merged = dict(data.get("backends") or {})
+                merged.update(sections)
+                data["backends"] = merged
+        return data
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, v: str) -> str:
+        if v not in BACKENDS:
+            raise ValueError(f"unknown provider {v!r} (known: {', '.join(sorted(BACKENDS))})")
+        return v
+
+    @field_validator("address", "metrics_address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        m = _ADDRESS_RE.match(v)
+        if not m or not 0 <= int(m.group("port")) <= 65535:
+            raise ValueError(f"{v!r} is not HOST:PORT (e.g. :8086, 127.0.0.1:8086, [::1]:8086)")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: list[str]) -> list[str]:
+        for item in v:
+            NodesSpec.parse(item)
+        return v
+
+    @field_validator("cloud_config", "secrets_dir")
+    @classmethod
+    def _exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.exists():
+            raise ValueError(f"{str(v)!r} does not exist")
+        return v
+
+    def provider_context(self, env: Mapping[str, str] | None = None, **overrides: Any) -> ProviderContext:
+        environ = dict(os.environ if env is None else env)
+        if self.secrets_dir is not None:
+            for f in sorted(self.secrets_dir.iterdir()):
+                if f.is_file() and not f.name.startswith("."):
+                    environ.setdefault(f.name, f.read_text().strip())
+        fields: dict[str, Any] = {
+            "nodes": tuple(NodesSpec.parse(n) for n in self.nodes),
+            "options": self.backends.get(self.provider, {}),
+            "cloud_config": self.cloud_config,
+            "cluster_name": self.cluster_name,
+            "emulate": self.emulate,
+            "state_file": self.state_file,
+            "concurrency": self.concurrency,
+            "env": environ,
+        }
+        fields.update(overrides)
+        return ProviderContext(**fields)
+
+
+def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from all sources; raises ConfigError naming the first offending key."""
+    environ = os.environ
+    path = config_file or (Path(environ[f"{ENV_PREFIX}CONFIG"]) if environ.get(f"{ENV_PREFIX}CONFIG") else None)
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError("config", f"file {str(path)!r} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", f"{path} is not valid YAML: {exc}".splitlines()[0]) from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError("config", f"{path} must hold a mapping of settings")
+        data = loaded or {}
+    secrets_dir = environ.get(f"{ENV_PREFIX}SECRETS_DIR")
+    init = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _yaml_data.clear()
+    _yaml_data.update(data)
+    try:
+        kwargs: dict[str, Any] = {}
+        if secrets_dir:
+            kwargs["_secrets_dir"] = secrets_dir
+        return Settings(**init, **kwargs)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(loc, msg) from None
+    finally:
+        _yaml_data.clear()
+

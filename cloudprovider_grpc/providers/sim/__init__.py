@@ -1,0 +1,44 @@
+"""The `sim` backend (in-memory cloud); see cloud.py. `build(ctx)` is the registry entry point."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.managed import ManagedProvider
+from cloudprovider_grpc.providers.registry import ProviderContext
+from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions
+
+__all__ = ["SimCloud", "SimDriver", "SimOptions", "build", "parse_options"]
+
+
+def parse_options(ctx: ProviderContext) -> SimOptions:
+    """The sim section of the config, with `--nodes MIN:MAX:NAME` adding default-shaped groups.
+
+    With neither groups nor --nodes, the three demo groups are served."""
+    raw = dict(ctx.options)
+    groups = list(raw.get("groups") or [])
+    for spec in ctx.nodes:
+        groups.append({"id": spec.name, "min_size": spec.min_size, "max_size": spec.max_size,
+                       "initial_size": spec.min_size})
+    if not groups:
+        groups = [dict(g) for g in DEMO_GROUPS]
+    raw["groups"] = groups
+    try:
+        return SimOptions.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"sim.{loc}" if loc else "sim", err["msg"]) from None
+
+
+def build(ctx: ProviderContext) -> ManagedProvider:
+    cloud = SimCloud(parse_options(ctx), clock=ctx.clock)
+    return ManagedProvider(
+        SimDriver(cloud),
+        concurrency=ctx.concurrency,
+        clock=ctx.clock,
+        inline_workers=ctx.inline_workers,
+        state_file=ctx.state_file,
+        seed=cloud.options.seed,
+    )

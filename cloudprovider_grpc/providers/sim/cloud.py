@@ -1,0 +1,279 @@
+"""The `sim` backend: an in-memory cloud behind the same Driver contract as the real clouds.
+
+It is the zero-configuration default of `cloudprovider-grpc serve`, the cloud of CI pipelines and
+of the reference simulator. Machines boot for `provisioning_delay` seconds (instanceCreating) and
+terminate for `deletion_delay` seconds (instanceDeleting) on an injectable clock, so the simulator
+can run a day in seconds. Failure injection: `stockout_after` caps how many machines a group can
+ever have at once (further creates fail with an out-of-resources error, class 1) and `error_rate`
+fails that fraction of creates with a generic error (class 99), drawn from a seeded RNG.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
+from cloudprovider_grpc.providers.contract import AutoscalingOptions, ErrorClass, InstanceState
+from cloudprovider_grpc.providers.driver import CloudError, Driver, GroupConfig, Machine, MachineGone
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_LABEL = "cloudprovider-grpc.io/gpu"
+_OPTION_FIELDS = set(AutoscalingOptions.__dataclass_fields__)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaintSpec(_Strict):
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    @field_validator("effect")
+    @classmethod
+    def _effect(cls, v: str) -> str:
+        if v not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ValueError("must be NoSchedule, PreferNoSchedule or NoExecute")
+        return v
+
+
+class GpuSpec(_Strict):
+    count: int = Field(1, ge=1)
+    type: str = "nvidia-tesla-t4"
+
+
+class FailSpec(_Strict):
+    stockout_after: int | None = Field(None, ge=0)
+    error_rate: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class SimGroupSpec(_Strict):
+    """One simulated node group: its bounds, machine shape, price and failure injection."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    min_size: int = Field(0, ge=0)
+    max_size: int = Field(10, ge=0)
+    initial_size: int = Field(0, ge=0)
+    instance_type: str = ""
+    capacity: dict[str, str] = Field(default_factory=lambda: {"cpu": "4", "memory": "16Gi"})
+    reserved: dict[str, str] = Field(default_factory=dict)
+    pods: int = Field(110, ge=1)
+    gpu: GpuSpec | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    region: str = "sim-region-1"
+    zone: str = "sim-region-1a"
+    price_per_hour: float | None = Field(None, ge=0)
+    options: dict[str, float | bool] = Field(default_factory=dict)
+    fail: FailSpec = Field(default_factory=FailSpec)
+
+    @field_validator("capacity", "reserved")
+    @classmethod
+    def _quantities(cls, v: dict[str, str]) -> dict[str, str]:
+        from cloudprovider_grpc.k8s.quantity import parse_quantity
+
+        for name, q in v.items():
+            try:
+                parse_quantity(str(q))
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return {k: str(q) for k, q in v.items()}
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, v: dict[str, float | bool]) -> dict[str, float | bool]:
+        unknown = set(v) - _OPTION_FIELDS
+        if unknown:
+            raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {sorted(_OPTION_FIELDS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SimGroupSpec:
+        if self.min_size > self.max_size:
+            raise ValueError(f"min_size {self.min_size} is above max_size {self.max_size}")
+        if self.initial_size > self.max_size:
+            raise ValueError(f"initial_size {self.initial_size} is above max_size {self.max_size}")
+        return self
+
+
+class SimOptions(_Strict):
+    """The `sim:` section of the config file."""
+
+    provisioning_delay: float = Field(30.0, ge=0)
+    deletion_delay: float = Field(5.0, ge=0)
+    seed: int = 0
+    groups: list[SimGroupSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> SimOptions:
+        seen: set[str] = set()
+        for g in self.groups:
+            if g.id in seen:
+                raise ValueError(f"node group {g.id!r} is defined twice")
+            seen.add(g.id)
+        return self
+
+
+DEMO_GROUPS: list[dict[str, object]] = [
+    {
+        "id": "general", "min_size": 1, "max_size": 10, "initial_size": 1, "instance_type": "sim-4x16",
+        "capacity": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "100Gi"},
+        "reserved": {"cpu": "100m", "memory": "512Mi"}, "price_per_hour": 0.20,
+    },
+    {
+        "id": "highmem", "min_size": 0, "max_size": 5, "instance_type": "sim-8x64",
+        "capacity": {"cpu": "8", "memory": "64Gi", "ephemeral-storage": "100Gi"},
+        "reserved": {"cpu": "100m", "memory": "1Gi"}, "price_per_hour": 0.50,
+    },
+    {
+        "id": "gpu", "min_size": 0, "max_size": 3, "instance_type": "sim-8x32-t4",
+        "capacity": {"cpu": "8", "memory": "32Gi", "ephemeral-storage": "200Gi"},
+        "reserved": {"cpu": "100m", "memory": "1Gi"}, "gpu": {"count": 1, "type": "nvidia-tesla-t4"},
+        "taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}], "price_per_hour": 2.50,
+        "options": {"scale_down_unneeded_time": 300.0, "scale_down_utilization_threshold": 0.3},
+    },
+]
+
+
+@dataclass
+class SimMachine:
+    id: str
+    group: str
+    name: str
+    token: str
+    created_at: float
+    deleted_at: float | None = None
+
+
+class SimCloud:
+    """The simulated cloud's state; thread-safe, inspectable by tests."""
+
+    def __init__(self, options: SimOptions, clock: Callable[[], float] | None = None) -> None:
+        self.options = options
+        self.clock = clock or time.monotonic
+        self.groups = {g.id: g for g in options.groups}
+        self._lock = threading.Lock()
+        self._rng = random.Random(options.seed)
+        self._counters = dict.fromkeys(self.groups, 0)
+        self.machines: dict[str, SimMachine] = {}
+        self.calls: dict[str, int] = {"list": 0, "create": 0, "delete": 0}
+        booted = self.clock() - options.provisioning_delay
+        for g in options.groups:
+            for _ in range(g.initial_size):
+                self._add(g.id, "", booted)
+
+    def _add(self, group: str, token: str, at: float) -> SimMachine:
+        n = self._counters[group]
+        self._counters[group] = n + 1
+        m = SimMachine(f"sim://{group}/{n}", group, f"{group}-{n}", token, at)
+        self.machines[m.id] = m
+        return m
+
+    def state_of(self, m: SimMachine, now: float) -> InstanceState | None:
+        """None once the machine has finished terminating."""
+        if m.deleted_at is not None:
+            return None if now >= m.deleted_at + self.options.deletion_delay else InstanceState.DELETING
+        if now < m.created_at + self.options.provisioning_delay:
+            return InstanceState.CREATING
+        return InstanceState.RUNNING
+
+    def list(self) -> list[Machine]:
+        now = self.clock()
+        with self._lock:
+            self.calls["list"] += 1
+            out = []
+            for mid, m in list(self.machines.items()):
+                st = self.state_of(m, now)
+                if st is None:
+                    del self.machines[mid]
+                    continue
+                out.append(Machine(m.id, m.group, st, m.name, m.token))
+            return out
+
+    def create(self, group: str, token: str) -> Machine:
+        with self._lock:
+            self.calls["create"] += 1
+            spec = self.groups[group]
+            alive = sum(1 for m in self.machines.values() if m.group == group and m.deleted_at is None)
+            if spec.fail.stockout_after is not None and alive >= spec.fail.stockout_after:
+                raise CloudError(
+                    f"no capacity left for {spec.instance_type or group} in {spec.zone}",
+                    error_class=ErrorClass.OUT_OF_RESOURCES, code="STOCKOUT",
+                )
+            if spec.fail.error_rate and self._rng.random() < spec.fail.error_rate:
+                raise CloudError("simulated provisioning error", code="SIMULATED_ERROR")
+            m = self._add(group, token, self.clock())
+            return Machine(m.id, m.group, InstanceState.CREATING, m.name, m.token)
+
+    def delete(self, machine_id: str) -> None:
+        with self._lock:
+            self.calls["delete"] += 1
+            m = self.machines.get(machine_id)
+            if m is None:
+                raise MachineGone(f"machine {machine_id} not found")
+            if m.deleted_at is None:
+                m.deleted_at = self.clock()
+
+
+class SimDriver(Driver):
+    name = "sim"
+    id_prefix = "sim://"
+    gpu_label = GPU_LABEL
+
+    def __init__(self, cloud: SimCloud) -> None:
+        self.cloud = cloud
+        self._templates = {g.id: _template(g) for g in cloud.options.groups}
+
+    def groups(self) -> list[GroupConfig]:
+        return [
+            GroupConfig(
+                g.id, g.min_size, g.max_size,
+                debug=f"sim group {g.id} ({g.instance_type or 'custom'}) min={g.min_size} max={g.max_size}",
+                options=dict(g.options),
+            )
+            for g in self.cloud.options.groups
+        ]
+
+    def list_machines(self) -> list[Machine]:
+        return self.cloud.list()
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        return self.cloud.create(group, token)
+
+    def delete_machine(self, machine: Machine) -> None:
+        self.cloud.delete(machine.id)
+
+    def template(self, group: str) -> NodeTemplate | None:
+        return self._templates.get(group)
+
+    def hourly_price(self, group: str) -> float | None:
+        spec = self.cloud.groups.get(group)
+        return spec.price_per_hour if spec else None
+
+    def gpu_types(self) -> list[str]:
+        return sorted({g.gpu.type for g in self.cloud.options.groups if g.gpu})
+
+
+def _template(g: SimGroupSpec) -> NodeTemplate:
+    capacity = dict(g.capacity)
+    labels = {"cloudprovider-grpc.io/node-group": g.id, **g.labels}
+    if g.gpu:
+        capacity[GPU_RESOURCE] = str(g.gpu.count)
+        labels[GPU_LABEL] = g.gpu.type
+    return NodeTemplate(
+        capacity=capacity,
+        pods=g.pods,
+        reserved=dict(g.reserved),
+        labels=labels,
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in g.taints),
+        instance_type=g.instance_type,
+        region=g.region,
+        zone=g.zone,
+    )
