@@ -1,0 +1,1 @@
+"""Test helpers for the Kubernetes wire tests (golden data paths, an independent wire reader)."""
