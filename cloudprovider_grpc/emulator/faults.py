@@ -1,0 +1,64 @@
+"""Switchable, seeded fault injection for API emulators.
+
+A `FaultPlan` decides, per request, whether the emulator misbehaves and how. The kinds are the
+failures a cloud client meets in practice, chosen so tests can tell "refused" from "processed but the
+answer was lost" (the case that makes creation tokens necessary):
+
+- `error`: a 5xx before the request is processed (nothing happened in the cloud);
+- `error_after`: the request is processed, then answered with a 5xx (a gateway losing the answer);
+- `throttle`: 429 with Retry-After (or without, when `retry_after` is None), not processed;
+- `slow`: the answer is delayed by `slow_seconds` (the client's read timeout fires first), processed;
+- `drop`: the request is processed and the connection closed without an answer.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+FAULT_KINDS = ("error", "error_after", "throttle", "slow", "drop")
+
+
+@dataclass
+class FaultPlan:
+    """`rate` is the fraction of requests that fail; `kinds` the faults drawn from (uniformly).
+
+    `methods` restricts faults to some HTTP methods (None: all). The random source is seeded so a
+    failing test run can be replayed."""
+
+    rate: float = 0.0
+    kinds: tuple[str, ...] = ("error", "error_after", "throttle", "slow", "drop")
+    seed: int = 0
+    slow_seconds: float = 2.0
+    retry_after: str | None = "1"
+    error_statuses: tuple[int, ...] = (500, 502, 503)
+    methods: frozenset[str] | None = None
+    _rng: random.Random = field(init=False, repr=False)
+    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError("fault rate must be between 0 and 1")
+        unknown = set(self.kinds) - set(FAULT_KINDS)
+        if unknown or not self.kinds:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+        self._rng = random.Random(self.seed)
+
+    @classmethod
+    def none(cls) -> FaultPlan:
+        return cls(rate=0.0)
+
+    @classmethod
+    def of(cls, rate: float, kinds: Iterable[str] = FAULT_KINDS, **kw: object) -> FaultPlan:
+        return cls(rate=rate, kinds=tuple(kinds), **kw)  # type: ignore[arg-type]
+
+    def choose(self, method: str) -> tuple[str, int] | None:
+        """(kind, status for `error`/`error_after`) for this request, or None for a normal answer."""
+        if self.rate <= 0.0 or (self.methods is not None and method.upper() not in self.methods):
+            return None
+        with self._lock:
+            if self._rng.random() >= self.rate:
+                return None
+            return self._rng.choice(self.kinds), self._rng.choice(self.error_statuses)

@@ -1,0 +1,332 @@
+"""A small threaded HTTP server that cloud API emulators are built on.
+
+It gives every emulator the same machinery: routing by method and path pattern, an authentication
+hook, an injectable clock (emulated provisioning delays can run on virtual time), a per-client rate
+limit answered with 429 + Retry-After, seeded fault injection (`FaultPlan`), a request log tests and
+benchmarks read, inspectable state guarded by one lock, and optional persistence to a JSON state
+file so a standalone emulator survives restarts. Subclasses add routes, an error-body shape and their
+state (`snapshot()`/`restore()`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from cloudprovider_grpc.emulator.faults import FaultPlan
+from cloudprovider_grpc.http.ratelimit import TokenBucket
+
+log = logging.getLogger(__name__)
+
+_PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class HttpProblem(Exception):
+    """Raised by handlers to answer with an error; the emulator renders `message` in its cloud's shape."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: Message
+    body: bytes
+    client: str
+    params: dict[str, str] = field(default_factory=dict)
+    principal: Any = None
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        values = self.query.get(name)
+        return values[-1] if values else default
+
+    def json(self) -> Any:
+        if not self.body:
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError as exc:
+            raise HttpProblem(400, f"request body is not valid JSON: {exc}") from exc
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One request as the emulator saw it; `status` is None when the connection was dropped."""
+
+    time: float
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    status: int | None
+    fault: str | None
+    processed: bool
+
+
+Handler = Callable[[Request], Response]
+
+
+class EmulatorServer:
+    """Base class: subclasses register routes in `__init__` and may override the hooks below."""
+
+    #: short name for logs
+    name = "emulator"
+    #: path prefix of the API ("/v1/"); `base_url` ends with it
+    prefix = "/"
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        clock: Callable[[], float] = time.time,
+        faults: FaultPlan | None = None,
+        rate_limit_per_s: float | None = None,
+        state_file: Path | None = None,
+    ) -> None:
+        self.clock = clock
+        self.faults = faults or FaultPlan.none()
+        self.rate_limit_per_s = rate_limit_per_s
+        self.state_file = Path(state_file) if state_file else None
+        self.lock = threading.RLock()
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self._log: list[LogEntry] = []
+        self._buckets: dict[str, TokenBucket] = {}
+        self._host, self._port = host, port
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- hooks for subclasses ----
+    def authenticate(self, request: Request) -> Any:
+        """Return the caller's identity or raise HttpProblem(401/403). Default: everyone allowed."""
+        return None
+
+    def error_body(self, status: int, message: str) -> Any:
+        """The cloud's JSON error shape."""
+        return {"code": status, "message": message}
+
+    def snapshot(self) -> dict[str, Any]:
+        """State to persist (JSON-serialisable)."""
+        return {}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Load state saved by `snapshot()`."""
+
+    # ---- routing ----
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        """Register `handler` for `method` and a path like "/v1/servers/{id}" (params match one segment)."""
+        regex = (
+            "^"
+            + _PARAM_RE.sub(r"(?P<\1>[^/]+)", re.escape(pattern).replace(r"\{", "{").replace(r"\}", "}"))
+            + "/?$"
+        )
+        self._routes.append((method.upper(), re.compile(regex), handler))
+
+    def _match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+        path_known = False
+        for m, regex, handler in self._routes:
+            found = regex.match(path)
+            if found:
+                path_known = True
+                if m == method:
+                    return handler, found.groupdict()
+        if path_known:
+            raise HttpProblem(405, f"method {method} not allowed on {path}")
+        raise HttpProblem(404, f"no such resource: {path}")
+
+    # ---- lifecycle ----
+    def start(self) -> EmulatorServer:
+        if self.state_file and self.state_file.exists():
+            with self.lock:
+                self.restore(json.loads(self.state_file.read_text()))
+        emulator = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            server_version = f"{emulator.name}-emulator"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("%s: " + format, emulator.name, *args)
+
+            def _serve(self) -> None:
+                emulator._serve(self)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _serve
+
+        self._httpd = ThreadingHTTPServer((self._host, self._port), _Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"{self.name}-emulator",
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("%s emulator listening on %s", self.name, self.base_url)
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.save_state()
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start() if self._httpd is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("emulator not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.address}{self.prefix}"
+
+    # ---- inspection ----
+    def request_log(self) -> list[LogEntry]:
+        with self.lock:
+            return list(self._log)
+
+    def clear_log(self) -> None:
+        with self.lock:
+            self._log.clear()
+
+    def set_faults(self, plan: FaultPlan | None) -> None:
+        self.faults = plan or FaultPlan.none()
+
+    def save_state(self) -> None:
+        if self.state_file is None:
+            return
+        with self.lock:
+            data = json.dumps(self.snapshot(), indent=1, sort_keys=True)
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        tmp.write_text(data)
+        os.replace(tmp, self.state_file)
+
+    # ---- request handling ----
+    def _throttled(self, client: str) -> bool:
+        if not self.rate_limit_per_s:
+            return False
+        with self.lock:
+            bucket = self._buckets.get(client)
+            if bucket is None:
+                burst = max(1.0, self.rate_limit_per_s)
+                bucket = self._buckets[client] = TokenBucket(self.rate_limit_per_s, burst)
+        return not bucket.try_acquire()
+
+    def _record(self, req: Request, status: int | None, fault: str | None, processed: bool) -> None:
+        with self.lock:
+            self._log.append(
+                LogEntry(self.clock(), req.method, req.path, req.query, status, fault, processed)
+            )
+
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        split = urlsplit(h.path)
+        length = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(length) if length else b""
+        req = Request(h.command, split.path, parse_qs(split.query), h.headers, body, h.client_address[0])
+        fault = self.faults.choose(req.method)
+        kind = fault[0] if fault else None
+        if kind == "throttle" or self._throttled(req.client):
+            headers = {"Retry-After": self.faults.retry_after} if self.faults.retry_after else {}
+            self._reply(
+                h,
+                req,
+                Response(429, self.error_body(429, "Too Many Requests"), headers),
+                kind or "rate_limit",
+            )
+            return
+        if fault and kind == "error":
+            self._reply(h, req, Response(fault[1], self.error_body(fault[1], "Internal Server Error")), kind)
+            return
+        if kind == "slow":
+            time.sleep(self.faults.slow_seconds)
+        resp = self._dispatch(req)
+        if kind == "drop":
+            self._record(req, None, kind, True)
+            h.close_connection = True
+            return
+        if fault and kind == "error_after":
+            resp = Response(fault[1], self.error_body(fault[1], "Bad Gateway"))
+        self._reply(h, req, resp, kind, processed=True)
+
+    def _dispatch(self, req: Request) -> Response:
+        try:
+            handler, params = self._match(req.method, req.path)
+            req.params = params
+            req.principal = self.authenticate(req)
+            with self.lock:
+                resp = handler(req)
+                if req.method in _MUTATING and 200 <= resp.status < 300:
+                    self.save_state()
+            return resp
+        except HttpProblem as p:
+            return Response(p.status, self.error_body(p.status, p.message), p.headers)
+        except Exception:
+            log.exception("%s emulator: handler failed for %s %s", self.name, req.method, req.path)
+            return Response(500, self.error_body(500, "internal emulator error"))
+
+    def _reply(
+        self,
+        h: BaseHTTPRequestHandler,
+        req: Request,
+        resp: Response,
+        fault: str | None,
+        processed: bool = False,
+    ) -> None:
+        if resp.body is None:
+            payload = b""
+        elif isinstance(resp.body, bytes):
+            payload = resp.body
+        else:
+            payload = json.dumps(resp.body).encode()
+        self._record(req, resp.status, fault, processed)
+        try:
+            h.send_response(resp.status)
+            headers = {"Content-Type": "application/json", **resp.headers}
+            for k, v in headers.items():
+                h.send_header(k, v)
+            h.send_header("Content-Length", str(len(payload)))
+            h.end_headers()
+            if payload and req.method != "HEAD":
+                h.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            # the client gave up (its read timeout fired during a slow answer)
+            h.close_connection = True

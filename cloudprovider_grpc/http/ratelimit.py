@@ -1,0 +1,61 @@
+"""Client-side rate limiting: a token bucket shared by every thread using one API client.
+
+Clouds publish per-client request rates (Cherry Servers: about 4 requests/s per IP, see
+api.cherryservers.com/doc); staying under them is cheaper than being throttled and retrying. The
+bucket refills continuously and `acquire()` blocks until a token is available.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """`rate` tokens per second, at most `burst` saved up. `acquire()` waits for one token."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: float = 1.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        if burst < 1:
+            raise ValueError("burst must be at least 1")
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = self.burst
+        self._stamp = clock()
+        self._lock = threading.Lock()
+
+    def _take_or_wait_time(self) -> float:
+        """Take a token and return 0, or return how long to wait before one is available."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+            self._stamp = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return 0.0
+            return (1.0 - self._tokens) / self.rate
+
+    def try_acquire(self) -> bool:
+        """Take a token if one is available now; never blocks (servers use this to throttle)."""
+        return self._take_or_wait_time() <= 0
+
+    def acquire(self) -> float:
+        """Block until a token is taken; return the time spent waiting (seconds)."""
+        waited = 0.0
+        while True:
+            wait = self._take_or_wait_time()
+            if wait <= 0:
+                return waited
+            self._sleep(wait)
+            waited += wait

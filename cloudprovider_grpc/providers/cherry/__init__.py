@@ -1,0 +1,129 @@
+"""Cherry Servers backend: `build(ctx)` for the server, `build_emulator(...)` for `emulate cherry`.
+
+Everything is validated in `build` (no network I/O there), so `serve` and `check-config` fail fast
+with one line naming the bad key. With `ctx.emulate`, the bundled API emulator is started on a free
+loopback port, seeded from the configuration (projects, token, plan stock), and stopped with the
+provider.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.cherry.client import CherryClient
+from cloudprovider_grpc.providers.cherry.config import (
+    EMULATOR_DEFAULT_TOKEN,
+    CherryConfig,
+    EmulatorOptions,
+    load_config,
+)
+from cloudprovider_grpc.providers.cherry.driver import CherryDriver
+from cloudprovider_grpc.providers.cherry.emulator import DEFAULT_TEAM, CherryEmulator
+from cloudprovider_grpc.providers.contract import CloudProvider
+from cloudprovider_grpc.providers.registry import ProviderContext
+
+__all__ = ["CherryClient", "CherryDriver", "CherryEmulator", "build", "build_emulator", "make_client"]
+
+
+def make_client(config: CherryConfig, api_url: str | None = None) -> CherryClient:
+    return CherryClient(
+        api_url or config.api_url,
+        config.token,
+        timeout=(config.connect_timeout, config.read_timeout),
+        retries=config.retries,
+        rate_limit_per_s=config.rate_limit,
+    )
+
+
+def _emulator_for(
+    config: CherryConfig | None,
+    env_token: str,
+    emu: EmulatorOptions,
+    address: str,
+    state_file: Path | None,
+    clock: Any = None,
+) -> CherryEmulator:
+    host, _, port = address.rpartition(":")
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    token = config.token if config else (env_token or EMULATOR_DEFAULT_TOKEN)
+    projects = config.project_ids if config else ()
+    emulator = CherryEmulator(
+        host or "127.0.0.1",
+        port_n,
+        tokens={token: DEFAULT_TEAM},
+        projects=dict.fromkeys(projects, DEFAULT_TEAM),
+        stock=emu.stock,
+        deploy_seconds=emu.deploy_seconds,
+        terminate_seconds=emu.terminate_seconds,
+        rate_limit_per_s=emu.rate_limit,
+        clock=clock,
+        state_file=state_file,
+    )
+    return emulator
+
+
+def build(ctx: ProviderContext) -> CloudProvider:
+    """The Cherry provider: validated config -> client -> driver -> ManagedProvider."""
+    from cloudprovider_grpc.providers.managed import ManagedProvider
+
+    config = load_config(ctx)
+    emulator = None
+    api_url = None
+    if ctx.emulate:
+        # emulated provisioning runs on the real clock: ctx.clock may be virtual (simulator)
+        emulator = _emulator_for(config, "", config.emulator, "127.0.0.1:0", None).start()
+        api_url = emulator.base_url
+    driver = CherryDriver(config, make_client(config, api_url))
+    return ManagedProvider(
+        driver,
+        concurrency=ctx.concurrency,
+        clock=ctx.clock,
+        inline_workers=ctx.inline_workers,
+        state_file=ctx.state_file,
+        catalog_ttl=config.catalog_ttl,
+        on_stop=emulator.stop if emulator is not None else None,
+    )
+
+
+def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) -> CherryEmulator:
+    """A standalone emulator (`cloudprovider-grpc emulate cherry`), seeded from the configuration
+    when it is complete; otherwise with the token from CHERRY_AUTH_TOKEN (or the documented default
+    `cherry-emulator-token`), the project ids the config names, and default stock."""
+    try:
+        config: CherryConfig | None = load_config(dataclasses.replace(ctx, emulate=True))
+    except ConfigError:
+        config = None
+    emu = config.emulator if config else EmulatorOptions()
+    emulator = _emulator_for(config, ctx.env.get("CHERRY_AUTH_TOKEN", ""), emu, address, state_file)
+    if config is None:
+        for pid in _project_ids_hint(ctx):
+            emulator.add_project(pid)
+    return emulator.start()
+
+
+def _project_ids_hint(ctx: ProviderContext) -> list[int]:
+    """Project ids named anywhere in an incomplete config; project 1 when there are none."""
+    found: set[int] = set()
+    sections = [ctx.options.get("global") or {}, *(ctx.options.get("pools") or {}).values()]
+    for section in sections:
+        if isinstance(section, dict):
+            value = section.get("project-id", section.get("project_id"))
+            if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+                found.add(int(value))
+    if ctx.cloud_config is not None:
+        try:
+            from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
+
+            for sec in parse_gcfg(ctx.cloud_config.read_text()):
+                for value in sec.values.get("project-id", []):
+                    if value.strip().isdigit():
+                        found.add(int(value))
+        except (OSError, ConfigError):
+            pass
+    return sorted(found) or [1]
