@@ -25,16 +25,29 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--provider", help="backend: sim (default), cherry")
     p.add_argument("--address", help="gRPC listen address HOST:PORT (default :8086)")
     p.add_argument("--metrics-address", help="metrics and /healthz HTTP address (default :8087)")
-    p.add_argument("--nodes", action="append", metavar="MIN:MAX:NAME", help="node group, as CA's --nodes (repeatable)")
-    p.add_argument("--cloud-config", type=Path, help="the in-tree provider's cloud-config file, reused verbatim")
+    p.add_argument(
+        "--nodes", action="append", metavar="MIN:MAX:NAME", help="node group, as CA's --nodes (repeatable)"
+    )
+    p.add_argument(
+        "--cloud-config", type=Path, help="the in-tree provider's cloud-config file, reused verbatim"
+    )
     p.add_argument("--cluster-name", help="cluster name (in-tree --cluster-name)")
-    p.add_argument("--emulate", action="store_true", default=None, help="serve against the backend's bundled API emulator")
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        default=None,
+        help="serve against the backend's bundled API emulator",
+    )
     p.add_argument("--tls-cert", type=Path, help="server certificate (PEM)")
     p.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     p.add_argument("--tls-ca", type=Path, help="CA bundle for client certificates: enables mutual TLS")
-    p.add_argument("--state-file", type=Path, help="journal of accepted scale operations, resumed after a restart")
+    p.add_argument(
+        "--state-file", type=Path, help="journal of accepted scale operations, resumed after a restart"
+    )
     p.add_argument("--concurrency", type=int, help="parallel cloud operations (default 10)")
-    p.add_argument("--grace-period", type=float, help="seconds in-flight work may take at shutdown (default 10)")
+    p.add_argument(
+        "--grace-period", type=float, help="seconds in-flight work may take at shutdown (default 10)"
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", choices=["json", "text"])
 
@@ -114,7 +127,8 @@ def cmd_version(args: argparse.Namespace) -> int:
     import google.protobuf
     import grpc
 
-    print(f"cloudprovider-grpc {__version__} (grpcio {grpc.__version__}, protobuf {google.protobuf.__version__})")
+    versions = f"grpcio {grpc.__version__}, protobuf {google.protobuf.__version__}"
+    print(f"cloudprovider-grpc {__version__} ({versions})")
     return 0
 
 
@@ -130,8 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check_config)
     emulate = sub.add_parser("emulate", help="run a cloud's API emulator standalone")
     emulate.add_argument("cloud", help="backend whose API to emulate (e.g. cherry)")
-    emulate.add_argument("--listen", dest="emu_address", default="127.0.0.1:0", metavar="HOST:PORT",
-                         help="emulator address (default 127.0.0.1 on a free port)")
+    emulate.add_argument(
+        "--listen",
+        dest="emu_address",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="emulator address (default 127.0.0.1 on a free port)",
+    )
     emulate.add_argument("--state", type=Path, help="persist the emulated cloud's state to this file")
     _add_server_flags(emulate)
     emulate.set_defaults(func=cmd_emulate)

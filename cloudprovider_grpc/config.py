@@ -127,7 +127,9 @@ class Settings(BaseSettings):
 
     @field_validator("address", "metrics_address")
     @classmethod
-    def _address(cls, v: str) -> str:
+    def _address(cls, v: str, info: Any) -> str:
+        if v == "" and info.field_name == "metrics_address":
+            return v  # metrics and /healthz disabled
         m = _ADDRESS_RE.match(v)
         if not m or not 0 <= int(m.group("port")) <= 65535:
             raise ValueError(f"{v!r} is not HOST:PORT (e.g. :8086, 127.0.0.1:8086, [::1]:8086)")
@@ -170,7 +172,9 @@ class Settings(BaseSettings):
 def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Settings from all sources; raises ConfigError naming the first offending key."""
     environ = os.environ
-    path = config_file or (Path(environ[f"{ENV_PREFIX}CONFIG"]) if environ.get(f"{ENV_PREFIX}CONFIG") else None)
+    path = config_file or (
+        Path(environ[f"{ENV_PREFIX}CONFIG"]) if environ.get(f"{ENV_PREFIX}CONFIG") else None
+    )
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -198,4 +202,3 @@ def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] 
         raise ConfigError(loc, msg) from None
     finally:
         _yaml_data.clear()
-

@@ -74,7 +74,11 @@ class _CertReloader:
         except OSError as exc:
             log.error("reading TLS files failed: %s", exc.strerror)
             return None
-        if b"PRIVATE KEY" not in key or b"CERTIFICATE" not in cert or (ca is not None and b"CERTIFICATE" not in ca):
+        if (
+            b"PRIVATE KEY" not in key
+            or b"CERTIFICATE" not in cert
+            or (ca is not None and b"CERTIFICATE" not in ca)
+        ):
             log.error("TLS files are not PEM certificate/key files")
             return None
         self._stamp = stamp
@@ -174,7 +178,8 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
     )
     address = _grpc_address(settings.address)
     try:
@@ -193,7 +198,9 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             httpd = ThreadingHTTPServer(_http_address(settings.metrics_address), _MetricsHandler)
         except OSError as exc:
             server.stop(0)
-            raise ServerStartError(f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}") from None
+            raise ServerStartError(
+                f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
+            ) from None
         httpd.daemon_threads = True
         httpd.handle_ref = handle  # type: ignore[attr-defined]
         threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
@@ -222,7 +229,9 @@ def serve_forever(settings: Settings) -> int:
     handle = start_server(settings)
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s, shutting down (grace %.0fs)", signal.Signals(signum).name, settings.grace_period)
+        log.info(
+            "received %s, shutting down (grace %.0fs)", signal.Signals(signum).name, settings.grace_period
+        )
         threading.Thread(target=handle.stop, args=(settings.grace_period,), name="shutdown").start()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -175,7 +175,9 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
 
     # ---- cloud-provider level ----
     @_rpc
-    def NodeGroups(self, request: pb.NodeGroupsRequest, context: grpc.ServicerContext) -> pb.NodeGroupsResponse:
+    def NodeGroups(
+        self, request: pb.NodeGroupsRequest, context: grpc.ServicerContext
+    ) -> pb.NodeGroupsResponse:
         return pb.NodeGroupsResponse(nodeGroups=[_group_pb(g) for g in self.provider.node_groups()])
 
     @_rpc
@@ -191,7 +193,9 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         self, request: pb.PricingNodePriceRequest, context: grpc.ServicerContext
     ) -> pb.PricingNodePriceResponse:
         start, end = _period(request, "startTimestamp", "endTimestamp")
-        return pb.PricingNodePriceResponse(price=self.provider.node_price(_node_ref(request.node), start, end))
+        return pb.PricingNodePriceResponse(
+            price=self.provider.node_price(_node_ref(request.node), start, end)
+        )
 
     @_rpc
     def PricingPodPrice(

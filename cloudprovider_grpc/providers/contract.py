@@ -168,6 +168,8 @@ class CloudProvider(abc.ABC):
 
     def start(self) -> None:
         """Start background workers (called once by the server before serving)."""
+        return None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop background workers, letting in-flight cloud calls finish within timeout."""
+        return None

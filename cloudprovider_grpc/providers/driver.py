@@ -43,7 +43,9 @@ class CloudError(Exception):
         self.message = message
         self.transient = transient
         self.error_class = error_class
-        self.code = code or ("OUT_OF_RESOURCES" if error_class == ErrorClass.OUT_OF_RESOURCES else "CLOUD_ERROR")
+        self.code = code or (
+            "OUT_OF_RESOURCES" if error_class == ErrorClass.OUT_OF_RESOURCES else "CLOUD_ERROR"
+        )
         self.status = status
 
     def as_instance_error(self) -> InstanceError:
@@ -124,6 +126,7 @@ class Driver(abc.ABC):
 
     def refresh_catalog(self) -> None:
         """Reload slow-changing data (plans, prices, images). Called on Refresh when stale."""
+        return None
 
     def template(self, group: str) -> NodeTemplate | None:
         """The template for new machines of `group`, from memory; None if unknown."""
@@ -141,3 +144,4 @@ class Driver(abc.ABC):
 
     def close(self) -> None:
         """Release clients and sessions."""
+        return None

@@ -94,7 +94,11 @@ class _GroupState:
     resolved: dict[str, str] = field(default_factory=dict)  # creation token -> id of the machine it became
 
     def live_machines(self) -> list[Machine]:
-        return [m for m in self.machines.values() if m.state != InstanceState.DELETING and m.id not in self.deleting]
+        return [
+            m
+            for m in self.machines.values()
+            if m.state != InstanceState.DELETING and m.id not in self.deleting
+        ]
 
     def target(self) -> int:
         return len(self.live_machines()) + sum(1 for c in self.creations.values() if not c.cancelled)
@@ -123,7 +127,9 @@ class ManagedProvider(CloudProvider):
         self.name = driver.name
         self._clock = clock or time.monotonic
         self._lock = threading.RLock()
-        self._jobs = JobRunner(concurrency=concurrency, clock=self._clock, inline=inline_workers, name=driver.name)
+        self._jobs = JobRunner(
+            concurrency=concurrency, clock=self._clock, inline=inline_workers, name=driver.name
+        )
         self._state_file = state_file
         self._catalog_ttl = catalog_ttl
         self._failed_ttl = failed_ttl
@@ -235,7 +241,9 @@ class ManagedProvider(CloudProvider):
         gid = self._group_for_pricing(node)
         price = self.driver.hourly_price(gid) if gid else None
         if price is None:
-            raise NotImplementedByProvider(f"{self.name}: no price is known for node {node.name or node.provider_id!r}")
+            raise NotImplementedByProvider(
+                f"{self.name}: no price is known for node {node.name or node.provider_id!r}"
+            )
         return price * _hours(start, end)
 
     def pod_price(self, requests: Mapping[str, float], start: datetime, end: datetime) -> float:
@@ -296,7 +304,8 @@ class ManagedProvider(CloudProvider):
             if new < existing:
                 raise FailedPrecondition(
                     f"decreasing node group {group_id!r} by {-delta} would make its target {new}, below the "
-                    f"{existing} machines it already has (current target {target}); use DeleteNodes to remove machines"
+                    f"{existing} machines it already has (current target {target}); "
+                    "use DeleteNodes to remove machines"
                 )
             # cancel the requests least likely to deliver first: failed, then not yet sent, then newest
             order = {"failed": 0, "queued": 1, "unknown": 2, "inflight": 3}
@@ -327,7 +336,9 @@ class ManagedProvider(CloudProvider):
                         f"{group_id!r}{where}; nothing was deleted"
                     )
             reducing = sum(
-                1 for m in machines.values() if m.id not in state.deleting and m.state != InstanceState.DELETING
+                1
+                for m in machines.values()
+                if m.id not in state.deleting and m.state != InstanceState.DELETING
             ) + sum(1 for c in creations.values() if c.status != "failed" and not c.cancelled)
             target = state.target()
             if reducing and target - reducing < state.config.min_size:
@@ -345,7 +356,9 @@ class ManagedProvider(CloudProvider):
             self._save_journal()
         if machines or creations:
             log.info(
-                "node group %s: deleting %s", group_id, ", ".join([*machines, *map(self._placeholder, creations)])
+                "node group %s: deleting %s",
+                group_id,
+                ", ".join([*machines, *map(self._placeholder, creations)]),
             )
 
     # ------------------------------------------------------------------ refresh (cloud I/O)
@@ -410,7 +423,9 @@ class ManagedProvider(CloudProvider):
                     state.tombstones[self._placeholder(token)] = now
             state.tombstones = {k: v for k, v in state.tombstones.items() if now - v < self._tombstone_ttl}
             state.resolved = {
-                t: mid for t, mid in state.resolved.items() if mid in state.machines or mid in state.tombstones
+                t: mid
+                for t, mid in state.resolved.items()
+                if mid in state.machines or mid in state.tombstones
             }
 
     # ------------------------------------------------------------------ background operations
@@ -461,8 +476,11 @@ class ManagedProvider(CloudProvider):
                 metrics.OPERATIONS.labels(self.name, "create", "retry").inc()
                 delay = self._backoff(c.attempts)
                 log.warning(
-                    "node group %s: create attempt %d failed (%s); retrying in %.1fs", c.group, c.attempts,
-                    exc.message, delay,
+                    "node group %s: create attempt %d failed (%s); retrying in %.1fs",
+                    c.group,
+                    c.attempts,
+                    exc.message,
+                    delay,
                 )
                 return delay
             c.status = "failed"
@@ -534,7 +552,7 @@ class ManagedProvider(CloudProvider):
                 return "machine", state.machines[pid]
             prefix = self._placeholder("")
             if pid.startswith(prefix):
-                token = pid[len(prefix):]
+                token = pid[len(prefix) :]
                 if token in state.creations:
                     return "creation", state.creations[token]
                 mid = state.resolved.get(token)
@@ -562,7 +580,7 @@ class ManagedProvider(CloudProvider):
                 if tpl is not None and tpl.instance_type == itype:
                     return gid
         if node.name.startswith(TEMPLATE_NAME_PREFIX):
-            rest = node.name[len(TEMPLATE_NAME_PREFIX):]
+            rest = node.name[len(TEMPLATE_NAME_PREFIX) :]
             # CA names sanitized templates template-node-for-<group>-<random suffix>
             for gid in sorted(self._groups, key=len, reverse=True):
                 if rest == gid or rest.startswith(gid + "-"):
@@ -613,11 +631,19 @@ class ManagedProvider(CloudProvider):
         for item in doc.get("creations", []):
             if item["group"] in self._groups:
                 # it may have been sent before the restart: look the token up before creating
-                self._journal_pending.append((item["group"], _Creation(item["token"], item["group"], "unknown")))
+                self._journal_pending.append(
+                    (item["group"], _Creation(item["token"], item["group"], "unknown"))
+                )
         for item in doc.get("deleting", []):
             if item["group"] in self._groups:
                 self._journal_deleting.append(
-                    Machine(item["id"], item["group"], InstanceState.DELETING, item.get("name", ""), item.get("token", ""))
+                    Machine(
+                        item["id"],
+                        item["group"],
+                        InstanceState.DELETING,
+                        item.get("name", ""),
+                        item.get("token", ""),
+                    )
                 )
 
 

@@ -19,8 +19,14 @@ def parse_options(ctx: ProviderContext) -> SimOptions:
     raw = dict(ctx.options)
     groups = list(raw.get("groups") or [])
     for spec in ctx.nodes:
-        groups.append({"id": spec.name, "min_size": spec.min_size, "max_size": spec.max_size,
-                       "initial_size": spec.min_size})
+        groups.append(
+            {
+                "id": spec.name,
+                "min_size": spec.min_size,
+                "max_size": spec.max_size,
+                "initial_size": spec.min_size,
+            }
+        )
     if not groups:
         groups = [dict(g) for g in DEMO_GROUPS]
     raw["groups"] = groups

@@ -123,20 +123,34 @@ class SimOptions(_Strict):
 
 DEMO_GROUPS: list[dict[str, object]] = [
     {
-        "id": "general", "min_size": 1, "max_size": 10, "initial_size": 1, "instance_type": "sim-4x16",
+        "id": "general",
+        "min_size": 1,
+        "max_size": 10,
+        "initial_size": 1,
+        "instance_type": "sim-4x16",
         "capacity": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "100Gi"},
-        "reserved": {"cpu": "100m", "memory": "512Mi"}, "price_per_hour": 0.20,
+        "reserved": {"cpu": "100m", "memory": "512Mi"},
+        "price_per_hour": 0.20,
     },
     {
-        "id": "highmem", "min_size": 0, "max_size": 5, "instance_type": "sim-8x64",
+        "id": "highmem",
+        "min_size": 0,
+        "max_size": 5,
+        "instance_type": "sim-8x64",
         "capacity": {"cpu": "8", "memory": "64Gi", "ephemeral-storage": "100Gi"},
-        "reserved": {"cpu": "100m", "memory": "1Gi"}, "price_per_hour": 0.50,
+        "reserved": {"cpu": "100m", "memory": "1Gi"},
+        "price_per_hour": 0.50,
     },
     {
-        "id": "gpu", "min_size": 0, "max_size": 3, "instance_type": "sim-8x32-t4",
+        "id": "gpu",
+        "min_size": 0,
+        "max_size": 3,
+        "instance_type": "sim-8x32-t4",
         "capacity": {"cpu": "8", "memory": "32Gi", "ephemeral-storage": "200Gi"},
-        "reserved": {"cpu": "100m", "memory": "1Gi"}, "gpu": {"count": 1, "type": "nvidia-tesla-t4"},
-        "taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}], "price_per_hour": 2.50,
+        "reserved": {"cpu": "100m", "memory": "1Gi"},
+        "gpu": {"count": 1, "type": "nvidia-tesla-t4"},
+        "taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}],
+        "price_per_hour": 2.50,
         "options": {"scale_down_unneeded_time": 300.0, "scale_down_utilization_threshold": 0.3},
     },
 ]
@@ -205,7 +219,8 @@ class SimCloud:
             if spec.fail.stockout_after is not None and alive >= spec.fail.stockout_after:
                 raise CloudError(
                     f"no capacity left for {spec.instance_type or group} in {spec.zone}",
-                    error_class=ErrorClass.OUT_OF_RESOURCES, code="STOCKOUT",
+                    error_class=ErrorClass.OUT_OF_RESOURCES,
+                    code="STOCKOUT",
                 )
             if spec.fail.error_rate and self._rng.random() < spec.fail.error_rate:
                 raise CloudError("simulated provisioning error", code="SIMULATED_ERROR")
@@ -234,7 +249,9 @@ class SimDriver(Driver):
     def groups(self) -> list[GroupConfig]:
         return [
             GroupConfig(
-                g.id, g.min_size, g.max_size,
+                g.id,
+                g.min_size,
+                g.max_size,
                 debug=f"sim group {g.id} ({g.instance_type or 'custom'}) min={g.min_size} max={g.max_size}",
                 options=dict(g.options),
             )
