@@ -406,3 +406,20 @@ def test_canonical_round_trips_random_quantities() -> None:
         assert again == q, (text, text2)
         assert again.canonical() == text2, (text, text2)
         assert "." not in text2 and not text2.startswith("+"), text2
+
+
+def test_extreme_exponents_and_lengths() -> None:
+    # Any exponent Go accepts still parses and formats without materialising 10^exp.
+    huge = parse_quantity("1e2147483647")
+    assert huge.canonical() == "10e2147483646"  # exponent rounded down to a multiple of 3
+    assert float(huge) == float("inf")
+    with pytest.raises(ValueError, match="too large"):
+        _ = huge.value
+    assert parse_quantity("1e-2147483648").canonical() == "1e-9"  # rounds up to one nano
+    # Go converts the parsed exponent with int32(), which wraps: 2^32 becomes 0.
+    assert parse_quantity("1e4294967296").value == 1
+    with pytest.raises(ValueError, match="unknown suffix"):
+        parse_quantity("1e9223372036854775808")  # beyond int64: strconv.ParseInt fails
+    with pytest.raises(ValueError, match="more than 1000 digits"):
+        parse_quantity("1" * 1001)
+    assert parse_quantity("1" * 1000).value == int("1" * 1000)

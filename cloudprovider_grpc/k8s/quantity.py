@@ -55,6 +55,9 @@ _BINARY_BY_POWER_OF_1024 = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 
 _NANO_EXPONENT = -9
 _MAX_BINARY = (1 << 63) - 1  # quantity.go maxAllowed
 _MAX_INT18_DIGITS = 18  # math.go maxInt64Factors
+# Go accepts numbers of any length; we stop at this many digits (far beyond any resource, and below
+# CPython's int/str conversion limit) so a hostile string gets a clear error instead of a slow parse.
+_MAX_DIGITS = 1000
 # Beyond this power of ten we refuse to materialise the exact value (10^1000 bytes or cores is not a
 # resource); parsing and canonical() still work for any exponent Go accepts.
 _MAX_NUMERIC_EXPONENT = 1000
@@ -186,8 +189,9 @@ class Quantity:
         if fmt is Format.BINARY_SI:
             # CanonicalizeBytes: small or fractional binary values are shown as DecimalSI so that
             # nothing is rounded.
-            small = self._exponent < 4 and abs(self.value) < 1024
-            if small or self._exponent < 0:
+            fractional = self._exponent < 0  # normalised: a negative exponent means a fraction
+            small = 0 <= self._exponent < 4 and abs(self._coefficient) * 10**self._exponent < 1024
+            if fractional or small:
                 fmt = Format.DECIMAL_SI
         if fmt is Format.BINARY_SI:
             number = self._coefficient * 10**self._exponent
@@ -298,6 +302,8 @@ def parse_quantity(text: str) -> Quantity:
     if text == "0":
         return Quantity(0, 0, Format.DECIMAL_SI)
     positive, value, num, denom, suffix = _scan(text)
+    if len(num) + len(denom) > _MAX_DIGITS:
+        raise _error(text[:40] + "...", f"more than {_MAX_DIGITS} digits")
     base, exponent, fmt = _interpret(text, suffix)
     if not _takes_fast_path(num, denom, exponent, fmt) and not any(c in _DIGITS for c in value):
         # inf.Dec.SetString("." or "-.") fails: Go's ErrNumeric.
