@@ -176,6 +176,7 @@ def test_bytes_are_deterministic_with_sorted_map_keys() -> None:
         (NodeTemplate(capacity={"cpu": "1"}, taints=(Taint("k", "v", "Sometimes"),)), "g", "effect"),
         (NodeTemplate(capacity={"cpu": "1"}, taints=(Taint("", "v"),)), "g", "empty key"),
         (NodeTemplate(capacity={"cpu": "1"}), "", "group_id"),
+        (NodeTemplate(capacity={"cpu": "1"}, arch=""), "g", "arch must not be empty"),
     ],
 )
 def test_bad_templates_are_rejected(template: NodeTemplate, group: str, message: str) -> None:

@@ -110,6 +110,8 @@ def template_node(template: NodeTemplate, group_id: str) -> k8s_pb2.Node:
     """The template Node message; raises ValueError on anything Go would reject."""
     if not group_id:
         raise ValueError("group_id must not be empty")
+    if not template.os or not template.arch:
+        raise ValueError(f"os and arch must not be empty (got os={template.os!r}, arch={template.arch!r})")
     name = template_node_name(group_id)
     capacity, allocatable = _resource_lists(template)
 

@@ -98,7 +98,11 @@ def pod_requests(pod: k8s_pb2.Pod) -> ResourceList:
 
 
 def parse_pod(raw: bytes) -> k8s_pb2.Pod:
-    """Parse `v1.Pod` bytes (pod_bytes / legacy pod); invalid quantities fail it, as in Go."""
+    """Parse `v1.Pod` bytes (pod_bytes / legacy pod); invalid quantities fail it, as in Go.
+
+    Only the quantities of fields the subset declares are checked (requests, limits, overhead,
+    pod-level resources); Go would also reject a bad one elsewhere (an emptyDir sizeLimit, say).
+    """
     pod = k8s_pb2.Pod()
     try:
         pod.ParseFromString(raw)
