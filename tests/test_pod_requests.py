@@ -145,5 +145,9 @@ def test_invalid_quantities_are_errors() -> None:
     limits.spec.initContainers.add(name="i").resources.limits["memory"].string = ""
     with pytest.raises(ValueError, match=r"spec.initContainers\[0\].resources.limits\['memory'\]"):
         parse_pod(limits.SerializeToString())
+    huge = k8s_pb2.Pod()
+    huge.spec.overhead["cpu"].string = "1e2000"  # valid for Go, but no resource is that large
+    with pytest.raises(ValueError, match=r"spec.overhead\['cpu'\].*too large"):
+        parse_pod(huge.SerializeToString())
     with pytest.raises(ValueError, match=r"not a serialized v1\.Pod"):
         parse_pod(b"\x12\x80")

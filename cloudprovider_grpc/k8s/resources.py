@@ -102,6 +102,8 @@ def parse_pod(raw: bytes) -> k8s_pb2.Pod:
 
     Only the quantities of fields the subset declares are checked (requests, limits, overhead,
     pod-level resources); Go would also reject a bad one elsewhere (an emptyDir sizeLimit, say).
+    Values too large to compute with ("1e2000") are rejected too, so that `pod_requests` of a
+    parsed pod cannot fail.
     """
     pod = k8s_pb2.Pod()
     try:
@@ -124,7 +126,7 @@ def parse_pod(raw: bytes) -> k8s_pb2.Pod:
     for what, quantities in lists:
         for name, quantity in quantities.items():
             try:
-                parse_quantity(quantity.string)
+                _ = parse_quantity(quantity.string).value
             except ValueError as exc:
                 raise ValueError(f"{what}[{name!r}]: {exc}") from None
     return pod
