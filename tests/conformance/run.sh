@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Conformance run: builds the Go harness and grpcurl (module and build caches under the repo's ignored
+# .cache/go), makes a throwaway PKI, starts three cloudprovider-grpc servers on loopback and drives
+# them the way cluster-autoscaler's externalgrpc client does, then runs the README's grpcurl examples.
+#
+#   tests/conformance/run.sh                               # the sim cloud with its demo groups
+#   tests/conformance/run.sh --provider cherry --emulate   # flags after the script go to the main server
+#
+# Servers: "main" (mTLS; the checks, all three proto generations), "faulty" (mTLS; a sim group that
+# stocks out and has no price or options: error info and UNIMPLEMENTED mapping), "plain" (plaintext
+# defaults, for the README's grpcurl lines). Exit status 0 only if every check passed.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+GRPCURL_VERSION=v1.9.3
+python=${PYTHON:-$root/.venv/bin/python}
+golden=${CONFORMANCE_GOLDEN:-$root/../shared/golden/externalgrpc}
+
+export GOMODCACHE="$root/.cache/go/mod" GOCACHE="$root/.cache/go/build" GOPATH="$root/.cache/go/path"
+export GOBIN="$root/.cache/go/bin" GOFLAGS=-modcacherw GOTOOLCHAIN=local
+mkdir -p "$GOBIN"
+
+t0=$(date +%s)
+step() { echo "== $* (+$(($(date +%s) - t0))s)"; }
+
+step "building the harness ($(go version | cut -d' ' -f3))"
+(cd "$here" && go build -o "$GOBIN/conformance" .)
+# grpcurl built by `go install` reports no version itself; its build info names the module version.
+if ! go version -m "$GOBIN/grpcurl" 2>/dev/null | grep -qE "^\s+mod\s+github.com/fullstorydev/grpcurl\s+$GRPCURL_VERSION\s"; then
+  step "installing grpcurl $GRPCURL_VERSION"
+  go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"
+fi
+step "build done"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${KEEP_WORK:-}" = "" ]; then rm -rf "$work"; else echo "kept $work"; fi
+}
+trap cleanup EXIT
+
+"$GOBIN/conformance" gencerts -dir "$work/pki" -server-name localhost
+
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start NAME [serve flags...]: runs the server in the background, logs to $work/NAME.log
+start() {
+  local name=$1; shift
+  local port metrics
+  port=$(free_port); metrics=$(free_port)
+  "$python" -m cloudprovider_grpc.cli serve --address "127.0.0.1:$port" --metrics-address "127.0.0.1:$metrics" \
+    --log-level warning "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  eval "${name}_port=$port ${name}_metrics=$metrics ${name}_pid=$!"
+}
+
+wait_healthy() {
+  local name=$1 metrics=$2 pid=$3
+  for _ in $(seq 1 150); do
+    if curl -fsS "http://127.0.0.1:$metrics/healthz" >/dev/null 2>&1; then return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then break; fi
+    sleep 0.2
+  done
+  echo "server '$name' did not become healthy; its log:" >&2
+  cat "$work/$name.log" >&2
+  exit 1
+}
+
+tls=(--tls-cert "$work/pki/server.crt" --tls-key "$work/pki/server.key" --tls-ca "$work/pki/ca.crt")
+cat >"$work/faulty.yaml" <<'EOF'
+sim:
+  groups:
+    - id: flaky
+      min_size: 0
+      max_size: 3
+      initial_size: 1
+      instance_type: sim-2x8
+      capacity: {cpu: "2", memory: 8Gi}
+      fail: {stockout_after: 1}
+EOF
+
+step "starting servers"
+start main "${tls[@]}" "$@"
+start faulty "${tls[@]}" --config "$work/faulty.yaml"
+start plain
+wait_healthy main "$main_metrics" "$main_pid"
+wait_healthy faulty "$faulty_metrics" "$faulty_pid"
+wait_healthy plain "$plain_metrics" "$plain_pid"
+
+cloud_config() {  # exactly the keys CA's externalgrpc cloud-config has
+  cat <<EOF
+address: localhost:$1
+cert: $work/pki/client.crt
+key: $work/pki/client.key
+cacert: $work/pki/ca.crt
+grpc_timeout: 5s
+EOF
+}
+cloud_config "$main_port" >"$work/cloud-config.yaml"
+cloud_config "$faulty_port" >"$work/faulty-cloud-config.yaml"
+
+profile=sim
+for arg in "$@"; do
+  case "$arg" in --provider|--provider=*|--config|--config=*|--nodes|--nodes=*) profile=generic ;; esac
+done
+
+status=0
+step "harness (profile $profile)"
+"$GOBIN/conformance" run -cloud-config "$work/cloud-config.yaml" -faulty-cloud-config "$work/faulty-cloud-config.yaml" \
+  -pki "$work/pki" -golden "$golden" -profile "$profile" || status=1
+
+step "README grpcurl examples"
+PATH="$GOBIN:$PATH" PYTHON="$python" "$here/grpcurl_examples.sh" "$plain_port" || status=1
+
+step "done, exit status $status"
+exit $status
