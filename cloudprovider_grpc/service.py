@@ -172,13 +172,19 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         self.provider = provider
         self._templates: dict[str, tuple[NodeTemplate, bytes]] = {}
         self._templates_lock = threading.Lock()
+        self._groups_answer: tuple[object, pb.NodeGroupsResponse] = (None, pb.NodeGroupsResponse())
 
     # ---- cloud-provider level ----
     @_rpc
     def NodeGroups(
         self, request: pb.NodeGroupsRequest, context: grpc.ServicerContext
     ) -> pb.NodeGroupsResponse:
-        return pb.NodeGroupsResponse(nodeGroups=[_group_pb(g) for g in self.provider.node_groups()])
+        groups = self.provider.node_groups()
+        key, answer = self._groups_answer
+        if key is not groups:
+            answer = pb.NodeGroupsResponse(nodeGroups=[_group_pb(g) for g in groups])
+            self._groups_answer = (groups, answer)
+        return answer
 
     @_rpc
     def NodeGroupForNode(

@@ -34,7 +34,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -144,7 +144,7 @@ class ManagedProvider(CloudProvider):
             if cfg.id in self._groups:
                 raise ValueError(f"node group {cfg.id!r} is configured twice")
             self._groups[cfg.id] = _GroupState(cfg)
-        self._node_groups = [NodeGroup(c.id, c.min_size, c.max_size, c.debug) for c in driver.groups()]
+        self._node_groups = tuple(NodeGroup(c.id, c.min_size, c.max_size, c.debug) for c in driver.groups())
         self._by_id: dict[str, str] = {}  # providerID or placeholder -> group
         self._by_name: dict[str, str] = {}  # machine name -> group
         self._journal_pending: list[tuple[str, _Creation]] = []
@@ -185,8 +185,8 @@ class ManagedProvider(CloudProvider):
         return self._jobs.wait_idle(timeout)
 
     # ------------------------------------------------------------------ read RPCs (memory only)
-    def node_groups(self) -> list[NodeGroup]:
-        return list(self._node_groups)
+    def node_groups(self) -> Sequence[NodeGroup]:
+        return self._node_groups  # immutable and the same object every time: the service caches its answer
 
     def node_group_for_node(self, node: NodeRef) -> NodeGroup | None:
         if self.driver.is_control_plane(node):
