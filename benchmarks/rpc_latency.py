@@ -134,9 +134,8 @@ def main() -> int:
                 samples.append(time.perf_counter() - s0)
             wall = time.perf_counter() - t0
             q = statistics.quantiles(samples, n=100)
-            print(
-                f"{name:<28}{q[49] * 1e3:>9.3f}{q[98] * 1e3:>9.3f}{max(samples) * 1e3:>9.3f}{args.calls / wall:>10.0f}"
-            )
+            p50, p99, worst = q[49] * 1e3, q[98] * 1e3, max(samples) * 1e3
+            print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}{worst:>9.3f}{args.calls / wall:>10.0f}")
         t0 = time.perf_counter()
         stub.Refresh(pb.RefreshRequest(), timeout=30)
         print(
