@@ -51,7 +51,9 @@ class CherryClient:
         rate_limit_per_s: float | None = 4.0,
         max_elapsed: float | None = 60.0,
         user_agent: str = "cloudprovider-grpc/cherry",
+        page_size: int = PAGE_SIZE,
     ) -> None:
+        self.page_size = page_size
         self.http = HttpClient(
             "cherry",
             base_url,
@@ -69,8 +71,9 @@ class CherryClient:
     def close(self) -> None:
         self.http.close()
 
-    def list_servers(self, project_id: int, page_size: int = PAGE_SIZE) -> list[dict[str, Any]]:
+    def list_servers(self, project_id: int, page_size: int | None = None) -> list[dict[str, Any]]:
         """Every server of the project, following `limit`/`offset` pages until `X-Total-Count`."""
+        page_size = page_size or self.page_size
         servers: list[dict[str, Any]] = []
         offset = 0
         while True:

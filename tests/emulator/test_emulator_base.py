@@ -1,0 +1,126 @@
+"""The shared emulator base over real HTTP: routing, auth hook, faults, rate limit, log, persistence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
+
+
+class Counter(EmulatorServer):
+    """A toy cloud: POST /v1/counter adds one, GET reads it; token "good" only."""
+
+    name = "counter"
+    prefix = "/v1/"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.value = 0
+        self.route("GET", "/v1/counter", lambda r: Response(200, {"value": self.value}))
+        self.route("POST", "/v1/counter", self._add)
+        self.route("GET", "/v1/items/{item_id}", lambda r: Response(200, {"id": r.params["item_id"]}))
+
+    def _add(self, req: Request) -> Response:
+        self.value += 1
+        return Response(201, {"value": self.value})
+
+    def authenticate(self, request: Request) -> str:
+        if request.headers.get("Authorization") != "Bearer good":
+            raise HttpProblem(401, "bad token")
+        return "me"
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self.value = data["value"]
+
+
+H = {"Authorization": "Bearer good"}
+
+
+def test_routing_auth_and_error_bodies() -> None:
+    with Counter() as emu:
+        base = emu.base_url
+        assert requests.get(base + "items/42", headers=H).json() == {"id": "42"}
+        r = requests.get(base + "counter")
+        assert r.status_code == 401 and r.json() == {"code": 401, "message": "bad token"}
+        assert r.headers["Content-Type"] == "application/json"
+        assert requests.get(base + "nothing", headers=H).status_code == 404
+        assert requests.delete(base + "counter", headers=H).status_code == 405
+        assert [e.status for e in emu.request_log()] == [200, 401, 404, 405]
+
+
+def test_fault_kinds_differ_in_whether_the_request_was_processed() -> None:
+    with Counter() as emu:
+        url = emu.base_url + "counter"
+        emu.set_faults(FaultPlan(rate=1.0, kinds=("error",), error_statuses=(503,)))
+        assert requests.post(url, headers=H).status_code == 503
+        assert emu.value == 0
+        emu.set_faults(FaultPlan(rate=1.0, kinds=("error_after",), error_statuses=(502,)))
+        assert requests.post(url, headers=H).status_code == 502
+        assert emu.value == 1
+        emu.set_faults(FaultPlan(rate=1.0, kinds=("throttle",), retry_after="3"))
+        r = requests.post(url, headers=H)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "3" and emu.value == 1
+        emu.set_faults(FaultPlan(rate=1.0, kinds=("drop",)))
+        with pytest.raises(requests.ConnectionError):
+            requests.post(url, headers=H)
+        assert emu.value == 2
+        emu.set_faults(None)
+        assert requests.get(url, headers=H).json() == {"value": 2}
+        faults = [(e.fault, e.processed) for e in emu.request_log()]
+        assert faults == [
+            ("error", False),
+            ("error_after", True),
+            ("throttle", False),
+            ("drop", True),
+            (None, True),
+        ]
+
+
+def test_fault_plan_is_seeded_and_respects_rate_and_methods() -> None:
+    a = FaultPlan(rate=0.3, seed=7)
+    b = FaultPlan(rate=0.3, seed=7)
+    draws_a = [a.choose("GET") for _ in range(200)]
+    assert draws_a == [b.choose("GET") for _ in range(200)]
+    hits = sum(1 for d in draws_a if d)
+    assert 30 <= hits <= 90  # about 30% of 200
+    only_post = FaultPlan(rate=1.0, methods=frozenset({"POST"}))
+    assert only_post.choose("GET") is None and only_post.choose("POST") is not None
+    with pytest.raises(ValueError):
+        FaultPlan(rate=1.5)
+    with pytest.raises(ValueError):
+        FaultPlan(rate=0.1, kinds=("meteor",))
+
+
+def test_rate_limit_answers_429_with_retry_after() -> None:
+    with Counter(rate_limit_per_s=2) as emu:
+        statuses = [requests.get(emu.base_url + "counter", headers=H) for _ in range(6)]
+        codes = [r.status_code for r in statuses]
+        assert codes[:2] == [200, 200]
+        assert 429 in codes
+        limited = next(r for r in statuses if r.status_code == 429)
+        assert limited.headers["Retry-After"] == "1"
+        assert limited.json()["code"] == 429
+
+
+def test_state_persists_across_restarts(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    with Counter(state_file=state) as emu:
+        for _ in range(3):
+            requests.post(emu.base_url + "counter", headers=H)
+    assert json.loads(state.read_text()) == {"value": 3}
+    with Counter(state_file=state) as emu:
+        assert requests.get(emu.base_url + "counter", headers=H).json() == {"value": 3}
+
+
+def test_injectable_clock_stamps_the_log() -> None:
+    with Counter(clock=lambda: 1234.5) as emu:
+        requests.get(emu.base_url + "counter", headers=H)
+        assert emu.request_log()[0].time == 1234.5
