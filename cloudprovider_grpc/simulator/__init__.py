@@ -1,0 +1,21 @@
+"""The reference simulator: cluster-autoscaler's scale decisions, made through our gRPC API.
+
+Library use (tests, users' CI)::
+
+    from cloudprovider_grpc.simulator import load_scenario, run
+
+    report = run(load_scenario("examples/scenarios/burst.yaml"), seed=0)
+    ups = report.of_kind("scale-up")            # Decision objects: t, group, delta, reason, inputs
+    assert ups[0].group == "general"
+    report.write("out/")                        # report.json (+ timeline.png with matplotlib)
+
+`run(scenario, server=None, seed=0)` starts our server in-process on the scenario's backend
+(virtual time, deterministic) unless `server="HOST:PORT"` names a running one. The same scenario
+and seed always give an identical report.json.
+"""
+
+from cloudprovider_grpc.simulator.report import Decision, Report
+from cloudprovider_grpc.simulator.runner import run
+from cloudprovider_grpc.simulator.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+
+__all__ = ["Decision", "Report", "Scenario", "ScenarioError", "load_scenario", "parse_scenario", "run"]

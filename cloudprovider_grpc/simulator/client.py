@@ -1,0 +1,327 @@
+"""A cluster-autoscaler-like externalgrpc client: CA's RPCs with CA's client-side caching.
+
+Mirrors k/a `cluster-autoscaler/cloudprovider/externalgrpc/externalgrpc_cloud_provider.go` and
+`externalgrpc_node_group.go` (README "Caching"):
+- `Refresh()` first clears the NodeGroups and NodeGroupForNode caches, then calls the RPC.
+- `NodeGroups` is cached until the next Refresh; an error returns [] and is not cached.
+- `NodeGroupForNode` is cached per (node name, providerID) until the next Refresh, only for
+  non-empty answers (a node in no group costs an RPC on every call).
+- `GPULabel` and `GetAvailableGPUTypes` are cached forever after the first *success*.
+- `NodeGroupTemplateNodeInfo` is cached on the node-group object, which CA rebuilds after every
+  Refresh, so effectively once per group per loop.
+- Everything else (TargetSize, Nodes, IncreaseSize, DeleteNodes, DecreaseTargetSize, GetOptions,
+  the Pricing RPCs, Cleanup) is never cached. UNIMPLEMENTED means "not implemented" only for
+  Pricing, TemplateNodeInfo and GetOptions, as in CA.
+Every call is counted by method, so a run doubles as an RPC load profile of a CA loop.
+
+Two transports carry the calls: `GrpcTransport` (a real channel, 5 s deadline per call as CA's
+default `grpc_timeout`) and `InProcessTransport`, which invokes the same servicer methods
+directly for runs too long for sockets (the 24-hour benchmark); both see identical bytes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from cloudprovider_grpc.k8s.node import decode_node
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
+from cloudprovider_grpc.protos import k8s_pb2
+
+GRPC_TIMEOUT = 5.0  # CA's default grpc_timeout
+
+
+class RpcError(Exception):
+    """A failed RPC: gRPC status code name and details."""
+
+    def __init__(self, method: str, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{method}: {code.name}: {details}")
+        self.method = method
+        self.code = code
+        self.details = details
+
+    @property
+    def unimplemented(self) -> bool:
+        return self.code == grpc.StatusCode.UNIMPLEMENTED
+
+
+class Transport(Protocol):
+    def call(self, method: str, request: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class GrpcTransport:
+    """Calls over a real gRPC channel to `address` (HOST:PORT), plaintext, like CA without TLS."""
+
+    def __init__(self, address: str, timeout: float = GRPC_TIMEOUT) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.CloudProviderStub(self._channel)
+
+    def call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise RpcError(method, exc.code(), exc.details() or "") from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class _AbortError(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _DirectContext:
+    """What the servicer needs from a ServicerContext when called without a socket."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _AbortError(code, details)
+
+
+class InProcessTransport:
+    """Calls the servicer's methods directly (same request/response messages, no socket)."""
+
+    def __init__(self, servicer: Any) -> None:
+        self._servicer = servicer
+        self._context = _DirectContext()
+
+    def call(self, method: str, request: Any) -> Any:
+        # round-trip through bytes so both transports exercise serialization identically
+        req = type(request).FromString(request.SerializeToString())
+        try:
+            resp = getattr(self._servicer, method)(req, self._context)
+        except _AbortError as exc:
+            raise RpcError(method, exc.code, exc.details) from None
+        return type(resp).FromString(resp.SerializeToString())
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    id: str
+    min_size: int
+    max_size: int
+    debug: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    id: str
+    state: int  # pb.InstanceStatus.InstanceState
+    error_code: str = ""
+    error_message: str = ""
+    error_class: int = 0
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """NodeGroupGetOptions answer, durations in seconds."""
+
+    scale_down_utilization_threshold: float
+    scale_down_gpu_utilization_threshold: float
+    scale_down_unneeded_time: float
+    scale_down_unready_time: float
+    max_node_provision_time: float
+    zero_or_max_node_scaling: bool
+    ignore_daemonsets_utilization: bool
+
+
+def _ts(t: datetime) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(t)
+    return ts
+
+
+def _seconds(msg: Any, new: str, old: str, default: float) -> float:
+    if msg.HasField(new):
+        d = getattr(msg, new)
+        return d.seconds + d.nanos / 1e9
+    if msg.HasField(old):
+        return getattr(msg, old).duration / 1e9
+    return default
+
+
+class CAClient:
+    """The RPC surface CA's core uses, with CA's caches (see the module docstring)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.counts: Counter[str] = Counter()
+        self._node_groups: list[GroupInfo] | None = None
+        self._ngfn: dict[tuple[str, str], GroupInfo] = {}
+        self._templates: dict[str, k8s_pb2.Node | None] = {}
+        self._gpu_label: str | None = None
+        self._gpu_types: list[str] | None = None
+
+    def _call(self, method: str, request: Any) -> Any:
+        self.counts[method] += 1
+        return self.transport.call(method, request)
+
+    # ---- cloud-provider level
+    def refresh(self) -> None:
+        self._node_groups = None
+        self._ngfn.clear()
+        self._templates.clear()  # new NodeGroup objects after Refresh carry no template cache
+        self._call("Refresh", pb.RefreshRequest())
+
+    def node_groups(self) -> list[GroupInfo]:
+        if self._node_groups is not None:
+            return self._node_groups
+        try:
+            resp = self._call("NodeGroups", pb.NodeGroupsRequest())
+        except RpcError:
+            return []
+        self._node_groups = [GroupInfo(g.id, g.minSize, g.maxSize, g.debug) for g in resp.nodeGroups]
+        return self._node_groups
+
+    def node_group_for_node(
+        self, name: str, provider_id: str, labels: Mapping[str, str] | None = None
+    ) -> GroupInfo | None:
+        key = (name, provider_id)
+        hit = self._ngfn.get(key)
+        if hit is not None:
+            return hit
+        node = pb.ExternalGrpcNode(providerID=provider_id, name=name, labels=dict(labels or {}))
+        resp = self._call("NodeGroupForNode", pb.NodeGroupForNodeRequest(node=node))
+        g = resp.nodeGroup
+        if not g.id:
+            return None
+        info = GroupInfo(g.id, g.minSize, g.maxSize, g.debug)
+        self._ngfn[key] = info
+        return info
+
+    def gpu_label(self) -> str | None:
+        if self._gpu_label is None:
+            try:
+                self._gpu_label = self._call("GPULabel", pb.GPULabelRequest()).label
+            except RpcError:
+                return None
+        return self._gpu_label
+
+    def gpu_types(self) -> list[str] | None:
+        if self._gpu_types is None:
+            try:
+                resp = self._call("GetAvailableGPUTypes", pb.GetAvailableGPUTypesRequest())
+            except RpcError:
+                return None
+            self._gpu_types = sorted(resp.gpuTypes)
+        return self._gpu_types
+
+    def cleanup(self) -> None:
+        self._call("Cleanup", pb.CleanupRequest())
+
+    # ---- node-group level (never cached unless noted)
+    def target_size(self, group: str) -> int:
+        return self._call("NodeGroupTargetSize", pb.NodeGroupTargetSizeRequest(id=group)).targetSize
+
+    def increase_size(self, group: str, delta: int) -> None:
+        self._call("NodeGroupIncreaseSize", pb.NodeGroupIncreaseSizeRequest(id=group, delta=delta))
+
+    def decrease_target_size(self, group: str, delta: int) -> None:
+        self._call(
+            "NodeGroupDecreaseTargetSize", pb.NodeGroupDecreaseTargetSizeRequest(id=group, delta=delta)
+        )
+
+    def delete_nodes(self, group: str, nodes: Sequence[pb.ExternalGrpcNode]) -> None:
+        self._call("NodeGroupDeleteNodes", pb.NodeGroupDeleteNodesRequest(id=group, nodes=list(nodes)))
+
+    def nodes(self, group: str) -> list[InstanceInfo]:
+        resp = self._call("NodeGroupNodes", pb.NodeGroupNodesRequest(id=group))
+        out = []
+        for inst in resp.instances:
+            st = inst.status
+            err = st.errorInfo if st.HasField("errorInfo") else None
+            out.append(
+                InstanceInfo(
+                    inst.id,
+                    st.instanceState,
+                    err.errorCode if err else "",
+                    err.errorMessage if err else "",
+                    err.instanceErrorClass if err else 0,
+                )
+            )
+        return out
+
+    def template(self, group: str) -> k8s_pb2.Node | None:
+        """The group's template Node, or None when the server does not implement it."""
+        if group in self._templates:
+            return self._templates[group]
+        try:
+            resp = self._call("NodeGroupTemplateNodeInfo", pb.NodeGroupTemplateNodeInfoRequest(id=group))
+        except RpcError as exc:
+            if exc.unimplemented:
+                self._templates[group] = None
+                return None
+            raise
+        raw = resp.nodeBytes or resp.nodeInfo
+        node = decode_node(raw) if raw else None
+        self._templates[group] = node
+        return node
+
+    def options(self, group: str, defaults: GroupOptions) -> GroupOptions | None:
+        """Per-group options, or None when the server does not implement them (CA keeps its flags)."""
+        d = pb.NodeGroupAutoscalingOptions(
+            scaleDownUtilizationThreshold=defaults.scale_down_utilization_threshold,
+            scaleDownGpuUtilizationThreshold=defaults.scale_down_gpu_utilization_threshold,
+            zeroOrMaxNodeScaling=defaults.zero_or_max_node_scaling,
+            ignoreDaemonSetsUtilization=defaults.ignore_daemonsets_utilization,
+        )
+        for new, old, secs in (
+            ("scaleDownUnneededDuration", "scaleDownUnneededTime", defaults.scale_down_unneeded_time),
+            ("scaleDownUnreadyDuration", "scaleDownUnreadyTime", defaults.scale_down_unready_time),
+            ("MaxNodeProvisionDuration", "MaxNodeProvisionTime", defaults.max_node_provision_time),
+        ):
+            getattr(d, new).FromNanoseconds(int(secs * 1e9))
+            getattr(d, old).duration = int(secs * 1e9)
+        try:
+            resp = self._call(
+                "NodeGroupGetOptions", pb.NodeGroupAutoscalingOptionsRequest(id=group, defaults=d)
+            )
+        except RpcError as exc:
+            if exc.unimplemented:
+                return None
+            raise
+        o = resp.nodeGroupAutoscalingOptions
+        return GroupOptions(
+            o.scaleDownUtilizationThreshold,
+            o.scaleDownGpuUtilizationThreshold,
+            _seconds(
+                o, "scaleDownUnneededDuration", "scaleDownUnneededTime", defaults.scale_down_unneeded_time
+            ),
+            _seconds(o, "scaleDownUnreadyDuration", "scaleDownUnreadyTime", defaults.scale_down_unready_time),
+            _seconds(o, "MaxNodeProvisionDuration", "MaxNodeProvisionTime", defaults.max_node_provision_time),
+            o.zeroOrMaxNodeScaling,
+            o.ignoreDaemonSetsUtilization,
+        )
+
+    def node_price(self, node: pb.ExternalGrpcNode, start: datetime, end: datetime) -> float | None:
+        req = pb.PricingNodePriceRequest(node=node, startTimestamp=_ts(start), endTimestamp=_ts(end))
+        req.startTime.CopyFrom(req.startTimestamp)
+        req.endTime.CopyFrom(req.endTimestamp)
+        try:
+            return self._call("PricingNodePrice", req).price
+        except RpcError:
+            return None
+
+    def pod_price(self, pod: k8s_pb2.Pod, start: datetime, end: datetime) -> float | None:
+        raw = pod.SerializeToString(deterministic=True)
+        req = pb.PricingPodPriceRequest(pod_bytes=raw, startTimestamp=_ts(start), endTimestamp=_ts(end))
+        try:
+            return self._call("PricingPodPrice", req).price
+        except RpcError:
+            return None

@@ -1,0 +1,810 @@
+"""One simulation: CA's RunOnce loop on a virtual clock, talking to a server through `CAClient`.
+
+Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research notes section 3.1):
+1. controllers act (workload arrivals, departures, Job completions) - the world, not CA;
+2. Refresh (an error aborts the loop), NodeGroups;
+3. NodeGroupNodes for groups whose cached listing is stale (2m, as
+   `pkg/clusterstate/utils/node_instances_cache.go`) or that are scaling up / just deleted nodes;
+   kubelets register machines the cloud reports running, and the scheduler binds what fits;
+4. NodeGroupForNode for every node, templates from a real ready node of each group, else the
+   cached real-node template, else NodeGroupTemplateNodeInfo
+   (`pkg/processors/nodeinfosprovider/mixed_nodeinfos_processor.go`);
+5. cluster state (`pkg/clusterstate/clusterstate.go`): creation errors back the group off and are
+   deleted (`deleteCreatedNodesWithErrors`), instances unregistered past
+   `max-node-provision-time` are deleted, scale-up requests that time out back off, and a target
+   above the registered size for longer than the provision time is decreased (`fixNodeGroupSize`,
+   which ends the loop);
+6. upcoming nodes (target - registered) are injected and pods that fit them are filtered out
+   (`pkg/core/podlistprocessor/filter_out_schedulable.go`), as are expendable and too-young pods;
+7. scale-up (`scaleup.py`), then scale-down (`scaledown.py`) outside its cooldown, deleting one
+   node per DeleteNodes call after a GetOptions call, like CA's actuator.
+
+Known simplifications: nodes are Ready as soon as they register (no unready phase, so the
+cluster-health check never trips); GetOptions answers are memoised per group within one loop for
+eligibility (CA asks about twice per node), while deletions still call it once per node; ZeroOrMax
+groups, PDB budgets and pod affinity are not modelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import k8s_pb2
+from cloudprovider_grpc.simulator.backoff import Backoff
+from cloudprovider_grpc.simulator.client import CAClient, GroupInfo, GroupOptions, InstanceInfo, RpcError
+from cloudprovider_grpc.simulator.clock import VirtualClock
+from cloudprovider_grpc.simulator.estimator import PodGroup
+from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext
+from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count, resources_fit, static_fit
+from cloudprovider_grpc.simulator.model import (
+    CPU,
+    MEMORY,
+    Node,
+    NodeShape,
+    PodShape,
+    Resources,
+    add_into,
+    node_name_for,
+)
+from cloudprovider_grpc.simulator.report import Recorder, Report
+from cloudprovider_grpc.simulator.scaledown import (
+    DrainRules,
+    GroupScaleDownOptions,
+    ScaleDownPlanner,
+    select_removals,
+)
+from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
+from cloudprovider_grpc.simulator.scenario import Scenario
+from cloudprovider_grpc.simulator.world import World
+
+RUNNING, CREATING, DELETING = 1, 2, 3
+INSTANCES_CACHE_REFRESH = 120.0  # node_instances_cache.go background refresh interval
+ERROR_CLASS = {1: "OutOfResource", 99: "OtherError"}
+STABILIZATION_POD = {CPU: "500m", MEMORY: "500Mi"}  # price.go priceStabilizationPod
+
+
+@dataclass
+class _ScaleUpRequest:
+    increase: int
+    time: float
+    expected_by: float
+
+
+def _pod_proto(
+    name: str, namespace: str, containers: tuple[dict[str, str], ...] | list[dict[str, str]]
+) -> k8s_pb2.Pod:
+    pod = k8s_pb2.Pod()
+    pod.metadata.name = name
+    pod.metadata.namespace = namespace
+    for i, requests in enumerate(containers):
+        c = pod.spec.containers.add()
+        c.name = f"c{i}"
+        for k, v in sorted(requests.items()):
+            c.resources.requests[k].string = str(v)
+    return pod
+
+
+class RpcPricing:
+    """The price expander's pricing model over PricingNodePrice / PricingPodPrice."""
+
+    def __init__(self, client: CAClient) -> None:
+        self.client = client
+
+    def node_price(self, template: NodeShape, start: datetime, end: datetime) -> float | None:
+        node = pb.ExternalGrpcNode(
+            name=f"template-node-for-{template.group}-sim", labels=dict(template.labels)
+        )
+        return self.client.node_price(node, start, end)
+
+    def pod_price(self, shape: PodShape, start: datetime, end: datetime) -> float | None:
+        return self.client.pod_price(
+            _pod_proto(f"{shape.owner}-x", shape.namespace, shape.containers), start, end
+        )
+
+    def stabilization_price(self, start: datetime, end: datetime) -> float | None:
+        return self.client.pod_price(_pod_proto("stabilize", "default", [STABILIZATION_POD]), start, end)
+
+
+class Simulation:
+    """Runs one scenario; construct with clients bound to a server, then `run()`."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        client: CAClient,
+        world_client: CAClient,
+        clock: VirtualClock,
+        seed: int = 0,
+        provider: str = "sim",
+        echo: Callable[[str], None] | None = None,
+    ) -> None:
+        self.s = scenario
+        self.o = scenario.autoscaler
+        self.client = client
+        self.wclient = world_client
+        self.clock = clock
+        self.seed = seed
+        self.provider = provider
+        self.rng = random.Random(seed)
+        self.world = World(scenario)
+        self.rec = Recorder(scenario.start_time, echo)
+        self.backoff = Backoff(
+            self.o.initial_node_group_backoff_duration,
+            self.o.max_node_group_backoff_duration,
+            self.o.node_group_backoff_reset_timeout,
+        )
+        self.chain = Chain(self.o.expander)
+        self.planner = ScaleDownPlanner(
+            DrainRules(self.o.skip_nodes_with_system_pods, self.o.skip_nodes_with_local_storage),
+            self.o.scale_down_non_empty_candidates_count,
+            self.o.unremovable_node_recheck_timeout,
+        )
+        self.pricing = RpcPricing(client)
+        self.fits = StaticFitCache()
+        self.instances: dict[str, list[InstanceInfo]] = {}
+        self.instances_at: dict[str, float] = {}
+        self.invalid: set[str] = set()
+        self.first_seen: dict[str, float] = {}
+        self.seen_errors: set[str] = set()
+        self.removed_ids: set[str] = set()
+        self.requests: dict[str, _ScaleUpRequest] = {}
+        self.real_templates: dict[str, NodeShape] = {}
+        self.world_templates: dict[str, NodeShape | None] = {}
+        self._shapes: dict[tuple[str, bytes], NodeShape] = {}
+        self._free: dict[int, Resources] = {}
+        self.incorrect_since: dict[str, float] = {}
+        self.last_scale_up = -math.inf
+        self.last_delete = -math.inf
+        self.last_failure = -math.inf
+        self.lifetimes: dict[str, dict[str, Any]] = {}
+        self.tl: dict[str, Any] = {"t": [], "nodes": {}, "target": {}, "pending": []}
+        self._last_no_scale_up: tuple[Any, ...] | None = None
+        self._last_cooldown = ""
+        self._min_size_logged: set[str] = set()
+        self._group_ids: list[str] = []
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> Report:
+        interval = self.o.scan_interval
+        loops = int(self.s.duration // interval) + 1
+        for i in range(loops):
+            t = i * interval
+            self.clock.set(t)
+            self.rec.loop, self.rec.t = i, t
+            self.run_once(t)
+            self._sample(t)
+        return self._report()
+
+    def run_once(self, t: float) -> None:
+        w = self.world
+        w.apply_controllers(t)
+        try:
+            self.client.refresh()
+        except RpcError as exc:
+            self.rec.line(f"Failed to refresh cloud provider: {exc}")
+            self.rec.decide("loop-aborted", reason=str(exc))
+            w.schedule(t)
+            return
+        groups = self.client.node_groups()
+        self._group_ids = [g.id for g in groups]
+        self._list_instances(groups, t)
+        self._kubelets(groups, t)
+        w.schedule(t)
+        node_group = {
+            n.name: (
+                g.id
+                if (g := self.client.node_group_for_node(n.name, n.provider_id, n.shape.labels))
+                else None
+            )
+            for n in w.nodes.values()
+        }
+        templates = self._templates(groups, node_group)
+        self._creation_errors(groups, t)
+        targets: dict[str, int] = {}
+        for g in groups:
+            try:
+                targets[g.id] = self.client.target_size(g.id)
+            except RpcError as exc:
+                self.rec.line(f"Failed to get target size of node group {g.id}: {exc}")
+        registered = Counter(gid for gid in node_group.values() if gid)
+        self._unregistered(groups, targets, t)
+        self._track_requests(targets, registered, t)
+        if self._fix_node_group_sizes(groups, targets, registered, t):
+            w.schedule(t)
+            return
+        upcoming = {gid: max(0, targets[gid] - registered[gid]) for gid in targets}
+        pod_groups = self._unschedulable(t, templates, upcoming)
+        scaled_up = False
+        if pod_groups:
+            scaled_up = self._scale_up(pod_groups, groups, targets, templates, registered, upcoming, t)
+        else:
+            self._last_no_scale_up = None
+        if self.o.scale_down_enabled:
+            self._scale_down(groups, targets, node_group, t, scaled_up)
+        w.schedule(t)
+
+    # ------------------------------------------------------------------ observation
+    def _list_instances(self, groups: list[GroupInfo], t: float) -> None:
+        for g in groups:
+            cached = self.instances.get(g.id)
+            due = (
+                cached is None
+                or g.id in self.invalid
+                or g.id in self.requests
+                or t - self.instances_at.get(g.id, -math.inf) >= INSTANCES_CACHE_REFRESH
+                or any(i.state != DELETING and i.id not in self.world.by_provider_id for i in cached)
+            )
+            if not due:
+                continue
+            try:
+                self.instances[g.id] = self.client.nodes(g.id)
+                self.instances_at[g.id] = t
+            except RpcError as exc:
+                self.rec.line(f"Failed to list instances of node group {g.id}: {exc}")
+        self.invalid.clear()
+
+    def _kubelets(self, groups: list[GroupInfo], t: float) -> None:
+        """Machines the cloud reports running join the cluster; vanished machines leave it."""
+        for g in groups:
+            listing = self.instances.get(g.id, [])
+            for inst in listing:
+                self.first_seen.setdefault(inst.id, t)
+                if inst.error_code or inst.state not in (RUNNING, 0):
+                    continue
+                if inst.id in self.world.by_provider_id or inst.id in self.removed_ids:
+                    continue
+                shape = self._world_template(g.id)
+                if shape is None:
+                    continue
+                name = node_name_for(inst.id)
+                self.world.register(name, inst.id, shape, t)
+                self.lifetimes[inst.id] = {
+                    "group": g.id,
+                    "name": name,
+                    "labels": dict(shape.labels),
+                    "start": t,
+                }
+                self.rec.line(f"world: node {name} registered ({inst.id} is running)")
+            if self.instances_at.get(g.id) == t:
+                alive = {i.id for i in listing if i.state != DELETING}
+                for node in [n for n in self.world.nodes.values() if n.group == g.id]:
+                    if node.provider_id not in alive:
+                        self.rec.line(f"world: node {node.name} left the cluster (its machine is gone)")
+                        self._drop_node(node, t)
+
+    def _world_template(self, group: str) -> NodeShape | None:
+        if group not in self.world_templates:
+            try:
+                raw = self.wclient.template(group)
+            except RpcError:
+                raw = None
+            self.world_templates[group] = self._shape(group, raw) if raw is not None else None
+        return self.world_templates[group]
+
+    def _shape(self, group: str, node: k8s_pb2.Node) -> NodeShape:
+        key = (group, node.SerializeToString(deterministic=True))
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = NodeShape.from_k8s(node, group)
+            self._shapes[key] = shape
+        return shape
+
+    def _templates(self, groups: list[GroupInfo], node_group: dict[str, str | None]) -> dict[str, NodeShape]:
+        found: dict[str, NodeShape] = {}
+        for node in self.world.nodes.values():
+            gid = node_group.get(node.name)
+            if gid and gid not in found and not node.to_be_deleted:
+                found[gid] = node.shape
+        out: dict[str, NodeShape] = {}
+        for g in groups:
+            if g.id in found:
+                out[g.id] = self.real_templates[g.id] = found[g.id]
+            elif g.id in self.real_templates:
+                out[g.id] = self.real_templates[g.id]
+            else:
+                try:
+                    raw = self.client.template(g.id)
+                except (RpcError, ValueError) as exc:
+                    self.rec.line(f"Unable to build template for node group {g.id}: {exc}")
+                    continue
+                if raw is not None:
+                    out[g.id] = self._shape(g.id, raw)
+        return out
+
+    def template_free(self, shape: NodeShape) -> Resources:
+        """Allocatable minus the DaemonSet pods CA adds to a sanitized template node."""
+        free = self._free.get(id(shape))
+        if free is None:
+            free = dict(shape.allocatable)
+            for ds in self.world.daemonsets:
+                if static_fit(ds, shape) and resources_fit(ds.requests, free):
+                    add_into(free, ds.requests, -1)
+            self._free[id(shape)] = free
+        return free
+
+    # ------------------------------------------------------------------ cluster state
+    def _creation_errors(self, groups: list[GroupInfo], t: float) -> None:
+        for g in groups:
+            errs = [i for i in self.instances.get(g.id, []) if i.state == CREATING and i.error_code]
+            if not errs:
+                continue
+            new = [i for i in errs if i.id not in self.seen_errors]
+            self.seen_errors.update(i.id for i in errs)
+            if new:
+                by_code = Counter((i.error_class, i.error_code) for i in new)
+                for (cls, code), n in sorted(by_code.items()):
+                    msg = next(i.error_message for i in new if (i.error_class, i.error_code) == (cls, code))
+                    self.rec.line(
+                        f"Failed adding {n} nodes ({n} unseen previously) to group {g.id} due to "
+                        f"{ERROR_CLASS.get(cls, 'OtherError')}.{code}; errorMessages=[{msg!r}]"
+                    )
+                cls, code = sorted(by_code)[0]
+                reason = f"{ERROR_CLASS.get(cls, 'OtherError')}.{code}"
+                req = self.requests.get(g.id)
+                if req is not None:
+                    until = self.backoff.fail(g.id, t, reason)
+                    req.increase -= len(new)
+                    if req.increase <= 0:
+                        del self.requests[g.id]
+                    self.rec.line(
+                        f"Disabling scale-up for node group {g.id} until {self.rec.stamp(until)}; "
+                        f"errorClass={ERROR_CLASS.get(cls, 'OtherError')}; errorCode={code}"
+                    )
+                    self.rec.decide(
+                        "scale-up-failed",
+                        group=g.id,
+                        delta=-len(new),
+                        reason=reason,
+                        inputs={"failed_instances": len(new), "backoff_until": until, "error_code": code},
+                    )
+            fake = [pb.ExternalGrpcNode(providerID=i.id, name=i.id) for i in errs]
+            self.rec.line(f"Deleting {len(errs)} from {g.id} node group because of create errors")
+            try:
+                self.client.delete_nodes(g.id, fake)
+            except RpcError as exc:
+                self.rec.line(f"Failed to delete nodes with create errors from {g.id}: {exc}")
+            self.invalid.add(g.id)
+
+    def _unregistered(self, groups: list[GroupInfo], targets: dict[str, int], t: float) -> None:
+        limit = self.o.max_node_provision_time
+        for g in groups:
+            for inst in self.instances.get(g.id, []):
+                if inst.state == DELETING or inst.error_code or inst.id in self.world.by_provider_id:
+                    continue
+                if inst.id in self.removed_ids or t - self.first_seen.get(inst.id, t) < limit:
+                    continue
+                if targets.get(g.id, 0) - 1 < g.min_size:
+                    continue
+                self.rec.line(f"Removing unregistered node {inst.id}")
+                try:
+                    self.client.delete_nodes(g.id, [pb.ExternalGrpcNode(providerID=inst.id, name=inst.id)])
+                except RpcError as exc:
+                    self.rec.line(f"Failed to remove node {inst.id}: {exc}")
+                    continue
+                self.removed_ids.add(inst.id)
+                targets[g.id] = targets.get(g.id, 0) - 1
+                self.invalid.add(g.id)
+                self.rec.decide(
+                    "delete-unregistered",
+                    group=g.id,
+                    delta=-1,
+                    reason=f"unregistered for more than max-node-provision-time ({limit:.0f}s)",
+                )
+
+    def _track_requests(self, targets: dict[str, int], registered: Counter[str], t: float) -> None:
+        for gid, req in list(self.requests.items()):
+            if gid not in targets:
+                continue
+            if registered[gid] >= targets[gid]:
+                del self.requests[gid]
+            elif t >= req.expected_by:
+                del self.requests[gid]
+                until = self.backoff.fail(gid, t, "timeout")
+                self.rec.line(f"Scale-up timed out for node group {gid} after {t - req.time:.0f}s")
+                self.rec.decide(
+                    "scale-up-timeout", group=gid, reason="timeout", inputs={"backoff_until": until}
+                )
+
+    def _fix_node_group_sizes(
+        self, groups: list[GroupInfo], targets: dict[str, int], registered: Counter[str], t: float
+    ) -> bool:
+        fixed = False
+        for g in groups:
+            target = targets.get(g.id)
+            if target is None or target == registered[g.id]:
+                self.incorrect_since.pop(g.id, None)
+                continue
+            since = self.incorrect_since.setdefault(g.id, t)
+            if target > registered[g.id] and t - since >= self.o.max_node_provision_time:
+                delta = registered[g.id] - target
+                self.rec.line(
+                    f"Decreasing size of {g.id}, expected={target} current={registered[g.id]} delta={delta}"
+                )
+                try:
+                    self.client.decrease_target_size(g.id, delta)
+                except RpcError as exc:
+                    self.rec.line(f"Failed to decrease {g.id}: {exc}")
+                    continue
+                self.incorrect_since.pop(g.id, None)
+                self.invalid.add(g.id)
+                self.rec.decide("fix-node-group-size", group=g.id, delta=delta, reason="incorrect size")
+                fixed = True
+        return fixed
+
+    # ------------------------------------------------------------------ scale-up
+    def _unschedulable(
+        self, t: float, templates: dict[str, NodeShape], upcoming: dict[str, int]
+    ) -> list[PodGroup]:
+        pods = sorted(self.world.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
+        if not pods:
+            return []
+        cutoff = self.o.expendable_pods_priority_cutoff
+        groups: dict[int, PodGroup] = {}
+        expendable = young = 0
+        for p in pods:
+            if p.shape.priority < cutoff:
+                expendable += 1
+            elif t - p.created < self.o.new_pod_scale_up_delay:
+                young += 1
+            else:
+                pg = groups.get(id(p.shape))
+                if pg is None:
+                    groups[id(p.shape)] = pg = PodGroup(p.shape, 0)
+                pg.count += 1
+        if expendable:
+            self.rec.line(f"{expendable} pods are expendable (priority below {cutoff}); ignored")
+        bins: list[tuple[NodeShape, Resources]] = []
+        for gid in sorted(upcoming):
+            tpl = templates.get(gid)
+            if tpl is not None:
+                bins.extend((tpl, dict(self.template_free(tpl))) for _ in range(upcoming[gid]))
+        absorbed = 0
+        for pg in groups.values():
+            for tpl, free in bins:
+                if pg.count == 0:
+                    break
+                if not self.fits(pg.shape, tpl):
+                    continue
+                n = min(pg.count, fit_count(pg.shape.requests, free))
+                if n:
+                    for k, v in pg.shape.requests.items():
+                        free[k] = free.get(k, 0) - v * n
+                    pg.count -= n
+                    absorbed += n
+        if absorbed:
+            self.rec.line(
+                f"{absorbed} pods marked as unschedulable can be scheduled on upcoming nodes. "
+                "Ignoring in scale up."
+            )
+        return [pg for pg in groups.values() if pg.count > 0]
+
+    def _scale_up(
+        self,
+        pod_groups: list[PodGroup],
+        groups: list[GroupInfo],
+        targets: dict[str, int],
+        templates: dict[str, NodeShape],
+        registered: Counter[str],
+        upcoming: dict[str, int],
+        t: float,
+    ) -> bool:
+        now = self.clock.datetime(t)
+        views = []
+        for g in groups:
+            if g.id not in targets:
+                continue
+            tpl = templates.get(g.id)
+            off = self.backoff.backed_off(g.id, t)
+            views.append(
+                GroupView(
+                    g.id,
+                    g.min_size,
+                    g.max_size,
+                    targets[g.id],
+                    tpl,
+                    self.template_free(tpl) if tpl is not None else {},
+                    f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
+                )
+            )
+        cores = sum(n.shape.capacity.get(CPU, 0) for n in self.world.nodes.values())
+        memory = sum(n.shape.capacity.get(MEMORY, 0) for n in self.world.nodes.values())
+        for gid, n in upcoming.items():
+            if n and gid in templates:
+                cores += templates[gid].capacity.get(CPU, 0) * n
+                memory += templates[gid].capacity.get(MEMORY, 0) * n
+        cluster_nodes = len(self.world.nodes) + sum(upcoming.values())
+        ctx = ExpanderContext(self.rng, now, len(self.world.nodes), self.pricing, self.s.priorities)
+        plan = plan_scale_up(
+            pod_groups, views, self.o, self.chain, ctx, cluster_nodes, cores, memory, self.fits
+        )
+        pending = sum(pg.count for pg in pod_groups)
+        if not plan.increases:
+            key = (plan.reason, tuple(sorted(plan.skipped.items())), pending)
+            if key != self._last_no_scale_up:
+                self.rec.line(f"{pending} unschedulable pods in {len(pod_groups)} equivalence groups")
+                for line in plan.lines:
+                    self.rec.line(line)
+                self.rec.decide(
+                    "no-scale-up",
+                    reason=plan.reason,
+                    inputs={"pending_pods": pending, "skipped_groups": dict(sorted(plan.skipped.items()))},
+                )
+            self._last_no_scale_up = key
+            return False
+        self._last_no_scale_up = None
+        self.rec.line(f"{pending} unschedulable pods in {len(pod_groups)} equivalence groups")
+        for line in plan.lines:
+            self.rec.line(line)
+        inputs = {
+            "pending_pods": pending,
+            "equivalence_groups": [
+                {
+                    "owner": pg.shape.owner,
+                    "pods": pg.count,
+                    "requests": dict(sorted(pg.shape.requests.items())),
+                }
+                for pg in pod_groups
+            ],
+            "options": [
+                {"group": o.group, "node_count": o.node_count, "pods": o.pod_count} for o in plan.options
+            ],
+            "skipped_groups": dict(sorted(plan.skipped.items())),
+            "expander": self.o.expander,
+            "chosen": plan.best.group if plan.best else "",
+            "estimated": plan.needed,
+        }
+        any_ok = False
+        for gid, delta in plan.increases:
+            view = next(v for v in views if v.id == gid)
+            try:
+                self.client.increase_size(gid, delta)
+            except RpcError as exc:
+                until = self.backoff.fail(gid, t, f"OtherError.{exc.code.name}")
+                self.last_failure = t
+                self.rec.line(f"Failed to increase node group {gid} size by {delta}: {exc.details}")
+                self.rec.decide(
+                    "scale-up-error",
+                    group=gid,
+                    delta=delta,
+                    reason=exc.details,
+                    inputs={**inputs, "backoff_until": until},
+                )
+                continue
+            any_ok = True
+            self.requests[gid] = _ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
+            self.invalid.add(gid)
+            self.last_scale_up = t
+            reason = f"{plan.pods_triggered} pods need {plan.needed} new node(s)"
+            if delta < plan.needed:
+                reason += f"; capped to {delta} (max size {view.max_size}, target {view.target})"
+            self.rec.decide(
+                "scale-up",
+                group=gid,
+                delta=delta,
+                reason=reason,
+                inputs={**inputs, "target_before": view.target, "max_size": view.max_size},
+            )
+        return any_ok
+
+    # ------------------------------------------------------------------ scale-down
+    def _defaults(self) -> GroupOptions:
+        o = self.o
+        return GroupOptions(
+            o.scale_down_utilization_threshold,
+            o.scale_down_gpu_utilization_threshold,
+            o.scale_down_unneeded_time,
+            1200.0,
+            o.max_node_provision_time,
+            False,
+            o.ignore_daemonsets_utilization,
+        )
+
+    def _scale_down(
+        self,
+        groups: list[GroupInfo],
+        targets: dict[str, int],
+        node_group: dict[str, str | None],
+        t: float,
+        scaled_up: bool,
+    ) -> None:
+        gmap = {g.id: g for g in groups}
+        memo: dict[str, GroupScaleDownOptions] = {}
+
+        def group_opts(gid: str) -> GroupScaleDownOptions:
+            hit = memo.get(gid)
+            if hit is None:
+                d = self._defaults()
+                try:
+                    got = self.client.options(gid, d) or d
+                except RpcError:
+                    got = d
+                hit = memo[gid] = GroupScaleDownOptions(
+                    got.scale_down_utilization_threshold,
+                    got.scale_down_gpu_utilization_threshold,
+                    got.scale_down_unneeded_time,
+                    got.ignore_daemonsets_utilization,
+                )
+            return hit
+
+        candidates = []
+        for n in self.world.nodes.values():
+            gid = node_group.get(n.name)
+            if gid is None or gid not in targets or n.to_be_deleted:
+                continue
+            if targets[gid] <= gmap[gid].min_size:
+                continue
+            candidates.append(n)
+        destinations = [n for n in self.world.nodes.values() if not n.to_be_deleted]
+        result = self.planner.update(t, candidates, destinations, group_opts)
+        for u in result.newly_unneeded:
+            self.rec.line(f"Node {u.node} - {u.resource} utilization {u.utilization:.6f}")
+            self.rec.line(f"Node {u.node} unneeded since {self.rec.stamp(u.since)}")
+            self.rec.decide(
+                "node-unneeded",
+                group=u.group,
+                node=u.node,
+                reason="empty"
+                if u.empty
+                else f"{u.resource} utilization {u.utilization:.3f} under threshold",
+                inputs={
+                    "utilization": round(u.utilization, 6),
+                    "resource": u.resource,
+                    "threshold": group_opts(u.group).gpu_utilization_threshold
+                    if u.resource == "nvidia.com/gpu"
+                    else group_opts(u.group).utilization_threshold,
+                    "pods_to_move": u.pods_to_move,
+                },
+            )
+        if not result.unneeded:
+            self._last_cooldown = ""
+            return
+        cooldown = ""
+        if scaled_up:
+            cooldown = "scale-up in this loop"
+        elif t - self.last_scale_up < self.o.scale_down_delay_after_add:
+            delay = self.o.scale_down_delay_after_add
+            cooldown = f"scale-down-delay-after-add ({delay:.0f}s) since the last scale-up"
+        elif t - self.last_delete < self.o.scale_down_delay_after_delete:
+            cooldown = "scale-down-delay-after-delete"
+        elif t - self.last_failure < self.o.scale_down_delay_after_failure:
+            cooldown = "scale-down-delay-after-failure"
+        if cooldown:
+            if cooldown != self._last_cooldown:
+                self.rec.line(f"Scale-down in cooldown: {cooldown}")
+            self._last_cooldown = cooldown
+            return
+        self._last_cooldown = ""
+        mins = {g.id: g.min_size for g in groups}
+        removals, skipped = select_removals(
+            t,
+            result.unneeded,
+            lambda gid: group_opts(gid).unneeded_time,
+            targets,
+            mins,
+            self.o.max_scale_down_parallelism,
+            self.o.max_drain_parallelism,
+        )
+        for s in skipped:
+            if s.reason == "NodeGroupMinSizeReached" and s.node not in self._min_size_logged:
+                self._min_size_logged.add(s.node)
+                self.rec.line(
+                    f"Skipping {s.node} from delete consideration - the node group min size reached"
+                )
+        for r in removals:
+            node = self.world.nodes[r.node]
+            util = self.planner.current[r.node]
+            with contextlib.suppress(RpcError):  # CA reads the group's options per node before deleting
+                self.client.options(r.group, self._defaults())
+            node.to_be_deleted = True
+            if r.empty:
+                self.rec.line(f"Scale-down: removing empty node {r.node}")
+            else:
+                self.rec.line(
+                    f"Scale-down: removing node {r.node}, utilization: {util.utilization:.3f} "
+                    f"({util.resource}), pods to reschedule: {','.join(r.pods_to_move)}"
+                )
+            ref = pb.ExternalGrpcNode(
+                providerID=node.provider_id, name=node.name, labels=dict(node.shape.labels)
+            )
+            try:
+                self.client.delete_nodes(r.group, [ref])
+            except RpcError as exc:
+                node.to_be_deleted = False
+                self.last_failure = t
+                self.rec.line(f"Failed to delete {r.node}: {exc.details}")
+                self.rec.decide("scale-down-failed", group=r.group, node=r.node, reason=exc.details)
+                continue
+            self.last_delete = t
+            self.invalid.add(r.group)
+            targets[r.group] -= 1
+            self.removed_ids.add(node.provider_id)
+            self._drop_node(node, t)
+            self.rec.decide(
+                "scale-down",
+                group=r.group,
+                node=r.node,
+                delta=-1,
+                reason="empty" if r.empty else "underutilized",
+                inputs={
+                    "utilization": round(util.utilization, 6),
+                    "resource": util.resource,
+                    "unneeded_for": r.unneeded_for,
+                    "unneeded_time": group_opts(r.group).unneeded_time,
+                    "pods_rescheduled": r.pods_to_move,
+                },
+            )
+
+    def _drop_node(self, node: Node, t: float) -> None:
+        self.world.remove_node(node.name, t)
+        self.planner.forget(node.name)
+        life = self.lifetimes.get(node.provider_id)
+        if life is not None:
+            life["end"] = t
+
+    # ------------------------------------------------------------------ output
+    def _sample(self, t: float) -> None:
+        tl = self.tl
+        tl["t"].append(t)
+        counts = Counter(n.group for n in self.world.nodes.values())
+        for gid in sorted(set(self._group_ids) | set(tl["nodes"])):
+            series = tl["nodes"].setdefault(gid, [0] * (len(tl["t"]) - 1))
+            series.append(counts.get(gid, 0))
+        tl["pending"].append(len(self.world.pending))
+
+    def _cost(self, end: float) -> dict[str, Any] | None:
+        per_group: dict[str, float] = {}
+        for pid in sorted(self.lifetimes):
+            life = self.lifetimes[pid]
+            node = pb.ExternalGrpcNode(providerID=pid, name=life["name"], labels=life["labels"])
+            stop = life.get("end", end)
+            price = self.wclient.node_price(
+                node, self.clock.datetime(life["start"]), self.clock.datetime(stop)
+            )
+            if price is None:
+                return None
+            per_group[life["group"]] = per_group.get(life["group"], 0.0) + price
+        return {
+            "total": round(sum(per_group.values()), 6),
+            "per_group": {k: round(v, 6) for k, v in sorted(per_group.items())},
+            "basis": "PricingNodePrice over each node's registered lifetime",
+        }
+
+    def _report(self) -> Report:
+        end = self.tl["t"][-1] if self.tl["t"] else 0.0
+        cost = self._cost(end)
+        decisions = self.rec.decisions
+        kinds = Counter(d.kind for d in decisions)
+        summary = {
+            "loops": len(self.tl["t"]),
+            "simulated_seconds": end,
+            "decisions": dict(sorted(kinds.items())),
+            "nodes_added": sum(d.delta for d in decisions if d.kind == "scale-up"),
+            "nodes_removed": kinds.get("scale-down", 0),
+            "max_pending_pods": max(self.tl["pending"], default=0),
+            "final_nodes": {g: s[-1] for g, s in sorted(self.tl["nodes"].items()) if s},
+            "jobs_completed": self.world.completed,
+        }
+        return Report(
+            scenario=self.s.name,
+            seed=self.seed,
+            provider=self.provider,
+            start_time=self.s.start_time,
+            options=self.o.model_dump(by_alias=True),
+            decisions=decisions,
+            log=self.rec.lines,
+            timeline=self.tl,
+            rpc_counts={
+                "autoscaler": dict(sorted(self.client.counts.items())),
+                "simulator": dict(sorted(self.wclient.counts.items())),
+            },
+            cost=cost,
+            summary=summary,
+        )

@@ -1,0 +1,230 @@
+"""The simulated cluster's objects: resource vectors, pod shapes, pods, nodes and node templates.
+
+Resources are integer vectors keyed by Kubernetes resource name: `cpu` in millicores (what the
+scheduler compares, `MilliValue()`), `memory` and every other resource in whole units (`Value()`,
+rounded up like Kubernetes does), and `pods` counting pod slots. Every pod requests one `pods`
+slot, as the scheduler's NodeResourcesFit plugin counts it.
+
+A `PodShape` is everything the scheduler and CA look at for one controller's pods; all replicas
+of a workload share one shape object, which is what makes CA's pod equivalence groups
+(sigs-CA `pkg/core/scaleup/equivalence/groups.go`: same controller, same spec) a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from cloudprovider_grpc.k8s.quantity import parse_quantity
+from cloudprovider_grpc.protos import k8s_pb2
+
+Resources = dict[str, int]
+
+CPU, MEMORY, PODS = "cpu", "memory", "pods"
+GPU_RESOURCE = "nvidia.com/gpu"
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+
+
+def resource_units(name: str, text: str) -> int:
+    """Integer units for one resource quantity: millicores for cpu, ceil(value) otherwise."""
+    value = parse_quantity(text).value
+    return math.ceil(value * 1000) if name == CPU else math.ceil(value)
+
+
+def resources_from(quantities: Mapping[str, str]) -> Resources:
+    return {name: resource_units(name, text) for name, text in quantities.items()}
+
+
+def add_into(total: Resources, extra: Mapping[str, int], sign: int = 1) -> None:
+    for k, v in extra.items():
+        total[k] = total.get(k, 0) + sign * v
+
+
+def effective_requests(
+    containers: Iterable[Mapping[str, str]], init_containers: Iterable[Mapping[str, str]]
+) -> Resources:
+    """Pod requests as the scheduler computes them: the sum over containers, raised to the largest
+    init container per resource (k8s `resourcehelper.PodRequests`), plus one pod slot."""
+    total: Resources = {}
+    for c in containers:
+        add_into(total, resources_from(c))
+    for c in init_containers:
+        for k, v in resources_from(c).items():
+            total[k] = max(total.get(k, 0), v)
+    total = {k: v for k, v in total.items() if v}
+    total[PODS] = 1
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """k8s `Toleration.ToleratesTaint`: empty effect matches all effects; empty key with
+        Exists matches every taint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One required node-affinity match expression (k8s `NodeSelectorRequirement`)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        raise ValueError(f"unsupported node selector operator {self.operator!r}")
+
+
+@dataclass(eq=False, slots=True)
+class PodShape:
+    """What every replica of one controller shares. Identity-hashed: one object per workload."""
+
+    owner: str
+    kind: str  # Deployment | Job | Pod | DaemonSet
+    namespace: str
+    requests: Resources
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: tuple[Requirement, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    priority: int = 0
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    local_storage: bool = False
+    has_pdb: bool = False
+    containers: tuple[Mapping[str, str], ...] = ()
+
+    @property
+    def controlled(self) -> bool:
+        return self.kind != "Pod"
+
+    @property
+    def is_daemonset(self) -> bool:
+        return self.kind == "DaemonSet"
+
+
+class Pod:
+    """One pod. `node` is the name of the node it is bound to, or None while pending."""
+
+    __slots__ = ("created", "name", "node", "shape", "started")
+
+    def __init__(self, name: str, shape: PodShape, created: float) -> None:
+        self.name = name
+        self.shape = shape
+        self.created = created
+        self.node: str | None = None
+        self.started: float | None = None
+
+    def __repr__(self) -> str:
+        return f"Pod({self.name!r}, node={self.node!r})"
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """A node's schedulable shape: what a template Node or a real Node offers."""
+
+    group: str
+    capacity: Resources
+    allocatable: Resources
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+
+    @classmethod
+    def from_k8s(cls, node: k8s_pb2.Node, group: str) -> NodeShape:
+        """Build from a decoded `v1.Node` (the TemplateNodeInfo answer)."""
+        capacity = {k: resource_units(k, q.string) for k, q in node.status.capacity.items()}
+        allocatable = {k: resource_units(k, q.string) for k, q in node.status.allocatable.items()}
+        if not allocatable:
+            allocatable = dict(capacity)
+        taints = tuple(Taint(t.key, t.value, t.effect or "NoSchedule") for t in node.spec.taints)
+        return cls(group, capacity, allocatable, dict(node.metadata.labels), taints)
+
+
+class Node:
+    """A registered node: its shape, the pods bound to it and what they request."""
+
+    __slots__ = (
+        "annotations",
+        "ds_used",
+        "group",
+        "name",
+        "pods",
+        "provider_id",
+        "registered",
+        "shape",
+        "to_be_deleted",
+        "used",
+    )
+
+    def __init__(self, name: str, provider_id: str, shape: NodeShape, registered: float) -> None:
+        self.name = name
+        self.provider_id = provider_id
+        self.group = shape.group
+        self.shape = shape
+        self.registered = registered
+        self.pods: dict[str, Pod] = {}
+        self.used: Resources = {}
+        self.ds_used: Resources = {}
+        self.to_be_deleted = False
+        self.annotations: dict[str, str] = {}
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.shape.allocatable
+
+    def free(self) -> Resources:
+        used = self.used
+        return {k: v - used.get(k, 0) for k, v in self.shape.allocatable.items()}
+
+    def bind(self, pod: Pod) -> None:
+        self.pods[pod.name] = pod
+        pod.node = self.name
+        add_into(self.used, pod.shape.requests)
+        if pod.shape.is_daemonset:
+            add_into(self.ds_used, pod.shape.requests)
+
+    def unbind(self, pod: Pod) -> None:
+        del self.pods[pod.name]
+        pod.node = None
+        add_into(self.used, pod.shape.requests, -1)
+        if pod.shape.is_daemonset:
+            add_into(self.ds_used, pod.shape.requests, -1)
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, group={self.group!r}, pods={len(self.pods)})"
+
+
+def node_name_for(provider_id: str) -> str:
+    """A DNS-label node name derived from the providerID (`sim://general/3` -> `general-3`)."""
+    tail = provider_id.split("://", 1)[-1]
+    name = "".join(c if c.isalnum() else "-" for c in tail.lower()).strip("-")
+    return name or "node"

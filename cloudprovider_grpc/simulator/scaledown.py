@@ -1,0 +1,291 @@
+"""Scale-down: which nodes are unneeded, for how long, and which may be removed now.
+
+Modelled on sigs-CA `pkg/core/scaledown/`:
+- eligibility (`eligibility/eligibility.go`): utilization = max(cpu requests / allocatable,
+  memory requests / allocatable), DaemonSet pods counted unless `ignore-daemonsets-utilization`
+  (per group via NodeGroupGetOptions); nodes with GPUs use GPU utilization and the GPU threshold;
+  the node is underutilized when utilization <= the threshold. Nodes annotated
+  `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` and nodes being deleted are skipped.
+- drainability (`pkg/simulator/drainability/rules/*`, FAQ "What types of pods can prevent CA
+  from removing a node?"): `safe-to-evict: "false"` blocks; `safe-to-evict: "true"` overrides the
+  rules below; pods without a controller, kube-system pods without a PDB (with
+  `skip-nodes-with-system-pods`) and pods with local storage (with
+  `skip-nodes-with-local-storage`) block. DaemonSet pods never need moving.
+- rescheduling (`pkg/simulator/cluster.go` SimulateNodeRemoval): the node's movable pods must fit
+  on the remaining nodes; nodes found removable in the same pass are taken out of the snapshot and
+  their pods' new homes are reserved, so the whole unneeded set can go together.
+- timers (`unneeded/nodes.go`): a node must stay unneeded for `scale-down-unneeded-time` (per
+  group); nodes found unremovable are not rechecked for `unremovable-node-recheck-timeout`.
+- budgets (`budgets/budgets.go`): at most `max-scale-down-parallelism` removals per pass, of which
+  at most `max-drain-parallelism` non-empty; the group size guard keeps every group above MinSize.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count
+from cloudprovider_grpc.simulator.model import (
+    CPU,
+    GPU_RESOURCE,
+    MEMORY,
+    SAFE_TO_EVICT,
+    SCALE_DOWN_DISABLED,
+    Node,
+    Pod,
+    PodShape,
+    Resources,
+)
+
+
+@dataclass(frozen=True)
+class GroupScaleDownOptions:
+    """Per-group values CA reads through NodeGroupGetOptions (falling back to the flags)."""
+
+    utilization_threshold: float = 0.5
+    gpu_utilization_threshold: float = 0.5
+    unneeded_time: float = 600.0
+    ignore_daemonsets_utilization: bool = False
+
+
+@dataclass(frozen=True)
+class DrainRules:
+    skip_nodes_with_system_pods: bool = True
+    skip_nodes_with_local_storage: bool = True
+
+
+def utilization(node: Node, ignore_daemonsets: bool) -> tuple[float, str]:
+    """(utilization, resource that determined it), as eligibility.go / utilization/info.go."""
+    alloc = node.allocatable
+    used = node.used
+    ds = node.ds_used if ignore_daemonsets else {}
+    gpu_alloc = alloc.get(GPU_RESOURCE, 0)
+    if gpu_alloc > 0:
+        return (used.get(GPU_RESOURCE, 0) - ds.get(GPU_RESOURCE, 0)) / gpu_alloc, GPU_RESOURCE
+    best, which = 0.0, CPU
+    for res in (CPU, MEMORY):
+        a = alloc.get(res, 0)
+        if a > 0:
+            u = (used.get(res, 0) - ds.get(res, 0)) / a
+            if u > best:
+                best, which = u, res
+    return best, which
+
+
+def blocking_reason(pod: Pod, rules: DrainRules) -> str | None:
+    """Why this pod keeps its node from being drained (drain.BlockingPodReason), or None."""
+    shape = pod.shape
+    if shape.is_daemonset:
+        return None
+    evict = shape.annotations.get(SAFE_TO_EVICT)
+    if evict == "false":
+        return "NotSafeToEvictAnnotation"
+    if evict == "true":
+        return None
+    if not shape.controlled:
+        return "NotReplicated"
+    if rules.skip_nodes_with_system_pods and shape.namespace == "kube-system" and not shape.has_pdb:
+        return "UnmovableKubeSystemPod"
+    if rules.skip_nodes_with_local_storage and shape.local_storage:
+        return "LocalStorageRequested"
+    return None
+
+
+def movable_pods(node: Node) -> list[Pod]:
+    return [p for p in node.pods.values() if not p.shape.is_daemonset]
+
+
+def is_empty(node: Node) -> bool:
+    return not any(not p.shape.is_daemonset for p in node.pods.values())
+
+
+@dataclass
+class Unneeded:
+    node: str
+    group: str
+    since: float
+    utilization: float
+    resource: str
+    empty: bool
+    pods_to_move: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Unremovable:
+    node: str
+    reason: str
+    detail: str = ""
+
+
+@dataclass
+class PassResult:
+    unneeded: list[Unneeded]
+    unremovable: list[Unremovable]
+    newly_unneeded: list[Unneeded]
+
+
+class ScaleDownPlanner:
+    """Keeps the unneeded-since timers across loops; one `update` per loop, then `select`."""
+
+    def __init__(self, rules: DrainRules, non_empty_candidates: int, recheck_timeout: float) -> None:
+        self.rules = rules
+        self.non_empty_candidates = non_empty_candidates
+        self.recheck_timeout = recheck_timeout
+        self.unneeded_since: dict[str, float] = {}
+        self.unremovable_until: dict[str, float] = {}
+        self.current: dict[str, Unneeded] = {}
+        self._fits = StaticFitCache()
+
+    def update(
+        self,
+        now: float,
+        candidates: Sequence[Node],
+        destinations: Sequence[Node],
+        options: Callable[[str], GroupScaleDownOptions],
+    ) -> PassResult:
+        """Find the unneeded nodes among `candidates` (ready nodes of groups above MinSize);
+        `destinations` are all ready, schedulable nodes the evicted pods may move to."""
+        unremovable: list[Unremovable] = []
+        underutilized: list[tuple[Node, float, str]] = []
+        for node in candidates:
+            if node.to_be_deleted:
+                continue
+            if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
+                unremovable.append(Unremovable(node.name, "ScaleDownDisabledAnnotation"))
+                continue
+            if self.unremovable_until.get(node.name, -1.0) > now:
+                unremovable.append(Unremovable(node.name, "RecentlyUnremovable"))
+                continue
+            opts = options(node.group)
+            util, res = utilization(node, opts.ignore_daemonsets_utilization)
+            threshold = opts.gpu_utilization_threshold if res == GPU_RESOURCE else opts.utilization_threshold
+            if util > threshold:
+                unremovable.append(
+                    Unremovable(node.name, "NotUnderutilized", f"{res} {util:.3f} > {threshold}")
+                )
+                continue
+            underutilized.append((node, util, res))
+
+        # previously unneeded nodes first (unneeded/nodes.go keeps them stable), then by name
+        underutilized.sort(key=lambda t: (t[0].name not in self.unneeded_since, t[0].name))
+        free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
+        removed: set[str] = set()
+        found: list[Unneeded] = []
+        non_empty_checked = 0
+        for node, util, res in underutilized:
+            pods = movable_pods(node)
+            if pods:
+                if non_empty_checked >= self.non_empty_candidates:
+                    continue
+                non_empty_checked += 1
+                blocked = self._blocked(pods)
+                if blocked is not None:
+                    unremovable.append(Unremovable(node.name, "BlockedByPod", blocked))
+                    self.unremovable_until[node.name] = now + self.recheck_timeout
+                    continue
+                if not self._reschedule(node, pods, free, removed, destinations):
+                    unremovable.append(Unremovable(node.name, "NoPlaceToMovePods"))
+                    self.unremovable_until[node.name] = now + self.recheck_timeout
+                    continue
+            removed.add(node.name)
+            since = self.unneeded_since.get(node.name, now)
+            found.append(
+                Unneeded(node.name, node.group, since, util, res, not pods, sorted(p.name for p in pods))
+            )
+
+        newly = [u for u in found if u.node not in self.unneeded_since]
+        self.unneeded_since = {u.node: u.since for u in found}
+        self.current = {u.node: u for u in found}
+        return PassResult(found, unremovable, newly)
+
+    def _blocked(self, pods: list[Pod]) -> str | None:
+        for p in pods:
+            reason = blocking_reason(p, self.rules)
+            if reason is not None:
+                return f"pod {p.shape.namespace}/{p.name}: {reason}"
+        return None
+
+    def _reschedule(
+        self,
+        node: Node,
+        pods: list[Pod],
+        free: dict[str, Resources],
+        removed: set[str],
+        destinations: Sequence[Node],
+    ) -> bool:
+        """Place the node's pods elsewhere (first fit by node name); commit only if all fit."""
+        by_shape: dict[int, tuple[PodShape, int]] = {}
+        for p in pods:
+            shape, n = by_shape.get(id(p.shape), (p.shape, 0))
+            by_shape[id(p.shape)] = (shape, n + 1)
+        tentative: dict[str, Resources] = {}
+        for shape, count in by_shape.values():
+            remaining = count
+            for dest in destinations:
+                if remaining == 0:
+                    break
+                if dest.name == node.name or dest.name in removed or dest.name not in free:
+                    continue
+                if not self._fits(shape, dest.shape):
+                    continue
+                cur = tentative.get(dest.name) or dict(free[dest.name])
+                n = min(remaining, fit_count(shape.requests, cur))
+                if n:
+                    for k, v in shape.requests.items():
+                        cur[k] = cur.get(k, 0) - v * n
+                    tentative[dest.name] = cur
+                    remaining -= n
+            if remaining:
+                return False
+        free.update(tentative)
+        return True
+
+    def forget(self, node_name: str) -> None:
+        self.unneeded_since.pop(node_name, None)
+        self.unremovable_until.pop(node_name, None)
+        self.current.pop(node_name, None)
+
+
+@dataclass
+class Removal:
+    node: str
+    group: str
+    empty: bool
+    pods_to_move: list[str]
+    unneeded_for: float
+
+
+def select_removals(
+    now: float,
+    unneeded: Sequence[Unneeded],
+    unneeded_time: Callable[[str], float],
+    group_sizes: Mapping[str, int],
+    group_min: Mapping[str, int],
+    max_parallelism: int,
+    max_drain_parallelism: int,
+    in_flight: int = 0,
+) -> tuple[list[Removal], list[Unremovable]]:
+    """Which unneeded nodes to delete this loop: timers, MinSize guard and budgets (empty first)."""
+    chosen: list[Removal] = []
+    skipped: list[Unremovable] = []
+    remaining_size = dict(group_sizes)
+    budget = max(0, max_parallelism - in_flight)
+    drain_budget = min(max_drain_parallelism, budget)
+    ordered = sorted(unneeded, key=lambda u: (not u.empty, u.since, u.node))
+    for u in ordered:
+        waited = now - u.since
+        if waited < unneeded_time(u.group):
+            continue
+        if remaining_size.get(u.group, 0) - 1 < group_min.get(u.group, 0):
+            skipped.append(Unremovable(u.node, "NodeGroupMinSizeReached"))
+            continue
+        if budget <= 0 or (not u.empty and drain_budget <= 0):
+            skipped.append(Unremovable(u.node, "ScaleDownBudgetExhausted"))
+            continue
+        chosen.append(Removal(u.node, u.group, u.empty, u.pods_to_move, waited))
+        remaining_size[u.group] -= 1
+        budget -= 1
+        if not u.empty:
+            drain_budget -= 1
+    return chosen, skipped

@@ -1,0 +1,246 @@
+"""The scale-up orchestrator: from unschedulable pods to IncreaseSize deltas.
+
+Port of sigs-CA `pkg/core/scaleup/orchestrator/orchestrator.go` (ScaleUp), pure over its inputs:
+1. Node-group filter (`filterValidScaleUpNodeGroups`): skip groups that are backed off, at max
+   size ("max limit reached"), without a template, or whose next node would exceed the
+   cores/memory totals.
+2. Per valid group, the pod equivalence groups that fit its template (`SchedulablePodGroups`), then
+   the binpacking estimate, limited by `max-nodes-per-scaleup`, by the group's (and its similar
+   groups') room below MaxSize, and by `max-nodes-total` (`threshold_based_limiter.go` with the
+   three thresholds of `pkg/builder/autoscaler_factory.go`).
+3. The expander chain picks the best option.
+4. Caps after choice: `max-nodes-total` ("Capping size to max cluster total size"), the
+   cores/memory totals (`applyLimits`), then balancing across similar groups
+   (`pkg/processors/nodegroupset/balancing_processor.go`: cap at the set's room, then one node at
+   a time to the currently smallest group) when `balance-similar-node-groups` is on.
+Similar groups follow `compare_nodegroups.go`: equal capacity except memory within
+`memory-difference-ratio`, allocatable and free resources within their ratios, and equal labels
+except hostname, zone/region and `balancing-ignore-label`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cloudprovider_grpc.simulator.estimator import PodGroup, estimate
+from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext, Option
+from cloudprovider_grpc.simulator.fit import static_reason
+from cloudprovider_grpc.simulator.model import CPU, MEMORY, NodeShape, PodShape
+from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
+
+GIB = 1024**3
+
+# labels that never make groups dissimilar (compare_nodegroups.go BasicIgnoredLabels)
+IGNORED_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/fluentd-ds-ready",
+        "kops.k8s.io/instancegroup",
+        "cloudprovider-grpc.io/node-group",
+    }
+)
+
+
+@dataclass
+class GroupView:
+    """What the orchestrator knows about one node group this loop."""
+
+    id: str
+    min_size: int
+    max_size: int
+    target: int
+    template: NodeShape | None
+    template_free: Mapping[str, int] = field(default_factory=dict)
+    backed_off: str | None = None  # reason, if backed off
+
+
+@dataclass
+class ScaleUpPlan:
+    increases: list[tuple[str, int]] = field(default_factory=list)
+    best: Option | None = None
+    options: list[Option] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    needed: int = 0  # uncapped estimate for the chosen group
+    lines: list[str] = field(default_factory=list)
+    reason: str = ""
+    pods_triggered: int = 0
+    pods_remaining: int = 0
+
+
+def within_ratio(a: int, b: int, ratio: float) -> bool:
+    hi, lo = max(a, b), min(a, b)
+    return hi == 0 or (hi - lo) / hi <= ratio
+
+
+def similar(a: GroupView, b: GroupView, opts: AutoscalerOptions) -> bool:
+    """compare_nodegroups.go IsCloudProviderNodeInfoSimilar."""
+    ta, tb = a.template, b.template
+    if ta is None or tb is None:
+        return False
+    for res in set(ta.capacity) | set(tb.capacity):
+        ca, cb = ta.capacity.get(res, 0), tb.capacity.get(res, 0)
+        if res == MEMORY:
+            if not within_ratio(ca, cb, opts.memory_difference_ratio):
+                return False
+        elif ca != cb:
+            return False
+    for res in (CPU, MEMORY):
+        if not within_ratio(
+            ta.allocatable.get(res, 0), tb.allocatable.get(res, 0), opts.max_allocatable_difference_ratio
+        ):
+            return False
+        if not within_ratio(
+            a.template_free.get(res, 0), b.template_free.get(res, 0), opts.max_free_difference_ratio
+        ):
+            return False
+    ignored = IGNORED_LABELS | set(opts.balancing_ignore_label)
+    la = {k: v for k, v in ta.labels.items() if k not in ignored}
+    lb = {k: v for k, v in tb.labels.items() if k not in ignored}
+    return la == lb and sorted(ta.taints, key=repr) == sorted(tb.taints, key=repr)
+
+
+def balance(groups: Sequence[GroupView], total: int) -> list[tuple[str, int]]:
+    """BalanceScaleUpBetweenGroups: cap at the set's room, then +1 to the smallest group."""
+    room = {g.id: max(0, g.max_size - g.target) for g in groups}
+    total = min(total, sum(room.values()))
+    size = {g.id: g.target for g in groups}
+    added = dict.fromkeys(size, 0)
+    for _ in range(total):
+        open_groups = [g.id for g in groups if added[g.id] < room[g.id]]
+        gid = min(open_groups, key=lambda x: (size[x], [g.id for g in groups].index(x)))
+        size[gid] += 1
+        added[gid] += 1
+    return [(gid, n) for gid, n in added.items() if n > 0]
+
+
+def plan_scale_up(
+    pod_groups: Sequence[PodGroup],
+    groups: Sequence[GroupView],
+    opts: AutoscalerOptions,
+    chain: Chain,
+    ctx: ExpanderContext,
+    cluster_nodes: int,
+    cluster_cores_milli: int,
+    cluster_memory: int,
+    fits: Callable[[PodShape, NodeShape], bool],
+) -> ScaleUpPlan:
+    plan = ScaleUpPlan()
+    total_pods = sum(g.count for g in pod_groups)
+    _, cores_hi = opts.limits("cores_total")
+    _, mem_hi = opts.limits("memory_total")
+    cores_left = cores_hi * 1000 - cluster_cores_milli
+    mem_left = mem_hi * GIB - cluster_memory
+    valid: list[GroupView] = []
+    for g in groups:
+        if g.backed_off:
+            plan.skipped[g.id] = f"backed off ({g.backed_off})"
+        elif g.target >= g.max_size:
+            plan.skipped[g.id] = "max limit reached"
+        elif g.template is None:
+            plan.skipped[g.id] = "no template"
+        elif g.template.capacity.get(CPU, 0) > cores_left or g.template.capacity.get(MEMORY, 0) > mem_left:
+            plan.skipped[g.id] = "exceeded quota: cores-total/memory-total"
+        else:
+            valid.append(g)
+    for gid, why in plan.skipped.items():
+        plan.lines.append(f"Skipping node group {gid} - {why}")
+
+    cluster_room = opts.max_nodes_total - cluster_nodes if opts.max_nodes_total > 0 else None
+    by_id = {g.id: g for g in valid}
+    for g in valid:
+        tpl = g.template
+        assert tpl is not None
+        fitting = [pg for pg in pod_groups if fits(pg.shape, tpl)]
+        if not fitting:
+            reasons = sorted({static_reason(pg.shape, tpl) for pg in pod_groups} - {""})
+            plan.skipped[g.id] = "no pod fits: " + "; ".join(reasons) if reasons else "no pod fits"
+            continue
+        similar_ids = [
+            o.id for o in valid if o.id != g.id and opts.balance_similar_node_groups and similar(g, o, opts)
+        ]
+        room = g.max_size - g.target + sum(by_id[s].max_size - by_id[s].target for s in similar_ids)
+        limit = min(opts.max_nodes_per_scaleup, room)
+        if cluster_room is not None:
+            limit = min(limit, max(0, cluster_room))
+        est = estimate(fitting, tpl, g.template_free, max_nodes=limit)
+        if est.node_count == 0:
+            plan.skipped[g.id] = "estimator placed no pod (pods do not fit an empty template node)"
+            continue
+        opt = Option(g.id, est.node_count, est.placed, tpl)
+        opt.debug = f"limited to {limit}" if est.limited else ""
+        plan.options.append(opt)
+
+    if not plan.options:
+        plan.reason = "No expansion options"
+        plan.lines.append("No expansion options")
+        plan.pods_remaining = total_pods
+        return plan
+
+    best = chain.best_option(plan.options, ctx)
+    plan.lines.extend(ctx.notes)
+    if best is None or best.node_count <= 0:
+        plan.reason = "expander chose no option"
+        plan.lines.append("No expansion option chosen by the expanders")
+        plan.pods_remaining = total_pods
+        return plan
+    plan.best = best
+    group = by_id[best.group]
+    plan.lines.append(f"Best option to resize: {best.group}")
+    new_nodes = best.node_count
+    needed = new_nodes
+    if best.debug:  # the limiter cut the estimate: compute the true need for the log
+        fitting = [pg for pg in pod_groups if fits(pg.shape, group.template)]  # type: ignore[arg-type]
+        needed = estimate(
+            fitting, group.template, group.template_free, max_nodes=opts.max_nodes_per_scaleup
+        ).node_count  # type: ignore[arg-type]
+    plan.needed = needed
+    plan.lines.append(f"Estimated {needed} nodes needed in {best.group}")
+    if cluster_room is not None and new_nodes > cluster_room:
+        plan.lines.append(f"Capping size to max cluster total size ({opts.max_nodes_total})")
+        new_nodes = cluster_room
+        if new_nodes < 1:
+            plan.reason = "max node total count already reached"
+            plan.pods_remaining = total_pods
+            return plan
+    tpl = group.template
+    assert tpl is not None
+    per_cpu, per_mem = tpl.capacity.get(CPU, 0), tpl.capacity.get(MEMORY, 0)
+    quota_nodes = min(
+        cores_left // per_cpu if per_cpu else new_nodes,
+        mem_left // per_mem if per_mem else new_nodes,
+    )
+    if quota_nodes < new_nodes:
+        plan.lines.append(f"Capping scale-up size due to lack of resources: {new_nodes} -> {quota_nodes}")
+        new_nodes = quota_nodes
+    similar_groups = [group] + [
+        o for o in valid if o.id != group.id and opts.balance_similar_node_groups and similar(group, o, opts)
+    ]
+    if len(similar_groups) > 1:
+        plan.lines.append(
+            f"Found {len(similar_groups) - 1} similar node groups: "
+            f"{', '.join(o.id for o in similar_groups[1:])}"
+        )
+        plan.increases = balance(similar_groups, new_nodes)
+        if len(plan.increases) > 1:
+            plan.lines.append(
+                f"Splitting scale-up between {len(plan.increases)} similar node groups: "
+                f"{{{', '.join(g for g, _ in plan.increases)}}}"
+            )
+    else:
+        room = group.max_size - group.target
+        if needed > room:
+            plan.lines.append(f"Capping size to MAX ({group.max_size})")
+        plan.increases = [(group.id, min(new_nodes, room))]
+    for gid, n in plan.increases:
+        g = next(x for x in similar_groups if x.id == gid)
+        plan.lines.append(
+            f"Scale-up: setting group {gid} size to {g.target + n} instead of {g.target} (max: {g.max_size})"
+        )
+    plan.pods_triggered = best.pod_count
+    plan.pods_remaining = total_pods - best.pod_count
+    return plan

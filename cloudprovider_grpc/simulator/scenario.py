@@ -1,0 +1,342 @@
+"""The scenario format: what a simulation runs, as validated YAML.
+
+A scenario names the backend and its options (the node groups when the server is started
+in-process), the workloads that arrive and leave over virtual time, the DaemonSets that add
+overhead to every node, and the autoscaler's options under cluster-autoscaler's own flag names
+and defaults (sigs-CA `pkg/config/flags/flags.go`), so a scenario reads like a CA command line.
+Everything is validated up front with precise locations ("workloads.2.requests.cpu: ..."), so a
+typo never silently becomes a default. `scenario.schema.json` beside this file is the JSON schema
+of this model (regenerate with `python -m cloudprovider_grpc.simulator.scenario`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from cloudprovider_grpc.k8s.quantity import parse_quantity
+
+SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the offending key."""
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a Go-style duration ("10s", "1h30m", "500ms") or a plain number of seconds.
+
+    CA's duration flags take Go durations, so scenarios accept exactly those spellings."""
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string like '10m'")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("a duration must be a number of seconds or a string like '10m'")
+    text = value.strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"{value!r} is not a duration (use Go syntax such as '10s', '1h30m')")
+    return total
+
+
+def _quantity_text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError("a resource quantity must be a string like '500m' or '2Gi', or a number")
+    text = str(value)
+    parse_quantity(text)  # raises ValueError with the reason
+    return text
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^(\d+(\.\d+)?(ms|s|m|h))+$|^0$"},
+            ]
+        }
+    ),
+]
+QuantityText = Annotated[
+    str,
+    BeforeValidator(_quantity_text),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}]}),
+]
+ResourceList = dict[str, QuantityText]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Toleration(_Strict):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
+class NodeSelectorRequirement(_Strict):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> NodeSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class Container(_Strict):
+    name: str = "main"
+    requests: ResourceList = Field(default_factory=dict)
+
+
+class ReplicaStep(_Strict):
+    """From `at` on, the workload wants `replicas` pods (a Deployment scaled by HPA or a person)."""
+
+    at: Duration
+    replicas: int = Field(ge=0)
+
+
+class Workload(_Strict):
+    """Pods of one controller. `kind` decides how CA treats them when draining a node:
+    Deployment and Job pods are recreated elsewhere; bare Pods have no controller and block
+    scale-down (sigs-CA `pkg/simulator/drainability/rules/replicacount`)."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    kind: Literal["Deployment", "Job", "Pod"] = "Deployment"
+    namespace: str = "default"
+    replicas: int = Field(default=1, ge=0)
+    schedule: list[ReplicaStep] = Field(default_factory=list)
+    start: Duration = 0.0
+    end: Duration | None = None
+    run_time: Duration | None = None
+    requests: ResourceList | None = None
+    containers: list[Container] = Field(default_factory=list)
+    init_containers: list[Container] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_affinity: list[NodeSelectorRequirement] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    priority: int = 0
+    annotations: dict[str, str] = Field(default_factory=dict)
+    local_storage: bool = False
+    pdb: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Workload:
+        if self.requests is not None and self.containers:
+            raise ValueError("give either 'requests' (one container) or 'containers', not both")
+        if self.end is not None and self.end <= self.start:
+            raise ValueError("'end' must be after 'start'")
+        if self.run_time is not None and self.kind != "Job":
+            raise ValueError("'run_time' applies to kind Job only")
+        times = [s.at for s in self.schedule]
+        if times != sorted(times):
+            raise ValueError("'schedule' steps must be in time order")
+        return self
+
+    def container_requests(self) -> list[dict[str, str]]:
+        if self.requests is not None:
+            return [dict(self.requests)]
+        return [dict(c.requests) for c in self.containers]
+
+    def replicas_at(self, t: float) -> int:
+        """Desired replicas at virtual second t (0 outside [start, end))."""
+        if t < self.start or (self.end is not None and t >= self.end):
+            return 0
+        wanted = self.replicas
+        for step in self.schedule:
+            if step.at <= t:
+                wanted = step.replicas
+        return wanted
+
+
+class DaemonSet(_Strict):
+    """Per-node overhead: one pod on every node it can run on (CA adds these to templates too)."""
+
+    name: str
+    namespace: str = "kube-system"
+    requests: ResourceList = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(operator="Exists")])
+
+
+EXPANDERS = ("random", "most-pods", "least-waste", "least-nodes", "price", "priority")
+
+
+class AutoscalerOptions(_Strict):
+    """cluster-autoscaler flags the simulator honours, spelled and defaulted as CA does."""
+
+    scan_interval: Duration = Field(10.0, alias="scan-interval")
+    expander: str = Field("least-waste", alias="expander")
+    max_nodes_total: int = Field(0, ge=0, alias="max-nodes-total")
+    cores_total: str = Field("0:320000", alias="cores-total")
+    memory_total: str = Field("0:6400000", alias="memory-total")
+    max_node_provision_time: Duration = Field(900.0, alias="max-node-provision-time")
+    max_nodes_per_scaleup: int = Field(1000, ge=1, alias="max-nodes-per-scaleup")
+    balance_similar_node_groups: bool = Field(False, alias="balance-similar-node-groups")
+    balancing_ignore_label: list[str] = Field(default_factory=list, alias="balancing-ignore-label")
+    memory_difference_ratio: float = Field(0.015, ge=0, alias="memory-difference-ratio")
+    max_allocatable_difference_ratio: float = Field(0.05, ge=0, alias="max-allocatable-difference-ratio")
+    max_free_difference_ratio: float = Field(0.05, ge=0, alias="max-free-difference-ratio")
+    initial_node_group_backoff_duration: Duration = Field(300.0, alias="initial-node-group-backoff-duration")
+    max_node_group_backoff_duration: Duration = Field(1800.0, alias="max-node-group-backoff-duration")
+    node_group_backoff_reset_timeout: Duration = Field(10800.0, alias="node-group-backoff-reset-timeout")
+    expendable_pods_priority_cutoff: int = Field(-10, alias="expendable-pods-priority-cutoff")
+    new_pod_scale_up_delay: Duration = Field(0.0, alias="new-pod-scale-up-delay")
+    scale_down_enabled: bool = Field(True, alias="scale-down-enabled")
+    scale_down_utilization_threshold: float = Field(0.5, ge=0, le=1, alias="scale-down-utilization-threshold")
+    scale_down_gpu_utilization_threshold: float = Field(
+        0.5, ge=0, le=1, alias="scale-down-gpu-utilization-threshold"
+    )
+    scale_down_unneeded_time: Duration = Field(600.0, alias="scale-down-unneeded-time")
+    scale_down_delay_after_add: Duration = Field(600.0, alias="scale-down-delay-after-add")
+    scale_down_delay_after_delete: Duration = Field(0.0, alias="scale-down-delay-after-delete")
+    scale_down_delay_after_failure: Duration = Field(180.0, alias="scale-down-delay-after-failure")
+    scale_down_non_empty_candidates_count: int = Field(
+        30, ge=0, alias="scale-down-non-empty-candidates-count"
+    )
+    unremovable_node_recheck_timeout: Duration = Field(300.0, alias="unremovable-node-recheck-timeout")
+    max_scale_down_parallelism: int = Field(10, ge=1, alias="max-scale-down-parallelism")
+    max_drain_parallelism: int = Field(1, ge=1, alias="max-drain-parallelism")
+    ignore_daemonsets_utilization: bool = Field(False, alias="ignore-daemonsets-utilization")
+    skip_nodes_with_system_pods: bool = Field(True, alias="skip-nodes-with-system-pods")
+    skip_nodes_with_local_storage: bool = Field(True, alias="skip-nodes-with-local-storage")
+
+    @field_validator("expander")
+    @classmethod
+    def _known_chain(cls, value: str) -> str:
+        names = [n.strip() for n in value.split(",")]
+        for n in names:
+            if n not in EXPANDERS:
+                raise ValueError(f"unknown expander {n!r} (known: {', '.join(EXPANDERS)})")
+        if len(set(names)) != len(names):
+            raise ValueError("an expander may appear only once in the chain")
+        if "random" in names[:-1]:
+            raise ValueError("'random' always picks one option, so nothing may follow it")
+        return ",".join(names)
+
+    @field_validator("cores_total", "memory_total")
+    @classmethod
+    def _min_max(cls, value: str) -> str:
+        m = re.fullmatch(r"(\d+):(\d+)", value.strip())
+        if not m or int(m.group(1)) > int(m.group(2)):
+            raise ValueError(f"{value!r} is not MIN:MAX with MIN <= MAX")
+        return value.strip()
+
+    def limits(self, name: str) -> tuple[int, int]:
+        lo, hi = getattr(self, name).split(":")
+        return int(lo), int(hi)
+
+
+class Scenario(_Strict):
+    """One simulation: see the module docstring and examples/scenarios/."""
+
+    name: str
+    description: str = ""
+    duration: Duration
+    start_time: datetime = datetime(2026, 1, 1, tzinfo=UTC)
+    provider: str = "sim"
+    cloud: dict[str, Any] = Field(default_factory=dict)
+    scheduler: Literal["least-allocated", "most-allocated"] = "least-allocated"
+    autoscaler: AutoscalerOptions = Field(default_factory=AutoscalerOptions)
+    priorities: dict[int, list[str]] = Field(default_factory=dict)
+    daemonsets: list[DaemonSet] = Field(default_factory=list)
+    workloads: list[Workload] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _checks(self) -> Scenario:
+        names = [w.name for w in self.workloads]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"workload names must be unique: {', '.join(dupes)}")
+        if "priority" in self.autoscaler.expander.split(",") and not self.priorities:
+            raise ValueError("the priority expander needs a 'priorities' map (priority -> group regexes)")
+        for prio, patterns in self.priorities.items():
+            for p in patterns:
+                try:
+                    re.compile(p)
+                except re.error as exc:
+                    raise ValueError(f"priorities.{prio}: bad regex {p!r}: {exc}") from None
+        if self.autoscaler.scan_interval <= 0:
+            raise ValueError("autoscaler.scan-interval must be positive")
+        return self
+
+
+def _format_errors(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    return "; ".join(parts)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate an already-loaded mapping (e.g. from a test) into a Scenario."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario must be a mapping at the top level")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {_format_errors(exc)}") from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+    return parse_scenario(data, str(p))
+
+
+def json_schema() -> dict[str, Any]:
+    return Scenario.model_json_schema(by_alias=True)
+
+
+def main() -> None:
+    SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {SCHEMA_PATH}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""The simulated Kubernetes side: controllers, kube-scheduler and kubelets.
+
+CA only observes a cluster; something has to create pods, bind them and register nodes. This
+module plays those parts, deterministically:
+- controllers: a Deployment (or bare Pod workload) keeps `replicas_at(t)` pods, deleting pending
+  pods first and then the newest when it scales in (ReplicaSet's deletion preference); a Job
+  starts `replicas` pods once and each completes `run_time` after it started running; pods evicted
+  by a drain are recreated by their controller (bare pods are simply gone).
+- kube-scheduler: binds pending pods by priority, then age, to a node passing the Filter
+  predicates of `fit.py`, scoring with NodeResourcesFit's LeastAllocated strategy (the default;
+  MostAllocated on request), ties to the earliest registered node.
+- kubelets: a machine the cloud reports running registers as a Ready node with the shape of its
+  group's template, and DaemonSet pods land on it at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cloudprovider_grpc.simulator import fit
+from cloudprovider_grpc.simulator.model import (
+    CPU,
+    MEMORY,
+    Node,
+    NodeShape,
+    Pod,
+    PodShape,
+    Requirement,
+    Toleration,
+    effective_requests,
+)
+from cloudprovider_grpc.simulator.scenario import DaemonSet, Scenario, Workload
+
+
+def _tolerations(items: Iterable[object]) -> tuple[Toleration, ...]:
+    return tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in items)  # type: ignore[attr-defined]
+
+
+def workload_shape(w: Workload) -> PodShape:
+    containers = w.container_requests()
+    return PodShape(
+        owner=w.name,
+        kind=w.kind,
+        namespace=w.namespace,
+        requests=effective_requests(containers, [dict(c.requests) for c in w.init_containers]),
+        node_selector=dict(w.node_selector),
+        affinity=tuple(Requirement(r.key, r.operator, tuple(r.values)) for r in w.node_affinity),
+        tolerations=_tolerations(w.tolerations),
+        priority=w.priority,
+        annotations=dict(w.annotations),
+        local_storage=w.local_storage,
+        has_pdb=w.pdb,
+        containers=tuple(containers),
+    )
+
+
+def daemonset_shape(d: DaemonSet) -> PodShape:
+    return PodShape(
+        owner=d.name,
+        kind="DaemonSet",
+        namespace=d.namespace,
+        requests=effective_requests([dict(d.requests)], []),
+        node_selector=dict(d.node_selector),
+        tolerations=_tolerations(d.tolerations),
+        containers=(dict(d.requests),),
+    )
+
+
+class _Controller:
+    def __init__(self, workload: Workload, shape: PodShape) -> None:
+        self.workload = workload
+        self.shape = shape
+        self.pods: dict[str, Pod] = {}  # live pods, creation order
+        self.created = 0
+        self.job_started = False
+
+
+class World:
+    """Pods, nodes and the controllers/scheduler/kubelets acting on them."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.most_allocated = scenario.scheduler == "most-allocated"
+        self.controllers = [_Controller(w, workload_shape(w)) for w in scenario.workloads]
+        self.daemonsets = [daemonset_shape(d) for d in scenario.daemonsets]
+        self.nodes: dict[str, Node] = {}
+        self.by_provider_id: dict[str, Node] = {}
+        self.pending: dict[str, Pod] = {}
+        self.pods: dict[str, Pod] = {}
+        self._owner: dict[int, _Controller] = {id(c.shape): c for c in self.controllers}
+        self._fits = fit.StaticFitCache()
+        self.completed = 0
+
+    # ---- controllers
+    def _new_pod(self, c: _Controller, now: float) -> Pod:
+        name = f"{c.workload.name}-{c.created}"
+        c.created += 1
+        pod = Pod(name, c.shape, now)
+        c.pods[name] = pod
+        self.pods[name] = pod
+        self.pending[name] = pod
+        return pod
+
+    def _delete_pod(self, pod: Pod) -> None:
+        if pod.node is not None:
+            self.nodes[pod.node].unbind(pod)
+        self.pending.pop(pod.name, None)
+        self.pods.pop(pod.name, None)
+        owner = self._owner.get(id(pod.shape))
+        if owner is not None:
+            owner.pods.pop(pod.name, None)
+
+    def apply_controllers(self, now: float) -> None:
+        for c in self.controllers:
+            w = c.workload
+            if w.kind == "Job":
+                self._job(c, now)
+                continue
+            wanted = w.replicas_at(now)
+            while len(c.pods) < wanted:
+                self._new_pod(c, now)
+            if len(c.pods) > wanted:
+                excess = len(c.pods) - wanted
+                live = list(c.pods.values())
+                victims = [p for p in live if p.node is None][:excess]
+                victims += [p for p in reversed(live) if p.node is not None][: excess - len(victims)]
+                for p in victims:
+                    self._delete_pod(p)
+
+    def _job(self, c: _Controller, now: float) -> None:
+        w = c.workload
+        if w.end is not None and now >= w.end:
+            for p in list(c.pods.values()):
+                self._delete_pod(p)
+            return
+        if not c.job_started and now >= w.start:
+            c.job_started = True
+            for _ in range(w.replicas):
+                self._new_pod(c, now)
+        if w.run_time is not None:
+            for p in list(c.pods.values()):
+                if p.started is not None and now - p.started >= w.run_time:
+                    self._delete_pod(p)
+                    self.completed += 1
+
+    # ---- kubelets
+    def register(self, name: str, provider_id: str, shape: NodeShape, now: float) -> Node:
+        node = Node(name, provider_id, shape, now)
+        self.nodes[name] = node
+        self.by_provider_id[provider_id] = node
+        for ds in self.daemonsets:
+            if fit.static_fit(ds, shape) and fit.resources_fit(ds.requests, node.free()):
+                pod = Pod(f"{ds.owner}-{name}", ds, now)
+                pod.started = now
+                node.bind(pod)
+        return node
+
+    def remove_node(self, name: str, now: float) -> list[Pod]:
+        """The node is gone: DaemonSet pods vanish, controller pods are recreated pending."""
+        node = self.nodes.pop(name)
+        self.by_provider_id.pop(node.provider_id, None)
+        recreated = []
+        for pod in list(node.pods.values()):
+            node.unbind(pod)
+            if pod.shape.is_daemonset:
+                continue
+            self.pods.pop(pod.name, None)
+            owner = self._owner.get(id(pod.shape))
+            if owner is None:
+                continue
+            owner.pods.pop(pod.name, None)
+            if pod.shape.controlled:
+                recreated.append(self._new_pod(owner, now))
+        return recreated
+
+    # ---- kube-scheduler
+    def schedule(self, now: float) -> int:
+        """Bind what fits; returns the number of pods bound."""
+        if not self.pending:
+            return 0
+        order = sorted(self.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
+        nodes = [n for n in self.nodes.values() if not n.to_be_deleted]
+        bound = 0
+        stuck: set[int] = set()
+        candidates: dict[int, list[Node]] = {}
+        for pod in order:
+            sid = id(pod.shape)
+            if sid in stuck:
+                continue
+            cands = candidates.get(sid)
+            if cands is None:
+                cands = [n for n in nodes if self._fits(pod.shape, n.shape)]
+                candidates[sid] = cands
+            best = self._best_node(pod.shape, cands)
+            if best is None:
+                stuck.add(sid)  # identical pods behind it cannot fit either
+                continue
+            best.bind(pod)
+            pod.started = now
+            del self.pending[pod.name]
+            bound += 1
+        return bound
+
+    def _best_node(self, shape: PodShape, nodes: list[Node]) -> Node | None:
+        req = shape.requests
+        best: Node | None = None
+        best_score = 0.0
+        for n in nodes:
+            alloc, used = n.shape.allocatable, n.used
+            ok = True
+            for k, v in req.items():
+                if v > alloc.get(k, 0) - used.get(k, 0):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            score = 0.0
+            for res in (CPU, MEMORY):
+                a = alloc.get(res, 0)
+                if a:
+                    score += (a - used.get(res, 0) - req.get(res, 0)) / a
+            if self.most_allocated:
+                score = -score
+            if best is None or score > best_score:
+                best, best_score = n, score
+        return best
