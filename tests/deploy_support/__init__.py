@@ -1,0 +1,1 @@
+"""Helpers for tests/test_deploy.py: a minimal kustomize renderer and manifest inspection."""

@@ -1,0 +1,148 @@
+"""Look inside rendered workloads, and recreate a container's files and environment on disk.
+
+`ContainerView.materialize()` writes every volume a container mounts into a temporary root (from
+the ConfigMaps and Secrets that the rendered manifest, an example Secrets file or the test
+cert-manager hold) and rewrites the container's arguments so each absolute path under a mount
+points into that root. The test can then run our CLI with the very arguments and files the pod
+would see.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.deploy_support.kustomize import pod_containers, pod_spec
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o.get("kind") == kind and o["metadata"]["name"] == name]
+    if len(found) != 1:
+        raise LookupError(f"expected one {kind}/{name}, found {len(found)}")
+    return found[0]
+
+
+def container(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [c for c in pod_containers(workload) if c["name"] == name]
+    if len(found) != 1:
+        raise LookupError(f"expected one container {name!r} in {workload['metadata']['name']}")
+    return found[0]
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    """Value of `--flag=value` or `--flag value` in an argument list (last one wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def config_data(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, bytes]:
+    """Key -> bytes of a ConfigMap or Secret (stringData and base64 data both honoured)."""
+    obj = find(objects, kind, name)
+    out = {k: v.encode() for k, v in (obj.get("data") or {}).items()} if kind == "ConfigMap" else {}
+    if kind == "Secret":
+        out.update({k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()})
+        out.update({k: v.encode() for k, v in (obj.get("stringData") or {}).items()})
+    return out
+
+
+@dataclass
+class Materialized:
+    args: list[str]
+    env: dict[str, str]
+    root: Path
+    mounts: dict[str, Path]  # mountPath -> directory under root
+
+
+class ContainerView:
+    """One container of a workload, resolved against a store of ConfigMaps and Secrets."""
+
+    def __init__(
+        self,
+        workload: dict[str, Any],
+        name: str,
+        objects: list[dict[str, Any]],
+        extra_secrets: Mapping[str, Mapping[str, bytes]] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.container = container(workload, name)
+        self.objects = objects
+        self.extra_secrets = dict(extra_secrets or {})
+        self.volumes = {v["name"]: v for v in (pod_spec(workload) or {}).get("volumes") or []}
+
+    @property
+    def args(self) -> list[str]:
+        return list(self.container.get("command") or []) + list(self.container.get("args") or [])
+
+    def secret(self, name: str) -> dict[str, bytes]:
+        if name in self.extra_secrets:
+            return dict(self.extra_secrets[name])
+        return config_data(self.objects, "Secret", name)
+
+    def volume_files(self, volume_name: str) -> dict[str, bytes]:
+        """Relative path -> content of what a volume shows inside the container."""
+        volume = self.volumes[volume_name]
+        if "configMap" in volume:
+            source, data = (
+                volume["configMap"],
+                config_data(self.objects, "ConfigMap", volume["configMap"]["name"]),
+            )
+        elif "secret" in volume:
+            source, data = volume["secret"], self.secret(volume["secret"]["secretName"])
+        elif "emptyDir" in volume:
+            return {}
+        else:
+            raise ValueError(f"volume {volume_name!r}: unsupported source {sorted(volume)}")
+        items = source.get("items")
+        if not items:
+            return data
+        return {item["path"]: data[item["key"]] for item in items}
+
+    def mount_path_of(self, path: str) -> tuple[dict[str, Any], str] | None:
+        """The volumeMount holding absolute `path`, and path relative to it."""
+        for mount in self.container.get("volumeMounts") or []:
+            prefix = mount["mountPath"].rstrip("/") + "/"
+            if path.startswith(prefix):
+                return mount, path[len(prefix) :]
+        return None
+
+    def env(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for var in self.container.get("env") or []:
+            if "value" in var:
+                out[var["name"]] = var["value"]
+                continue
+            ref = var["valueFrom"]["secretKeyRef"]
+            try:
+                out[var["name"]] = self.secret(ref["name"])[ref["key"]].decode()
+            except LookupError:
+                if not ref.get("optional"):
+                    raise
+        return out
+
+    def materialize(self, root: Path) -> Materialized:
+        mounts: dict[str, Path] = {}
+        for mount in self.container.get("volumeMounts") or []:
+            target = root / mount["mountPath"].lstrip("/")
+            target.mkdir(parents=True, exist_ok=True)
+            for rel, content in self.volume_files(mount["name"]).items():
+                (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                (target / rel).write_bytes(content)
+            mounts[mount["mountPath"]] = target
+        args = []
+        for arg in self.args:
+            flag, eq, value = arg.partition("=")
+            candidate = value if eq else arg
+            hit = self.mount_path_of(candidate) if candidate.startswith("/") else None
+            if hit:
+                mapped = str(mounts[hit[0]["mountPath"]] / hit[1])
+                arg = f"{flag}={mapped}" if eq else mapped
+            args.append(arg)
+        return Materialized(args=args, env=self.env(), root=root, mounts=mounts)
