@@ -134,3 +134,9 @@ def test_config_error_names_key() -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(None, {"grpc_workers": 0})
     assert info.value.key == "grpc_workers"
+
+
+def test_example_config_is_valid() -> None:
+    out = run("check-config", "--config", "examples/sim.yaml", cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert "3 node group(s) [web 2..20, batch-spot 0..50, gpu 0..4]" in out.stdout
