@@ -67,6 +67,15 @@ class GrpcTransport:
         self._channel = grpc.insecure_channel(address)
         self._stub = pb_grpc.CloudProviderStub(self._channel)
 
+    def wait_ready(self, timeout: float = GRPC_TIMEOUT) -> None:
+        """Fail fast (UNAVAILABLE) when nothing answers at `address`."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise RpcError(
+                "connect", grpc.StatusCode.UNAVAILABLE, f"no gRPC server reachable at {self.address}"
+            ) from None
+
     def call(self, method: str, request: Any) -> Any:
         try:
             return getattr(self._stub, method)(request, timeout=self.timeout)

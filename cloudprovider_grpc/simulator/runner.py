@@ -40,6 +40,7 @@ def run(
     if server is not None:
         ca, world = GrpcTransport(server), GrpcTransport(server)
         try:
+            ca.wait_ready()
             return _simulate(scenario, ca, world, clock, seed, f"external {server}", echo)
         finally:
             ca.close()
