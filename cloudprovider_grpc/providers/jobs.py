@@ -61,7 +61,9 @@ class JobRunner:
     # ---- inline mode ----
     def run_due(self) -> int:
         """Run every job that is due now, including retries that become due meanwhile with zero delay.
-        Returns the number of attempts made."""
+        Returns the number of attempts made. A no-op in threaded mode, where the workers run them."""
+        if not self._inline:
+            return 0
         attempts = 0
         while True:
             with self._cond:

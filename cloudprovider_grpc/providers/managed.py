@@ -363,7 +363,7 @@ class ManagedProvider(CloudProvider):
 
     # ------------------------------------------------------------------ refresh (cloud I/O)
     def refresh(self) -> None:
-        self._jobs.run_due()  # inline mode only; a no-op queue walk otherwise
+        self._jobs.run_due()  # inline mode only (simulation): creates and deletes run here, in order
         now = self._clock()
         if self._catalog_loaded_at is None or now - self._catalog_loaded_at >= self._catalog_ttl:
             try:
