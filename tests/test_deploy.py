@@ -60,7 +60,7 @@ CA_CONTAINER = "cluster-autoscaler"
 CA_DEPLOYMENT = "cluster-autoscaler"
 OVERLAYS = {"sidecar": "sidecar", "standalone": "standalone", "cherry": "providers/cherry"}
 CHERRY_EXAMPLE_SECRETS = MANIFESTS / "providers/cherry/secrets.example.yaml"
-# Oldest Kubernetes schema we promise (native sidecars are GA there) and the newest one installed.
+# Kubernetes 1.33 (native sidecar containers are GA there) and the newest schema installed.
 SCHEMA_VERSIONS = ["1.33.0", kubernetes_validate.utils.latest_version()]
 # First cluster-autoscaler release with --cloud-provider=externalgrpc (kubernetes/autoscaler#4654).
 FIRST_EXTERNALGRPC_CA = (1, 25)
@@ -201,6 +201,8 @@ def test_build_context_builds_the_package(tmp_path: Path) -> None:
     assert not any(p.startswith((".venv/", "tests/", ".git/")) for p in context), "context is not minimal"
     workdir = dockerfile.stage_copy(df.stages[0], context, ROOT, tmp_path / "image")
     out = tmp_path / "wheel"
+    # No build isolation (no network needed): the venv's setuptools builds it; the test extra
+    # brings setuptools>=77 through grpcio-tools, new enough for pyproject's `license` string.
     result = subprocess.run(
         [
             sys.executable,
@@ -224,7 +226,14 @@ def test_build_context_builds_the_package(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert {"cloudprovider_grpc/cli.py", "cloudprovider_grpc/protos/externalgrpc_pb2.py"} <= names
+    # Every module and data file of the package reaches the image (nothing lost to .dockerignore).
+    package_files = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "cloudprovider_grpc").rglob("*")
+        if p.is_file() and p.suffix in (".py", ".pyi", ".yaml", ".json") and "__pycache__" not in p.parts
+    }
+    assert "cloudprovider_grpc/protos/externalgrpc_pb2.py" in package_files
+    assert package_files <= names, sorted(package_files - names)
     assert not any("__pycache__" in n for n in names)
     scripts = dict(re.findall(r"^(\S+)\s*=\s*(\S+)$", entry_points, re.M))
     entrypoint = df.exec_form("ENTRYPOINT")
