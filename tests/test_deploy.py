@@ -60,8 +60,11 @@ CA_CONTAINER = "cluster-autoscaler"
 CA_DEPLOYMENT = "cluster-autoscaler"
 OVERLAYS = {"sidecar": "sidecar", "standalone": "standalone", "cherry": "providers/cherry"}
 CHERRY_EXAMPLE_SECRETS = MANIFESTS / "providers/cherry/secrets.example.yaml"
-# Kubernetes 1.33 (native sidecar containers are GA there) and the newest schema installed.
-SCHEMA_VERSIONS = ["1.33.0", kubernetes_validate.utils.latest_version()]
+# Every Kubernetes schema from 1.33 (native sidecar containers are GA there) to the newest installed.
+SCHEMA_VERSIONS = sorted(
+    {v for v in kubernetes_validate.utils.all_versions() if tuple(map(int, v.split(".")[:2])) >= (1, 33)},
+    key=lambda v: tuple(map(int, v.split("."))),
+)
 # First cluster-autoscaler release with --cloud-provider=externalgrpc (kubernetes/autoscaler#4654).
 FIRST_EXTERNALGRPC_CA = (1, 25)
 CA_IMAGE_RE = re.compile(r"^registry\.k8s\.io/autoscaling/cluster-autoscaler:v(\d+)\.(\d+)\.(\d+)$")
