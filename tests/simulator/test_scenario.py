@@ -92,7 +92,7 @@ def test_flag_names_are_accepted():
     ],
 )
 def test_validation_errors_name_the_key(data, fragment):
-    with pytest.raises(ScenarioError, match="src.yaml") as err:
+    with pytest.raises(ScenarioError, match=r"src\.yaml") as err:
         parse_scenario(data, "src.yaml")
     assert fragment in str(err.value)
 
