@@ -248,3 +248,25 @@ def test_cloud_outage_on_refresh_is_unavailable_and_keeps_the_cache() -> None:
         assert len(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances) == 2
     finally:
         handle.stop(1)
+
+
+def test_placeholder_of_a_machine_that_landed_still_resolves() -> None:
+    """CA may time out an instance it saw as a placeholder after the machine appeared under its
+    real id; deleting the placeholder must delete that machine, not fail or leak it."""
+    cloud = _cloud(initial=0, delay=100)
+    handle = _serve(ManagedProvider(SimDriver(cloud), inline_workers=True))
+    try:
+        s = stub(channel(handle))
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
+        (placeholder,) = [i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances]
+        assert placeholder.startswith("sim://pending-")
+        s.Refresh(pb.RefreshRequest())  # the machine is created
+        (real,) = _alive(cloud)
+        fake = pb.ExternalGrpcNode(providerID=placeholder, name=placeholder)
+        assert s.NodeGroupForNode(pb.NodeGroupForNodeRequest(node=fake)).nodeGroup.id == "g"
+        s.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id="g", nodes=[fake]))
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 0
+        s.Refresh(pb.RefreshRequest())
+        assert _alive(cloud) == [] and cloud.machines[real].deleted_at is not None
+    finally:
+        handle.stop(1)

@@ -598,6 +598,8 @@ class ManagedProvider(CloudProvider):
             for c in state.creations.values():
                 if not c.cancelled:
                     by_id[self._placeholder(c.token)] = gid
+            for token in state.resolved:  # CA may still hold the placeholder of a machine that now exists
+                by_id.setdefault(self._placeholder(token), gid)
         self._by_id, self._by_name = by_id, by_name
 
     # ------------------------------------------------------------------ journal
