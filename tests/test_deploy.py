@@ -68,7 +68,9 @@ SCHEMA_VERSIONS = sorted(
 # First cluster-autoscaler release with --cloud-provider=externalgrpc (kubernetes/autoscaler#4654).
 FIRST_EXTERNALGRPC_CA = (1, 25)
 CA_IMAGE_RE = re.compile(r"^registry\.k8s\.io/autoscaling/cluster-autoscaler:v(\d+)\.(\d+)\.(\d+)$")
-CLI = [sys.executable, "-m", "cloudprovider_grpc.cli"]
+# The console script the image's ENTRYPOINT names, as installed in this environment.
+_SCRIPT = Path(sys.executable).parent / "cloudprovider-grpc"
+CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "cloudprovider_grpc.cli"]
 
 Objects = list[dict[str, Any]]
 Rendered = dict[str, Objects]
