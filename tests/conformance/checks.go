@@ -375,10 +375,10 @@ func (s *Suite) pricing(p *Provider) {
 	s.r.Check("PricingModel.NodePrice", tag, func() error {
 		g := s.groups["general"]
 		if g == nil {
-			for _, gg := range sortedGroups(s.master) {
-				g = gg
-				break
-			}
+			g = s.groupWithNodes()
+		}
+		if g == nil {
+			return errors.New("no group has an instance to price")
 		}
 		insts, err := g.Nodes()
 		if err != nil {
@@ -612,11 +612,70 @@ func (s *Suite) errorMapping() {
 	})
 }
 
+// anyGroup is the group the scaling checks work on: the sim's "general", else a group with a
+// minimum size and an instance (so the below-min refusal can be provoked), else any with an instance.
 func (s *Suite) anyGroup() *NodeGroup {
 	if g := s.groups["general"]; g != nil {
 		return g
 	}
+	var withNodes *NodeGroup
+	for _, g := range sortedGroups(s.master) {
+		if insts, err := g.Nodes(); err == nil && len(insts) > 0 {
+			if g.MinSize() > 0 {
+				return g
+			}
+			if withNodes == nil {
+				withNodes = g
+			}
+		}
+	}
+	if withNodes != nil {
+		return withNodes
+	}
 	return sortedGroups(s.master)[0]
+}
+
+// seed gives a backend that starts empty one running instance, so membership, pricing and deletion
+// have something to work on. The sim's demo groups start with one machine and need no seed.
+func (s *Suite) seed() {
+	if s.sim() || s.groupWithNodes() != nil {
+		return
+	}
+	s.r.Check("NodeGroup.IncreaseSize(seed one running instance)", "master", func() error {
+		var pick *NodeGroup
+		for _, g := range sortedGroups(s.master) {
+			if g.MaxSize() < 6 {
+				continue
+			}
+			if pick == nil || (g.MinSize() > 0 && pick.MinSize() == 0) {
+				pick = g
+			}
+		}
+		if pick == nil {
+			return errors.New("no group with room for the scaling checks (max size >= 6)")
+		}
+		n, err := pick.TargetSize()
+		if err != nil {
+			return err
+		}
+		if err := pick.IncreaseSize(max(1, pick.MinSize()-n)); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			insts, err := pick.Nodes()
+			if err != nil {
+				return err
+			}
+			for _, in := range insts {
+				if in.Status != nil && in.Status.State == InstanceRunning {
+					return nil
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return fmt.Errorf("group %s has no running instance 30 s after IncreaseSize", pick.Id())
+	})
 }
 
 func (s *Suite) groupWithNodes() *NodeGroup {

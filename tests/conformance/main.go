@@ -8,7 +8,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -140,6 +139,7 @@ func run(cfg *harnessConfig) int {
 	s.mtls()
 
 	s.nodeGroups(s.master)
+	s.seed()
 	s.gpu()
 	s.templateNodeInfo(s.master)
 	s.getOptions(s.master)
@@ -161,12 +161,6 @@ func run(cfg *harnessConfig) int {
 		return 1
 	}
 	return 0
-}
-
-func contextWithTimeout(p *Provider) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), p.grpcTimeout)
-	go func() { <-ctx.Done(); cancel() }()
-	return ctx
 }
 
 // variantConfig writes a copy of the cloud-config with some keys changed and returns its path.
