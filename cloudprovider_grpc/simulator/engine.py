@@ -165,6 +165,8 @@ class Simulation:
         self.last_delete = -math.inf
         self.last_failure = -math.inf
         self.lifetimes: dict[str, dict[str, Any]] = {}
+        self.costs: dict[str, float] = {}
+        self.cost_unavailable = ""
         self.tl: dict[str, Any] = {"t": [], "nodes": {}, "target": {}, "pending": []}
         self._last_no_scale_up: tuple[Any, ...] | None = None
         self._last_cooldown = ""
@@ -745,9 +747,19 @@ class Simulation:
     def _drop_node(self, node: Node, t: float) -> None:
         self.world.remove_node(node.name, t)
         self.planner.forget(node.name)
-        life = self.lifetimes.get(node.provider_id)
-        if life is not None:
-            life["end"] = t
+        self._price_lifetime(node.provider_id, t)
+
+    def _price_lifetime(self, provider_id: str, end: float) -> None:
+        """Price a node's registered lifetime when it ends, while the server still knows it."""
+        life = self.lifetimes.pop(provider_id, None)
+        if life is None or self.cost_unavailable:
+            return
+        node = pb.ExternalGrpcNode(providerID=provider_id, name=life["name"], labels=life["labels"])
+        price = self.wclient.node_price(node, self.clock.datetime(life["start"]), self.clock.datetime(end))
+        if price is None:
+            self.cost_unavailable = f"PricingNodePrice failed for {life['name']}"
+            return
+        self.costs[life["group"]] = self.costs.get(life["group"], 0.0) + price
 
     # ------------------------------------------------------------------ output
     def _sample(self, t: float) -> None:
@@ -760,20 +772,13 @@ class Simulation:
         tl["pending"].append(len(self.world.pending))
 
     def _cost(self, end: float) -> dict[str, Any] | None:
-        per_group: dict[str, float] = {}
         for pid in sorted(self.lifetimes):
-            life = self.lifetimes[pid]
-            node = pb.ExternalGrpcNode(providerID=pid, name=life["name"], labels=life["labels"])
-            stop = life.get("end", end)
-            price = self.wclient.node_price(
-                node, self.clock.datetime(life["start"]), self.clock.datetime(stop)
-            )
-            if price is None:
-                return None
-            per_group[life["group"]] = per_group.get(life["group"], 0.0) + price
+            self._price_lifetime(pid, end)
+        if self.cost_unavailable:
+            return None
         return {
-            "total": round(sum(per_group.values()), 6),
-            "per_group": {k: round(v, 6) for k, v in sorted(per_group.items())},
+            "total": round(sum(self.costs.values()), 6),
+            "per_group": {k: round(v, 6) for k, v in sorted(self.costs.items())},
             "basis": "PricingNodePrice over each node's registered lifetime",
         }
 

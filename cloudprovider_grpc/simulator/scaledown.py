@@ -167,15 +167,22 @@ class ScaleDownPlanner:
                 continue
             underutilized.append((node, util, res))
 
-        # previously unneeded nodes first (unneeded/nodes.go keeps them stable), then by name
-        underutilized.sort(key=lambda t: (t[0].name not in self.unneeded_since, t[0].name))
+        # empty nodes first (they need no room elsewhere), then previously unneeded nodes (kept
+        # stable like unneeded/nodes.go), then by name
+        underutilized.sort(
+            key=lambda t: (not is_empty(t[0]), t[0].name not in self.unneeded_since, t[0].name)
+        )
         free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
         removed: set[str] = set()
+        # pods moved onto a node earlier in this pass live there in CA's snapshot: removing that
+        # node as well means moving them again
+        moved_in: dict[str, list[PodShape]] = {}
         found: list[Unneeded] = []
         non_empty_checked = 0
         for node, util, res in underutilized:
             pods = movable_pods(node)
-            if pods:
+            extra = moved_in.get(node.name, [])
+            if pods or extra:
                 if non_empty_checked >= self.non_empty_candidates:
                     continue
                 non_empty_checked += 1
@@ -184,9 +191,11 @@ class ScaleDownPlanner:
                     unremovable.append(Unremovable(node.name, "BlockedByPod", blocked))
                     self.unremovable_until[node.name] = now + self.recheck_timeout
                     continue
-                if not self._reschedule(node, pods, free, removed, destinations):
+                shapes = [p.shape for p in pods] + extra
+                if not self._reschedule(node, shapes, free, removed, moved_in, destinations):
                     unremovable.append(Unremovable(node.name, "NoPlaceToMovePods"))
-                    self.unremovable_until[node.name] = now + self.recheck_timeout
+                    if pods:
+                        self.unremovable_until[node.name] = now + self.recheck_timeout
                     continue
             removed.add(node.name)
             since = self.unneeded_since.get(node.name, now)
@@ -209,17 +218,19 @@ class ScaleDownPlanner:
     def _reschedule(
         self,
         node: Node,
-        pods: list[Pod],
+        shapes: list[PodShape],
         free: dict[str, Resources],
         removed: set[str],
+        moved_in: dict[str, list[PodShape]],
         destinations: Sequence[Node],
     ) -> bool:
-        """Place the node's pods elsewhere (first fit by node name); commit only if all fit."""
+        """Place the node's pods elsewhere (first fit in node order); commit only if all fit."""
         by_shape: dict[int, tuple[PodShape, int]] = {}
-        for p in pods:
-            shape, n = by_shape.get(id(p.shape), (p.shape, 0))
-            by_shape[id(p.shape)] = (shape, n + 1)
+        for shape in shapes:
+            _, n = by_shape.get(id(shape), (shape, 0))
+            by_shape[id(shape)] = (shape, n + 1)
         tentative: dict[str, Resources] = {}
+        landed: list[tuple[str, PodShape, int]] = []
         for shape, count in by_shape.values():
             remaining = count
             for dest in destinations:
@@ -235,10 +246,13 @@ class ScaleDownPlanner:
                     for k, v in shape.requests.items():
                         cur[k] = cur.get(k, 0) - v * n
                     tentative[dest.name] = cur
+                    landed.append((dest.name, shape, n))
                     remaining -= n
             if remaining:
                 return False
         free.update(tentative)
+        for dest_name, shape, n in landed:
+            moved_in.setdefault(dest_name, []).extend([shape] * n)
         return True
 
     def forget(self, node_name: str) -> None:

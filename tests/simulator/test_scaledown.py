@@ -123,22 +123,35 @@ def test_no_place_to_move_and_recheck_timeout():
 
 def test_removals_reserve_room_so_the_set_can_go_together():
     s = shape(cpu="4", memory="16Gi")
-    a = node_with("a", s, pod_shape(cpu="1500m"))  # 0.375
+    a = node_with("a", s, pod_shape(cpu="1500m"))  # 1500/4000 = 0.375
     b = node_with("b", s, pod_shape(cpu="1500m"))  # 0.375
-    big = node_with("big", s, pod_shape(cpu="2200m"))  # 0.55 (not a candidate); 1800m free
-    # a's pod moves to b (2500m free) or big; first fit by order: b -> b 3000m used.
-    # b then needs 1500m: a is being removed, big has 1800m -> fits. Both unneeded.
+    big = node_with("big", s, pod_shape(cpu="2200m"))  # 0.55, not underutilized; 1800m free
+    # a first: its 1500m pod first-fits on b (2500m free). b then holds 1500m + a's 1500m = 3000m
+    # to move; a is going, big has only 1800m free -> b must stay.
     res = planner().update(0.0, [a, b, big], [a, b, big], lambda g: OPTS)
-    assert sorted(u.node for u in res.unneeded) == ["a", "b"]
-    # b2 holds 2000m (0.5 <= 0.5, underutilized): a's 1500m pod moves to b2 (2000m free -> 500m);
-    # b2's 2000m pod then fits neither a (being removed) nor big (1800m free) -> b2 stays
-    b2 = node_with("b2", s, pod_shape(cpu="2000m"))
-    res = planner().update(0.0, [a, b2, big], [a, b2, big], lambda g: OPTS)
     assert [u.node for u in res.unneeded] == ["a"]
     assert sorted((u.node, u.reason) for u in res.unremovable) == [
-        ("b2", "NoPlaceToMovePods"),
+        ("b", "NoPlaceToMovePods"),
         ("big", "NotUnderutilized"),
     ]
+    # with 3500m free on "roomy" (500m used, 0.125 -> itself a candidate, checked last by name)
+    # a -> b, then b's 3000m -> roomy (3500m free): a and b can both go; roomy now holds 3500m
+    # of moved pods plus its own 500m and has nowhere to send them
+    roomy = node_with("roomy", s, pod_shape(cpu="500m"))
+    res = planner().update(0.0, [a, b, roomy], [a, b, roomy], lambda g: OPTS)
+    assert [u.node for u in res.unneeded] == ["a", "b"]
+    assert [(u.node, u.reason) for u in res.unremovable] == [("roomy", "NoPlaceToMovePods")]
+
+
+def test_empty_nodes_are_judged_before_they_receive_moved_pods():
+    s = shape(cpu="4", memory="16Gi")
+    light = node_with("a-light", s, pod_shape(cpu="1"))  # sorts first by name, 0.25
+    empty = node_with("b-empty", s)
+    # empty nodes go first: b-empty is unneeded as empty; a-light's pod cannot use it (it is
+    # being removed) and no other node exists -> a-light stays
+    res = planner().update(0.0, [light, empty], [light, empty], lambda g: OPTS)
+    assert [(u.node, u.empty) for u in res.unneeded] == [("b-empty", True)]
+    assert [(u.node, u.reason) for u in res.unremovable] == [("a-light", "NoPlaceToMovePods")]
 
 
 def test_per_group_threshold_and_disabled_annotation():
