@@ -58,7 +58,14 @@ NAMESPACE = "kube-system"
 OUR_CONTAINER = "cloudprovider-grpc"
 CA_CONTAINER = "cluster-autoscaler"
 CA_DEPLOYMENT = "cluster-autoscaler"
-OVERLAYS = {"sidecar": "sidecar", "standalone": "standalone", "cherry": "providers/cherry"}
+OVERLAYS = {
+    "sidecar": "sidecar",
+    "standalone": "standalone",
+    "cherry": "providers/cherry",
+    "cherry-standalone": "providers/cherry/standalone",
+}
+#: the Cherry overlays and the layout each one patches
+CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
 CHERRY_EXAMPLE_SECRETS = MANIFESTS / "providers/cherry/secrets.example.yaml"
 # Every Kubernetes schema from 1.33 (native sidecar containers are GA there) to the newest installed.
 SCHEMA_VERSIONS = sorted(
@@ -436,8 +443,9 @@ def test_sidecar_dials_our_loopback_port(overlay: str, rendered: Rendered) -> No
     assert ours.get("restartPolicy") == "Always", "runs as a native sidecar"
 
 
-def test_standalone_dials_service_with_mtls(rendered: Rendered) -> None:
-    objects = rendered["standalone"]
+@pytest.mark.parametrize("overlay", ["standalone", "cherry-standalone"])
+def test_standalone_dials_service_with_mtls(overlay: str, rendered: Rendered) -> None:
+    objects = rendered[overlay]
     view, config, _ = ca_cloud_config(objects)
     host, port = split_host_port(config["address"])
     service_name, ns, svc = host.split(".")
@@ -478,8 +486,9 @@ def test_standalone_dials_service_with_mtls(rendered: Rendered) -> None:
     assert ca_issuer["spec"]["ca"]["secretName"] == ca_cert["spec"]["secretName"]
 
 
-def test_network_policy_admits_only_cluster_autoscaler_to_grpc(rendered: Rendered) -> None:
-    objects = rendered["standalone"]
+@pytest.mark.parametrize("overlay", ["standalone", "cherry-standalone"])
+def test_network_policy_admits_only_cluster_autoscaler_to_grpc(overlay: str, rendered: Rendered) -> None:
+    objects = rendered[overlay]
     policy = find(objects, "NetworkPolicy", "cloudprovider-grpc")["spec"]
     ours = our_workload(objects)["spec"]["template"]["metadata"]["labels"]
     ca_labels = find(objects, "Deployment", CA_DEPLOYMENT)["spec"]["template"]["metadata"]["labels"]
@@ -539,9 +548,12 @@ def test_our_probes_hit_the_metrics_port(overlay: str, rendered: Rendered) -> No
     assert {m["mountPath"] for m in ours["volumeMounts"]} >= {"/tmp"}
 
 
-def test_cherry_overlay_reuses_in_tree_secrets(rendered: Rendered, cherry_example_secrets: Objects) -> None:
+@pytest.mark.parametrize("overlay", CHERRY_OVERLAYS)
+def test_cherry_overlay_reuses_in_tree_secrets(
+    overlay: str, rendered: Rendered, cherry_example_secrets: Objects
+) -> None:
     """Secret names and keys exactly as the in-tree cherryservers examples define them."""
-    objects = rendered["cherry"]
+    objects = rendered[overlay]
     workload = our_workload(objects)
     view = ContainerView(workload, OUR_CONTAINER, objects)
     refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in view.container["env"]}
@@ -561,8 +573,9 @@ def test_cherry_overlay_reuses_in_tree_secrets(rendered: Rendered, cherry_exampl
     assert {"key": "cloud-config", "path": rel} in source["items"]
     assert [a for a in args if a == "--nodes"], "pools move from CA's flags to ours"
     # The CA container is the base's, untouched: no in-tree flags, no cloud credentials.
-    ca = container(workload, CA_CONTAINER)
-    assert ca == container(find(rendered["sidecar"], "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    ca = container(find(objects, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    base = rendered[CHERRY_OVERLAYS[overlay]]
+    assert ca == container(find(base, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
     assert not any(a.startswith("--nodes") for a in ca["args"]) and "env" not in ca
     # Applying the overlay must never overwrite the user's real Secrets with examples.
     assert not [o for o in objects if o["kind"] == "Secret"]
@@ -604,11 +617,11 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 def test_check_config_accepts_manifest_args(
     overlay: str, rendered: Rendered, cherry_example_secrets: Objects, tmp_path: Path
 ) -> None:
-    if overlay == "cherry":
+    if overlay in CHERRY_OVERLAYS:
         pytest.importorskip(
             "cloudprovider_grpc.providers.cherry", reason="the Cherry backend (issue 3) has not landed"
         )
-    secrets = cherry_example_secrets if overlay == "cherry" else []
+    secrets = cherry_example_secrets if overlay in CHERRY_OVERLAYS else []
     mat, _ = materialize_ours(rendered[overlay], tmp_path / "pod", secrets)
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"
@@ -752,7 +765,7 @@ def deploying_section() -> str:
 def test_readme_deploying_commands_name_real_paths() -> None:
     section = deploying_section()
     local = [p.rstrip(".") for p in re.findall(r"kubectl apply (?:-k|-f) ([\w./-]+)", section)]
-    assert {"manifests/sidecar", "manifests/standalone", "manifests/providers/cherry"} <= set(local)
+    assert {f"manifests/{path}" for path in OVERLAYS.values()} <= set(local)
     for path in local:
         assert (ROOT / path).exists(), path
     build = re.search(r"docker build -t (\S+) \.", section)
