@@ -6,7 +6,8 @@
 #
 # Two stages: the first builds a virtualenv with the package installed exactly as the README's
 # setup command does (`pip install .`); the second copies only that virtualenv onto a clean base,
-# so no source tree, build backend or pip cache reaches the shipped image.
+# so neither the source tree nor the isolated build environment nor a pip cache reaches the
+# shipped image.
 #
 # The runtime is friendly to `readOnlyRootFilesystem: true`: bytecode is compiled at build time
 # and never written at run time, HOME and TMPDIR point at /tmp (mount an emptyDir there), and
@@ -38,6 +39,7 @@ RUN /opt/venv/bin/pip install . \
 
 FROM ${PYTHON_IMAGE}
 
+ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 
@@ -46,7 +48,7 @@ LABEL org.opencontainers.image.title="cloudprovider-grpc" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="docker.io/library/python:3.11.17-slim-bookworm"
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 
 # A fixed numeric UID/GID so `runAsNonRoot: true` can be verified by the kubelet and matches the
 # manifests' `runAsUser: 10001`.
