@@ -25,8 +25,9 @@ FAULT_KINDS = ("error", "error_after", "throttle", "slow", "drop")
 class FaultPlan:
     """`rate` is the fraction of requests that fail; `kinds` the faults drawn from (uniformly).
 
-    `methods` restricts faults to some HTTP methods (None: all). The random source is seeded so a
-    failing test run can be replayed."""
+    `methods` restricts faults to some HTTP methods (None: all). Each HTTP method draws from its
+    own random stream seeded from `seed`, so the n-th POST meets the same fault in every run however
+    concurrent GETs interleave with it: a failing test run can be replayed."""
 
     rate: float = 0.0
     kinds: tuple[str, ...] = ("error", "error_after", "throttle", "slow", "drop")
@@ -35,7 +36,7 @@ class FaultPlan:
     retry_after: str | None = "1"
     error_statuses: tuple[int, ...] = (500, 502, 503)
     methods: frozenset[str] | None = None
-    _rng: random.Random = field(init=False, repr=False)
+    _rngs: dict[str, random.Random] = field(init=False, repr=False, default_factory=dict)
     _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -44,7 +45,6 @@ class FaultPlan:
         unknown = set(self.kinds) - set(FAULT_KINDS)
         if unknown or not self.kinds:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
-        self._rng = random.Random(self.seed)
 
     @classmethod
     def none(cls) -> FaultPlan:
@@ -58,7 +58,11 @@ class FaultPlan:
         """(kind, status for `error`/`error_after`) for this request, or None for a normal answer."""
         if self.rate <= 0.0 or (self.methods is not None and method.upper() not in self.methods):
             return None
+        method = method.upper()
         with self._lock:
-            if self._rng.random() >= self.rate:
+            rng = self._rngs.get(method)
+            if rng is None:
+                rng = self._rngs[method] = random.Random(f"{self.seed}:{method}")
+            if rng.random() >= self.rate:
                 return None
-            return self._rng.choice(self.kinds), self._rng.choice(self.error_statuses)
+            return rng.choice(self.kinds), rng.choice(self.error_statuses)

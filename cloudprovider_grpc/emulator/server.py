@@ -116,6 +116,7 @@ class EmulatorServer:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._log: list[LogEntry] = []
         self._buckets: dict[str, TokenBucket] = {}
+        self._in_flight = 0
         self._host, self._port = host, port
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -257,7 +258,21 @@ class EmulatorServer:
                 LogEntry(self.clock(), req.method, req.path, req.query, status, fault, processed)
             )
 
+    def in_flight(self) -> int:
+        """Requests being handled right now (a slow fault may finish after its client gave up)."""
+        with self.lock:
+            return self._in_flight
+
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        with self.lock:
+            self._in_flight += 1
+        try:
+            self._serve_one(h)
+        finally:
+            with self.lock:
+                self._in_flight -= 1
+
+    def _serve_one(self, h: BaseHTTPRequestHandler) -> None:
         split = urlsplit(h.path)
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""

@@ -45,6 +45,16 @@ def test_membership_is_by_cluster_and_pool_tags(emulator: CherryEmulator) -> Non
     assert len(emulator.request_log()) == 1  # one list call for the project
 
 
+def test_a_token_on_two_servers_keeps_the_oldest_and_deletes_the_other(emulator: CherryEmulator) -> None:
+    # a create that timed out and was executed late, after the token lookup had found nothing
+    tags = {"k8s-cluster": "cluster1", "k8s-nodepool": "pool1", "k8s-create-token": "dup"}
+    first, second = seed(emulator, tags), seed(emulator, tags)
+    machines = make_driver(emulator).list_machines()
+    assert [m.id for m in machines] == [f"cherryservers://{first}"]
+    assert [r["id"] for r in emulator.server_records()] == [first]
+    assert second != first
+
+
 def test_listing_follows_pages(emulator: CherryEmulator) -> None:
     ids = [seed(emulator, {"k8s-cluster": "cluster1", "k8s-nodepool": "pool1"}) for _ in range(10)]
     emulator.clear_log()
