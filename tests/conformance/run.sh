@@ -17,6 +17,8 @@ GRPCURL_VERSION=v1.9.3
 python=${PYTHON:-$root/.venv/bin/python}
 golden=${CONFORMANCE_GOLDEN:-$root/../shared/golden/externalgrpc}
 
+# Go's official tarball installs to /usr/local/go; not every login shell puts it on PATH.
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
 export GOMODCACHE="$root/.cache/go/mod" GOCACHE="$root/.cache/go/build" GOPATH="$root/.cache/go/path"
 export GOBIN="$root/.cache/go/bin" GOFLAGS=-modcacherw GOTOOLCHAIN=local
 mkdir -p "$GOBIN"
