@@ -16,8 +16,10 @@ from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 from cloudprovider_grpc.providers.contract import ErrorClass
 from cloudprovider_grpc.providers.driver import CloudError, MachineGone
 
-#: page size for server lists; the API caps nothing documented, 100 keeps responses small
-PAGE_SIZE = 100
+#: Server-list page size. The in-tree provider sent one GET without paging and got every server, so
+#: the API answers large pages; 500 keeps a 200-node cluster at one request per Refresh, and larger
+#: projects are followed page by page via X-Total-Count.
+PAGE_SIZE = 500
 
 # The live API's out-of-stock and quota wording is not documented (cherry-spc.md §C.3); these cover the
 # emulator's messages and the plausible live ones ("out of stock", "not available", "limit", "quota").
