@@ -1,0 +1,68 @@
+"""`cloudprovider-grpc simulate` end to end, and the simulator against an already running server."""
+
+import json
+from pathlib import Path
+
+from cloudprovider_grpc.cli import main
+from cloudprovider_grpc.config import Settings
+from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+from cloudprovider_grpc.server import start_server
+from cloudprovider_grpc.simulator import parse_scenario, run
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
+
+
+def test_cli_writes_report_and_prints_the_decision_log(tmp_path, capsys):
+    rc = main(["simulate", str(EXAMPLES / "gpu-pool.yaml"), "--out", str(tmp_path), "--seed", "3"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "Best option to resize: gpu" in out
+    assert "Scale-down: removing empty node gpu-0" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["seed"] == 3 and report["scenario"] == "gpu-pool"
+    assert [d["group"] for d in report["decisions"] if d["kind"] == "scale-up"] == ["gpu"]
+    assert "gpu-pool: 271 loops, 2 node(s) added, 2 removed" in out
+
+
+def test_cli_rejects_a_bad_scenario(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nduration: 1h\nautoscaler: {expander: cheapest}\n")
+    assert main(["simulate", str(bad), "--out", str(tmp_path)]) == 2
+    assert "autoscaler.expander" in capsys.readouterr().err
+
+
+def test_cli_reports_an_unreachable_server(tmp_path, capsys):
+    assert (
+        main(["simulate", str(EXAMPLES / "burst.yaml"), "--server", "127.0.0.1:9", "--out", str(tmp_path)])
+        == 1
+    )
+    assert "no gRPC server reachable at 127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_against_a_running_server():
+    """--server mode: the server runs on its own (real clock, background workers)."""
+    cloud = {
+        "provisioning_delay": 0,
+        "deletion_delay": 0,
+        "groups": [{"id": "pool", "min_size": 0, "max_size": 4, "capacity": {"cpu": "2", "memory": "8Gi"}}],
+    }
+    handle = start_server(
+        Settings(address="127.0.0.1:0", metrics_address=""),
+        provider=build_provider("sim", ProviderContext(options=cloud)),
+    )
+    try:
+        s = parse_scenario(
+            {
+                "name": "ext",
+                "duration": "1m",
+                "workloads": [{"name": "w", "replicas": 5, "requests": {"cpu": "1", "memory": "1Gi"}}],
+            }
+        )
+        r = run(s, server=handle.address)
+    finally:
+        handle.stop(grace=1.0)
+    ups = r.of_kind("scale-up")
+    # 5 pods x 1 cpu on 2-cpu nodes -> ceil(5/2) = 3, decided in the first loop
+    assert (ups[0].t, ups[0].group, ups[0].delta) == (0.0, "pool", 3)
+    assert r.provider == f"external {handle.address}"
+    assert r.rpc_counts["autoscaler"]["NodeGroupIncreaseSize"] >= 1
