@@ -142,11 +142,10 @@ def main() -> int:
         if scale_up:
             for pool in pools:
                 node = pb.ExternalGrpcNode(name=f"template-node-for-{pool}-1")
-                call(s.PricingNodePrice, pb.PricingNodePriceRequest(node=node, startTimestamp={"seconds": 0},
-                                                                     endTimestamp={"seconds": 3600}))  # fmt: skip
+                hour = {"startTimestamp": {"seconds": 0}, "endTimestamp": {"seconds": 3600}}
+                call(s.PricingNodePrice, pb.PricingNodePriceRequest(node=node, **hour))
                 for _ in range(5):
-                    call(s.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=pod, startTimestamp={"seconds": 0},
-                                                                       endTimestamp={"seconds": 3600}))  # fmt: skip
+                    call(s.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=pod, **hour))
         return count
 
     print(f"Cherry API calls per CA loop: {args.pools} pools, {args.nodes} nodes, 1 project")
@@ -172,15 +171,15 @@ def main() -> int:
         refresh_calls = collections.Counter(
             endpoint(e.method, e.path) for e in emu.request_log()[mark:after_refresh]
         )
-        rows.append((loop + 1, "scale-up" if scale_up else "quiet", refresh_calls, rpcs, read_calls, write_calls,
-                     refresh_s, reads_s))  # fmt: skip
+        kind = "scale-up" if scale_up else "quiet"
+        rows.append((loop + 1, kind, refresh_calls, rpcs, read_calls, write_calls, refresh_s, reads_s))
 
     print(f"{'loop':>4} {'kind':8} {'Refresh API calls':34} {'read RPCs':>9} {'API calls from reads':>20} "
           f"{'Refresh ms':>10} {'reads ms':>8}  write-path API calls")  # fmt: skip
     for loop, kind, rc, rpcs, reads, writes, rs, ws in rows:
-        print(f"{loop:>4} {kind:8} {str(dict(rc)):34} {rpcs:>9} {sum(reads.values()):>20} "
+        print(f"{loop:>4} {kind:8} {dict(rc)!s:34} {rpcs:>9} {sum(reads.values()):>20} "
               f"{rs * 1000:>10.1f} {ws * 1000:>8.1f}  {dict(writes) or '-'}")  # fmt: skip
-    list_per_refresh = [r[2][f"GET /v1/projects/{{id}}/servers"] for r in rows]
+    list_per_refresh = [r[2]["GET /v1/projects/{id}/servers"] for r in rows]
     reads_total = sum(sum(r[4].values()) for r in rows)
     ok = all(n == 1 for n in list_per_refresh) and reads_total == 0
     print(f"list calls per Refresh: {list_per_refresh}; API calls from read RPCs: {reads_total} -> "

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from pathlib import Path
 
 import requests
 
-from cloudprovider_grpc.providers.cherry import CherryEmulator
-from tests.cherry.conftest import PROJECT, TOKEN
+from cloudprovider_grpc.providers.cherry import CherryEmulator, build_emulator
+from tests.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.servers import ManualClock
 
 H = {"Authorization": f"Bearer {TOKEN}"}
@@ -156,3 +157,26 @@ def test_state_file_survives_restart(tmp_path: Path) -> None:
         r = requests.get(f"{emu.base_url}servers/{sid}", headers=H)
         assert r.status_code == 200 and r.json()["hostname"] == "keep-me"
         assert create(emu).json()["id"] == sid + 1
+
+
+def test_build_emulator_is_seeded_from_the_configuration(tmp_path: Path) -> None:
+    ctx = example_ctx(options={"emulator": {"stock": {"e5_1620v4": {"eu_nord_1": 3}}}})
+    emu = build_emulator(ctx, "127.0.0.1:0", tmp_path / "state.json")
+    try:
+        assert emu.address.startswith("127.0.0.1:") and emu.base_url.endswith("/v1/")
+        assert requests.get(f"{emu.base_url}projects/{PROJECT}/servers", headers=H).status_code == 200
+        plans = requests.get(f"{emu.base_url}plans", headers=H).json()
+        e5 = next(p for p in plans if p["slug"] == "e5_1620v4")
+        assert next(r["stock_qty"] for r in e5["available_regions"] if r["slug"] == "eu_nord_1") == 3
+    finally:
+        emu.stop()
+    # an incomplete configuration still gives a usable emulator: default token, project 1
+    bare = dataclasses.replace(ctx, env={}, nodes=(), cloud_config=None, options={})
+    emu = build_emulator(bare, "127.0.0.1:0", None)
+    try:
+        r = requests.get(
+            f"{emu.base_url}projects/1/servers", headers={"Authorization": "Bearer cherry-emulator-token"}
+        )
+        assert r.status_code == 200 and r.json() == []
+    finally:
+        emu.stop()
