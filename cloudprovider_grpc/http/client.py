@@ -82,7 +82,7 @@ class Reply:
             ) from exc
 
 
-def error_message_from_body(body: bytes, content_type: str = "") -> str:
+def error_message_from_body(body: bytes) -> str:
     """The cloud's own words from an error body.
 
     Understands the shapes the clouds use: `{"code": 400, "message": "..."}` (Cherry's live API, as
@@ -293,7 +293,7 @@ class HttpClient:
                 reply=Reply(resp.status_code, resp.headers, body, operation=operation, backend=self.backend),
             )
         status = resp.status_code
-        detail = error_message_from_body(body, resp.headers.get("Content-Type", ""))
+        detail = error_message_from_body(body)
         transient = status in (408, 429) or status >= 500
         message = self._redact(f"{where}: HTTP {status}: {detail}")
         return _Attempt(

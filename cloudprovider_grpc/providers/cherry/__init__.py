@@ -35,6 +35,7 @@ def make_client(config: CherryConfig, api_url: str | None = None) -> CherryClien
         timeout=(config.connect_timeout, config.read_timeout),
         retries=config.retries,
         rate_limit_per_s=config.rate_limit,
+        max_elapsed=config.retry_budget,
     )
 
 

@@ -70,6 +70,7 @@ _TOP_KEYS = frozenset(
         "connect-timeout",
         "read-timeout",
         "retries",
+        "retry-budget",
         "rate-limit",
         "catalog-ttl",
         "emulator",
@@ -119,6 +120,9 @@ class CherryConfig:
     connect_timeout: float = 3.05
     read_timeout: float = 10.0
     retries: int = 4
+    #: seconds one API call may spend retrying; Refresh lists synchronously, so this keeps it near CA's
+    #: grpc_timeout (5 s by default, 10 s in our manifests)
+    retry_budget: float = 8.0
     #: requests per second; Cherry documents 4/s per client IP (api.cherryservers.com/doc)
     rate_limit: float = 4.0
     catalog_ttl: float = 3600.0
@@ -427,6 +431,7 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
         connect_timeout=_float(opts.get("connect-timeout", 3.05), "cherry.connect-timeout", allow_zero=False),
         read_timeout=_float(opts.get("read-timeout", 10.0), "cherry.read-timeout", allow_zero=False),
         retries=retries,
+        retry_budget=_float(opts.get("retry-budget", 8.0), "cherry.retry-budget", allow_zero=False),
         rate_limit=_float(opts.get("rate-limit", 4.0), "cherry.rate-limit", allow_zero=False),
         catalog_ttl=_float(opts.get("catalog-ttl", 3600.0), "cherry.catalog-ttl"),
         emulator=emulator,
