@@ -166,10 +166,17 @@ def _seconds(msg: Any, new: str, old: str, default: float) -> float:
 
 
 class CAClient:
-    """The RPC surface CA's core uses, with CA's caches (see the module docstring)."""
+    """The RPC surface CA's core uses, with CA's caches (see the module docstring).
 
-    def __init__(self, transport: Transport) -> None:
+    `profile="lean"` keeps NodeGroupForNode answers across Refresh (a node never changes group),
+    for long runs where CA's per-node re-asking each loop would dominate; decisions are the same,
+    only the RPC counts differ from CA's."""
+
+    def __init__(self, transport: Transport, profile: str = "ca") -> None:
+        if profile not in ("ca", "lean"):
+            raise ValueError(f"unknown RPC profile {profile!r} (ca or lean)")
         self.transport = transport
+        self.profile = profile
         self.counts: Counter[str] = Counter()
         self._node_groups: list[GroupInfo] | None = None
         self._ngfn: dict[tuple[str, str], GroupInfo] = {}
@@ -184,7 +191,8 @@ class CAClient:
     # ---- cloud-provider level
     def refresh(self) -> None:
         self._node_groups = None
-        self._ngfn.clear()
+        if self.profile == "ca":
+            self._ngfn.clear()
         self._templates.clear()  # new NodeGroup objects after Refresh carry no template cache
         self._call("Refresh", pb.RefreshRequest())
 

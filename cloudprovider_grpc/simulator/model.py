@@ -183,6 +183,7 @@ class Node:
         "shape",
         "to_be_deleted",
         "used",
+        "version",
     )
 
     def __init__(self, name: str, provider_id: str, shape: NodeShape, registered: float) -> None:
@@ -196,6 +197,7 @@ class Node:
         self.ds_used: Resources = {}
         self.to_be_deleted = False
         self.annotations: dict[str, str] = {}
+        self.version = 0  # bumped on every bind/unbind, so derived values can be cached
 
     @property
     def allocatable(self) -> Resources:
@@ -207,6 +209,7 @@ class Node:
 
     def bind(self, pod: Pod) -> None:
         self.pods[pod.name] = pod
+        self.version += 1
         pod.node = self.name
         add_into(self.used, pod.shape.requests)
         if pod.shape.is_daemonset:
@@ -214,6 +217,7 @@ class Node:
 
     def unbind(self, pod: Pod) -> None:
         del self.pods[pod.name]
+        self.version += 1
         pod.node = None
         add_into(self.used, pod.shape.requests, -1)
         if pod.shape.is_daemonset:

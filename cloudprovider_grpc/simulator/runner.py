@@ -89,5 +89,6 @@ def _simulate(
     provider: str,
     echo: Callable[[str], None] | None,
 ) -> Report:
-    sim = Simulation(scenario, CAClient(ca), CAClient(world), clock, seed=seed, provider=provider, echo=echo)
+    client = CAClient(ca, profile=scenario.rpc_profile)
+    sim = Simulation(scenario, client, CAClient(world), clock, seed=seed, provider=provider, echo=echo)
     return sim.run()

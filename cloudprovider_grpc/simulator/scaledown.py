@@ -136,6 +136,7 @@ class ScaleDownPlanner:
         self.unremovable_until: dict[str, float] = {}
         self.current: dict[str, Unneeded] = {}
         self._fits = StaticFitCache()
+        self._util: dict[str, tuple[tuple[int, bool], tuple[float, str]]] = {}
 
     def update(
         self,
@@ -158,7 +159,13 @@ class ScaleDownPlanner:
                 unremovable.append(Unremovable(node.name, "RecentlyUnremovable"))
                 continue
             opts = options(node.group)
-            util, res = utilization(node, opts.ignore_daemonsets_utilization)
+            key = (node.version, opts.ignore_daemonsets_utilization)
+            cached = self._util.get(node.name)
+            if cached is not None and cached[0] == key:
+                util, res = cached[1]
+            else:
+                util, res = utilization(node, opts.ignore_daemonsets_utilization)
+                self._util[node.name] = (key, (util, res))
             threshold = opts.gpu_utilization_threshold if res == GPU_RESOURCE else opts.utilization_threshold
             if util > threshold:
                 unremovable.append(
@@ -172,6 +179,8 @@ class ScaleDownPlanner:
         underutilized.sort(
             key=lambda t: (not is_empty(t[0]), t[0].name not in self.unneeded_since, t[0].name)
         )
+        if not underutilized:
+            return self._finish([], unremovable)
         free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
         removed: set[str] = set()
         # pods moved onto a node earlier in this pass live there in CA's snapshot: removing that
@@ -203,6 +212,9 @@ class ScaleDownPlanner:
                 Unneeded(node.name, node.group, since, util, res, not pods, sorted(p.name for p in pods))
             )
 
+        return self._finish(found, unremovable)
+
+    def _finish(self, found: list[Unneeded], unremovable: list[Unremovable]) -> PassResult:
         newly = [u for u in found if u.node not in self.unneeded_since]
         self.unneeded_since = {u.node: u.since for u in found}
         self.current = {u.node: u for u in found}
@@ -256,6 +268,7 @@ class ScaleDownPlanner:
         return True
 
     def forget(self, node_name: str) -> None:
+        self._util.pop(node_name, None)
         self.unneeded_since.pop(node_name, None)
         self.unremovable_until.pop(node_name, None)
         self.current.pop(node_name, None)

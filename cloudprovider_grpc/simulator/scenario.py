@@ -273,6 +273,9 @@ class Scenario(_Strict):
     provider: str = "sim"
     cloud: dict[str, Any] = Field(default_factory=dict)
     scheduler: Literal["least-allocated", "most-allocated"] = "least-allocated"
+    #: "ca" repeats CA's RPC call sites exactly; "lean" keeps NodeGroupForNode answers across loops
+    #: (same decisions, far fewer RPCs; for very long or very large runs)
+    rpc_profile: Literal["ca", "lean"] = "ca"
     autoscaler: AutoscalerOptions = Field(default_factory=AutoscalerOptions)
     priorities: dict[int, list[str]] = Field(default_factory=dict)
     daemonsets: list[DaemonSet] = Field(default_factory=list)
