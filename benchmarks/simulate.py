@@ -172,7 +172,8 @@ def bench_day() -> None:
     print(
         f"24 h simulated day, {report.summary['loops']} loops at 10 s, {min(total)}..{max(total)} nodes: "
         f"{elapsed:.1f} s (target < 60 s); {report.summary['nodes_added']} nodes added, "
-        f"{report.summary['nodes_removed']} removed, {rpcs} RPCs ({rpcs / report.summary['loops']:.0f} per loop)"
+        f"{report.summary['nodes_removed']} removed, {rpcs} RPCs "
+        f"({rpcs / report.summary['loops']:.0f} per loop)"
     )
     # the same cluster with CA's exact call sites (NodeGroupForNode re-asked for every node each loop)
     d = day_scenario()
