@@ -880,7 +880,7 @@ func (s *Suite) errorInfo() {
 	p := s.faulty
 	// The faulty server's only group has no price and no option overrides: the optional RPCs answer
 	// UNIMPLEMENTED, which the client must turn into cloudprovider.ErrNotImplemented.
-	s.r.Check("optional RPCs: UNIMPLEMENTED -> cloudprovider.ErrNotImplemented", "master", func() error {
+	s.r.Check("PricingModel.NodePrice, PricingModel.PodPrice, NodeGroup.GetOptions (UNIMPLEMENTED -> cloudprovider.ErrNotImplemented)", "master", func() error {
 		groups := p.NodeGroups()
 		if len(groups) == 0 {
 			return errors.New("faulty server lists no group")
@@ -1033,7 +1033,7 @@ func (s *Suite) refreshAndCleanup() {
 		}
 		return nil
 	})
-	s.r.Check("grpc_timeout: every call answered within the deadline", "all", func() error {
+	s.r.Check("every RPC above (answered within grpc_timeout)", "all", func() error {
 		clients := map[string]*Provider{"main server, " + s.master.schema.Release: s.master, "faulty server": s.faulty}
 		for _, c := range s.legacy {
 			clients["main server, "+c.schema.Release] = c

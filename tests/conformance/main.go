@@ -234,7 +234,7 @@ func (s *Suite) mtls() {
 		defer os.Remove(path)
 		return refused(BuildExternalGrpc(path, s.master.schema))
 	})
-	s.r.Check("TLS client without a client certificate is refused", "master", func() error {
+	s.r.Check("CloudProvider.Refresh (TLS client without a client certificate is refused)", "master", func() error {
 		pem, err := os.ReadFile(c.Cacert)
 		if err != nil {
 			return err
@@ -244,7 +244,7 @@ func (s *Suite) mtls() {
 		return refused(dialTLS(s.master.schema, c.Address, &tls.Config{ServerName: host, RootCAs: pool}))
 	})
 	if s.cfg.pki != "" {
-		s.r.Check("client certificate from an untrusted CA is refused", "master", func() error {
+		s.r.Check("CloudProvider.BuildExternalGrpc (client certificate from an untrusted CA is refused)", "master", func() error {
 			path, err := variantConfig(base, func(c *cloudConfig) {
 				c.Cert, c.Key = filepath.Join(s.cfg.pki, "rogue-client.crt"), filepath.Join(s.cfg.pki, "rogue-client.key")
 			})
