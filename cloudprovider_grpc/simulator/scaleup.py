@@ -151,6 +151,11 @@ def plan_scale_up(
         plan.lines.append(f"Skipping node group {gid} - {why}")
 
     cluster_room = opts.max_nodes_total - cluster_nodes if opts.max_nodes_total > 0 else None
+    if cluster_room is not None and cluster_room < 1:
+        plan.reason = f"max-nodes-total ({opts.max_nodes_total}) reached"
+        plan.lines.append(f"Max total nodes in cluster reached: {opts.max_nodes_total}")
+        plan.pods_remaining = total_pods
+        return plan
     by_id = {g.id: g for g in valid}
     for g in valid:
         tpl = g.template
@@ -200,13 +205,9 @@ def plan_scale_up(
         ).node_count  # type: ignore[arg-type]
     plan.needed = needed
     plan.lines.append(f"Estimated {needed} nodes needed in {best.group}")
-    if cluster_room is not None and new_nodes > cluster_room:
+    if cluster_room is not None and needed > cluster_room:
         plan.lines.append(f"Capping size to max cluster total size ({opts.max_nodes_total})")
-        new_nodes = cluster_room
-        if new_nodes < 1:
-            plan.reason = "max node total count already reached"
-            plan.pods_remaining = total_pods
-            return plan
+        new_nodes = min(new_nodes, cluster_room)
     tpl = group.template
     assert tpl is not None
     per_cpu, per_mem = tpl.capacity.get(CPU, 0), tpl.capacity.get(MEMORY, 0)

@@ -66,3 +66,33 @@ def test_against_a_running_server():
     assert (ups[0].t, ups[0].group, ups[0].delta) == (0.0, "pool", 3)
     assert r.provider == f"external {handle.address}"
     assert r.rpc_counts["autoscaler"]["NodeGroupIncreaseSize"] >= 1
+
+
+def test_cherry_backend_against_its_emulator():
+    """The same decisions through the Cherry backend talking HTTP to its bundled API emulator."""
+    s = parse_scenario(
+        {
+            "name": "cherry",
+            "duration": "2m",
+            "provider": "cherry",
+            "cloud": {
+                "cluster-name": "sim",
+                "rate-limit": 1000,
+                "global": {
+                    "project-id": 42,
+                    "plan": "cloud_vps_1",
+                    "region": "eu_nord_1",
+                    "os": "ubuntu_24_04",
+                },
+                "pools": {"workers": {"min-size": 0, "max-size": 4}},
+                "emulator": {"deploy-seconds": 0, "stock": 10},
+            },
+            "workloads": [{"name": "web", "replicas": 6, "requests": {"cpu": "500m", "memory": "512Mi"}}],
+        }
+    )
+    r = run(s, emulate=True)
+    ups = r.of_kind("scale-up")
+    # cloud_vps_1 is 1 cpu / 1Gi: 2 pods of 500m / 512Mi per node -> ceil(6/2) = 3 nodes
+    assert [(d.t, d.group, d.delta) for d in ups] == [(0.0, "workers", 3)]
+    assert r.timeline["nodes"]["workers"][-1] == 3 and r.timeline["pending"][-1] == 0
+    assert r.rpc_counts["autoscaler"]["NodeGroupTemplateNodeInfo"] >= 1
