@@ -208,3 +208,133 @@ def test_write_report_files(reports, tmp_path):
         assert "matplotlib is not installed" in notes[-1]
     else:
         assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def three_nodes(min_size):
+    return {
+        "groups": [
+            {
+                "id": "g",
+                "min_size": min_size,
+                "max_size": 5,
+                "initial_size": 3,
+                "capacity": {"cpu": "4", "memory": "16Gi"},
+            },
+        ]
+    }
+
+
+PACKED = [
+    {"name": "big", "replicas": 2, "requests": {"cpu": "3", "memory": "1Gi"}},
+    {"name": "small", "replicas": 1, "requests": {"cpu": "1", "memory": "1Gi"}},
+]
+
+
+def test_scale_down_removes_exactly_the_underutilized_node_after_the_unneeded_time():
+    # the scheduler spreads (LeastAllocated): big-0 -> g-0, big-1 -> g-1, small-0 -> g-2.
+    # g-0 and g-1: 3/4 = 0.75 > 0.5 (needed); g-2: 1/4 = 0.25 and its 1-cpu pod fits the 1 cpu
+    # left on g-0 -> unneeded from t=0, removed at t=600 (scale-down-unneeded-time 10m)
+    r = run(parse_scenario({"name": "pack", "duration": "15m", "cloud": three_nodes(1), "workloads": PACKED}))
+    downs = kinds(r, "scale-down")
+    assert [(d.t, d.node, d.reason, d.inputs["pods_rescheduled"]) for d in downs] == [
+        (600.0, "g-2", "underutilized", ["small-0"])
+    ]
+    assert downs[0].inputs["utilization"] == 0.25
+    assert [d.node for d in kinds(r, "node-unneeded")] == ["g-2"]
+    assert r.timeline["nodes"]["g"][-1] == 2
+    assert r.timeline["pending"][-1] == 0  # small-0 was rescheduled (onto g-0's or g-1's last cpu)
+    assert not kinds(r, "scale-up")
+
+
+def test_scale_down_never_goes_below_min_size():
+    r = run(parse_scenario({"name": "pack", "duration": "15m", "cloud": three_nodes(3), "workloads": PACKED}))
+    assert not kinds(r, "scale-down") and not kinds(r, "node-unneeded")
+    assert r.timeline["nodes"]["g"] == [3] * len(r.timeline["t"])
+
+
+def test_unregistered_node_is_deleted_and_the_group_backed_off():
+    s = parse_scenario(
+        {
+            "name": "slow",
+            "duration": "16m",
+            "cloud": {
+                "provisioning_delay": 1500,
+                "groups": [
+                    {"id": "slow", "min_size": 0, "max_size": 5, "capacity": {"cpu": "4", "memory": "16Gi"}},
+                    {"id": "backup", "min_size": 0, "max_size": 5, "capacity": {"cpu": "4", "memory": "8Gi"}},
+                ],
+            },
+            "autoscaler": {"expander": "priority"},
+            "priorities": {20: ["slow"], 10: ["backup"]},
+            "workloads": [{"name": "w", "replicas": 3, "requests": {"cpu": "1"}}],
+        }
+    )
+    r = run(s)
+    # the machine never boots within max-node-provision-time (15m): the scale-up request times out
+    # at 900 s (backoff), the instance (first listed at 10 s) is deleted as unregistered at 910 s,
+    # and the same loop scales the lower-priority group instead
+    assert [(d.t, d.group) for d in kinds(r, "scale-up-timeout")] == [(900.0, "slow")]
+    assert [(d.t, d.group) for d in kinds(r, "delete-unregistered")] == [(910.0, "slow")]
+    ups = kinds(r, "scale-up")
+    assert [(d.t, d.group, d.delta) for d in ups] == [(0.0, "slow", 1), (910.0, "backup", 1)]
+    assert ups[1].inputs["skipped_groups"]["slow"].startswith("backed off (timeout")
+
+
+def test_price_expander_through_the_pricing_rpcs():
+    s = parse_scenario(
+        {
+            "name": "price",
+            "duration": "20s",
+            "cloud": {
+                "groups": [
+                    {
+                        "id": "system",
+                        "min_size": 1,
+                        "max_size": 1,
+                        "initial_size": 1,
+                        "capacity": {"cpu": "2", "memory": "8Gi"},
+                        "price_per_hour": 0.10,
+                    },
+                    {
+                        "id": "small",
+                        "min_size": 0,
+                        "max_size": 5,
+                        "capacity": {"cpu": "2", "memory": "8Gi"},
+                        "labels": {"pool": "work"},
+                        "price_per_hour": 0.10,
+                    },
+                    {
+                        "id": "large",
+                        "min_size": 0,
+                        "max_size": 5,
+                        "capacity": {"cpu": "8", "memory": "32Gi"},
+                        "labels": {"pool": "work"},
+                        "price_per_hour": 0.50,
+                    },
+                ]
+            },
+            "autoscaler": {"expander": "price"},
+            "workloads": [
+                {
+                    "name": "w",
+                    "replicas": 4,
+                    "requests": {"cpu": "1", "memory": "1Gi"},
+                    "node_selector": {"pool": "work"},
+                }
+            ],
+        }
+    )
+    r = run(s)
+    # 1 node in the cluster -> preferred node 1 cpu. Server prices (cheapest dominant share):
+    # stabilization pod 500m/500Mi = 0.25 of a 2-cpu $0.10 node = 0.025; each 1-cpu pod 0.05.
+    # small: 2 nodes x 0.10, unfitness max(1/2, 2/1) = 2, suppressed (2-1)(1-tanh(1/15))+1 = 1.9334,
+    #        score 1.9334 x (0.2 + 0.025) / (0.2 + 0.025) = 1.93
+    # large: 1 node x 0.50, unfitness 8, suppressed 8, score 8 x 0.525 / 0.225 = 18.67 -> small
+    assert [(d.group, d.delta) for d in kinds(r, "scale-up")] == [("small", 2)]
+    assert any(
+        "price: small node price 0.1000x2, pods 0.2000, unfitness 2.000, score 1.933" in line
+        for line in r.log
+    )
+    rpcs = r.rpc_counts["autoscaler"]
+    assert rpcs["PricingNodePrice"] == 2  # one per option
+    assert rpcs["PricingPodPrice"] == 3  # stabilization pod + one per option's equivalence group
