@@ -69,6 +69,7 @@ RUNNING, CREATING, DELETING = 1, 2, 3
 INSTANCES_CACHE_REFRESH = 120.0  # node_instances_cache.go background refresh interval
 ERROR_CLASS = {1: "OutOfResource", 99: "OtherError"}
 STABILIZATION_POD = {CPU: "500m", MEMORY: "500Mi"}  # price.go priceStabilizationPod
+SCALE_DOWN_UNREADY_TIME = 1200.0  # --scale-down-unready-time default (nodes here are never unready)
 
 
 @dataclass
@@ -183,6 +184,8 @@ class Simulation:
             self.rec.loop, self.rec.t = i, t
             self.run_once(t)
             self._sample(t)
+        with contextlib.suppress(RpcError):  # CA calls Cleanup when it shuts down
+            self.client.cleanup()
         return self._report()
 
     def run_once(self, t: float) -> None:
@@ -197,6 +200,9 @@ class Simulation:
             return
         groups = self.client.node_groups()
         self._group_ids = [g.id for g in groups]
+        # CA reads these to recognise GPU nodes; its client caches them after the first success
+        self.client.gpu_label()
+        self.client.gpu_types()
         self._list_instances(groups, t)
         self._kubelets(groups, t)
         w.schedule(t)
@@ -603,7 +609,7 @@ class Simulation:
             o.scale_down_utilization_threshold,
             o.scale_down_gpu_utilization_threshold,
             o.scale_down_unneeded_time,
-            1200.0,
+            SCALE_DOWN_UNREADY_TIME,
             o.max_node_provision_time,
             False,
             o.ignore_daemonsets_utilization,

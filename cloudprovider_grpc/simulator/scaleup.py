@@ -13,6 +13,9 @@ Port of sigs-CA `pkg/core/scaleup/orchestrator/orchestrator.go` (ScaleUp), pure 
    cores/memory totals (`applyLimits`), then balancing across similar groups
    (`pkg/processors/nodegroupset/balancing_processor.go`: cap at the set's room, then one node at
    a time to the currently smallest group) when `balance-similar-node-groups` is on.
+The log's "Estimated N nodes needed" shows the uncapped binpacking result (older CA releases
+printed it before "Capping size to MAX"), while the options the expanders compare are already
+capped by the limiter, as in current CA; both numbers are in the decision's inputs.
 Similar groups follow `compare_nodegroups.go`: equal capacity except memory within
 `memory-difference-ratio`, allocatable and free resources within their ratios, and equal labels
 except hostname, zone/region and `balancing-ignore-label`.
