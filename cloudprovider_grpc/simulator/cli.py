@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--emulate", action="store_true", help="run the in-process backend against its bundled API emulator"
     )
+    parser.add_argument(
+        "--no-pace",
+        action="store_true",
+        help="with --server: run loops back to back instead of every scan-interval of wall time "
+        "(CA's timeouts then fire before real machines can boot)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not print the per-loop decision log")
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,7 +127,9 @@ class Simulation:
         seed: int = 0,
         provider: str = "sim",
         echo: Callable[[str], None] | None = None,
+        pace: bool = False,
     ) -> None:
+        self.pace = pace
         self.s = scenario
         self.o = scenario.autoscaler
         self.client = client
@@ -178,8 +181,11 @@ class Simulation:
     def run(self) -> Report:
         interval = self.o.scan_interval
         loops = int(self.s.duration // interval) + 1
+        wall_start = time.monotonic()
         for i in range(loops):
             t = i * interval
+            if self.pace:  # a server on the real clock: loops start every scan-interval, like CA's
+                time.sleep(max(0.0, wall_start + t - time.monotonic()))
             self.clock.set(t)
             self.rec.loop, self.rec.t = i, t
             self.run_once(t)

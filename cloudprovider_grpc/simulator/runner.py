@@ -3,8 +3,11 @@
 Without `server`, the scenario's backend (default `sim`) is built with the virtual clock and
 inline workers (creates and deletes run at the start of each Refresh instead of in threads) and
 served by our real gRPC server on a loopback port, so the run is repeatable to the byte. With
-`server="HOST:PORT"` the simulator talks to whatever serves there: the loop still steps virtual
-time by scan-interval, while node readiness follows the instance states the server reports.
+`server="HOST:PORT"` the simulator talks to whatever serves there, which runs on the real clock:
+loops are paced to start every scan-interval of wall time (as CA's do), so provisioning delays and
+CA's timeouts (max-node-provision-time, unneeded time) mean the same thing on both sides, and node
+readiness follows the instance states the server reports. `pace=False` runs the loops back to
+back instead; against a real cloud that would make CA's timeouts fire long before machines boot.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def run(
     emulate: bool = False,
     echo: Callable[[str], None] | None = None,
     transport: str = "grpc",
+    pace: bool | None = None,
 ) -> Report:
     """Simulate `scenario` and return its Report.
 
@@ -34,6 +38,8 @@ def run(
     ours in-process. `provider`/`emulate`: the in-process backend (default: the scenario's) and
     whether it runs against its API emulator. `transport`: "grpc" (a real loopback socket) or
     "in-process" (the same servicer called directly; for very long runs such as benchmarks).
+    `pace`: wait for wall time to catch up with virtual time before each loop; defaults to True
+    with `server` (real clock) and False in-process (virtual clock).
     """
     clock = VirtualClock(scenario.start_time)
     backend = provider or scenario.provider
@@ -41,7 +47,8 @@ def run(
         ca, world = GrpcTransport(server), GrpcTransport(server)
         try:
             ca.wait_ready()
-            return _simulate(scenario, ca, world, clock, seed, f"external {server}", echo)
+            paced = True if pace is None else pace
+            return _simulate(scenario, ca, world, clock, seed, f"external {server}", echo, paced)
         finally:
             ca.close()
             world.close()
@@ -73,7 +80,7 @@ def run(
     handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=cloud)
     ca, world = GrpcTransport(handle.address), GrpcTransport(handle.address)
     try:
-        return _simulate(scenario, ca, world, clock, seed, backend, echo)
+        return _simulate(scenario, ca, world, clock, seed, backend, echo, bool(pace))
     finally:
         ca.close()
         world.close()
@@ -88,7 +95,10 @@ def _simulate(
     seed: int,
     provider: str,
     echo: Callable[[str], None] | None,
+    pace: bool,
 ) -> Report:
     client = CAClient(ca, profile=scenario.rpc_profile)
-    sim = Simulation(scenario, client, CAClient(world), clock, seed=seed, provider=provider, echo=echo)
+    sim = Simulation(
+        scenario, client, CAClient(world), clock, seed=seed, provider=provider, echo=echo, pace=pace
+    )
     return sim.run()

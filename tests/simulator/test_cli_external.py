@@ -40,7 +40,8 @@ def test_cli_reports_an_unreachable_server(tmp_path, capsys):
 
 
 def test_against_a_running_server():
-    """--server mode: the server runs on its own (real clock, background workers)."""
+    """--server mode: the server runs on its own (real clock, background workers); loops are paced
+    to wall time, so its machines (provisioning_delay 0) boot and register between loops."""
     cloud = {
         "provisioning_delay": 0,
         "deletion_delay": 0,
@@ -54,7 +55,8 @@ def test_against_a_running_server():
         s = parse_scenario(
             {
                 "name": "ext",
-                "duration": "1m",
+                "duration": "2s",
+                "autoscaler": {"scan-interval": "1s"},
                 "workloads": [{"name": "w", "replicas": 5, "requests": {"cpu": "1", "memory": "1Gi"}}],
             }
         )
@@ -65,7 +67,8 @@ def test_against_a_running_server():
     # 5 pods x 1 cpu on 2-cpu nodes -> ceil(5/2) = 3, decided in the first loop
     assert (ups[0].t, ups[0].group, ups[0].delta) == (0.0, "pool", 3)
     assert r.provider == f"external {handle.address}"
-    assert r.rpc_counts["autoscaler"]["NodeGroupIncreaseSize"] >= 1
+    assert r.rpc_counts["autoscaler"]["NodeGroupIncreaseSize"] == 1
+    assert r.timeline["nodes"]["pool"][-1] == 3 and r.timeline["pending"][-1] == 0
 
 
 def test_cherry_backend_against_its_emulator():
@@ -96,3 +99,49 @@ def test_cherry_backend_against_its_emulator():
     assert [(d.t, d.group, d.delta) for d in ups] == [(0.0, "workers", 3)]
     assert r.timeline["nodes"]["workers"][-1] == 3 and r.timeline["pending"][-1] == 0
     assert r.rpc_counts["autoscaler"]["NodeGroupTemplateNodeInfo"] >= 1
+
+
+def test_increase_size_error_backs_the_group_off():
+    """An IncreaseSize RPC error (here: the cloud API is down for one group) is a failed scale-up."""
+    from cloudprovider_grpc.errors import Unavailable
+    from cloudprovider_grpc.providers.managed import ManagedProvider
+    from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, parse_options
+
+    class FlakyGroup(ManagedProvider):
+        def increase_size(self, group_id: str, delta: int) -> None:
+            if group_id == "flaky":
+                raise Unavailable("cloud API unavailable")
+            super().increase_size(group_id, delta)
+
+    cloud = {
+        "provisioning_delay": 0,
+        "groups": [
+            {"id": "flaky", "min_size": 0, "max_size": 4, "capacity": {"cpu": "2", "memory": "8Gi"}},
+            {"id": "steady", "min_size": 0, "max_size": 4, "capacity": {"cpu": "2", "memory": "8Gi"}},
+        ],
+    }
+    ctx = ProviderContext(options=cloud)
+    provider = FlakyGroup(SimDriver(SimCloud(parse_options(ctx))))
+    handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=provider)
+    try:
+        s = parse_scenario(
+            {
+                "name": "flaky",
+                "duration": "1s",
+                "autoscaler": {"scan-interval": "1s", "expander": "priority"},
+                "priorities": {20: ["flaky"], 10: ["steady"]},
+                "workloads": [{"name": "w", "replicas": 3, "requests": {"cpu": "1", "memory": "1Gi"}}],
+            }
+        )
+        r = run(s, server=handle.address)
+    finally:
+        handle.stop(grace=1.0)
+    errors = r.of_kind("scale-up-error")
+    # loop 0: priority picks flaky, IncreaseSize fails -> backoff 5m (OtherError with the status)
+    assert [(d.t, d.group, d.delta) for d in errors] == [(0.0, "flaky", 2)]
+    assert errors[0].reason == "cloud API unavailable"
+    assert errors[0].inputs["backoff_until"] == 300.0
+    # loop 1: flaky is backed off, steady takes the 3 pods (2 per 2-cpu node -> 2 nodes)
+    ups = r.of_kind("scale-up")
+    assert (ups[0].t, ups[0].group, ups[0].delta) == (1.0, "steady", 2)
+    assert ups[0].inputs["skipped_groups"]["flaky"].startswith("backed off (OtherError.UNAVAILABLE")
