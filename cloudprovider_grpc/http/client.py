@@ -219,14 +219,17 @@ class HttpClient:
         params: Mapping[str, Any] | None = None,
         json_body: Any = None,
         ok: Iterable[int] = (200, 201, 202, 204),
+        urgent: bool = False,
     ) -> Reply:
+        """One API call with retries. `urgent` calls (the listing a Refresh waits for) take
+        rate-limit tokens before background ones."""
         method = method.upper()
         ok_statuses = frozenset(ok)
         started = time.monotonic()
         attempts = self.retry.retries + 1
         last: _Attempt | None = None
         for attempt in range(attempts):
-            last = self._attempt(method, path, operation, params, json_body, ok_statuses)
+            last = self._attempt(method, path, operation, params, json_body, ok_statuses, urgent)
             if last.reply is not None:
                 return last.reply
             assert last.error is not None
@@ -253,9 +256,10 @@ class HttpClient:
         params: Mapping[str, Any] | None,
         json_body: Any,
         ok: frozenset[int],
+        urgent: bool,
     ) -> _Attempt:
         if self._limiter is not None:
-            self._limiter.acquire()
+            self._limiter.acquire(urgent)
         where = f"{self.backend} {operation} ({method} /{path.lstrip('/')})"
         t0 = time.monotonic()
         try:

@@ -34,28 +34,44 @@ class TokenBucket:
         self._tokens = self.burst
         self._stamp = clock()
         self._lock = threading.Lock()
+        self._urgent_waiting = 0
 
-    def _take_or_wait_time(self) -> float:
-        """Take a token and return 0, or return how long to wait before one is available."""
+    def _take_or_wait_time(self, urgent: bool = True) -> float:
+        """Take a token and return 0, or return how long to wait before one is available.
+
+        A non-urgent caller leaves tokens to urgent callers that are waiting."""
         with self._lock:
             now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
             self._stamp = now
-            if self._tokens >= 1.0:
+            if self._tokens >= 1.0 and (urgent or self._urgent_waiting == 0):
                 self._tokens -= 1.0
                 return 0.0
-            return (1.0 - self._tokens) / self.rate
+            return max((1.0 - self._tokens) / self.rate, 1.0 / self.rate if self._tokens >= 1.0 else 0.0)
 
     def try_acquire(self) -> bool:
         """Take a token if one is available now; never blocks (servers use this to throttle)."""
         return self._take_or_wait_time() <= 0
 
-    def acquire(self) -> float:
-        """Block until a token is taken; return the time spent waiting (seconds)."""
+    def acquire(self, urgent: bool = False) -> float:
+        """Block until a token is taken; return the time spent waiting (seconds).
+
+        `urgent` callers go first: Refresh's listing must not queue behind a burst of background
+        creates, or it would overrun CA's gRPC deadline."""
         waited = 0.0
-        while True:
-            wait = self._take_or_wait_time()
-            if wait <= 0:
-                return waited
-            self._sleep(wait)
-            waited += wait
+        registered = False
+        try:
+            while True:
+                wait = self._take_or_wait_time(urgent)
+                if wait <= 0:
+                    return waited
+                if urgent and not registered:
+                    with self._lock:
+                        self._urgent_waiting += 1
+                    registered = True
+                self._sleep(wait)
+                waited += wait
+        finally:
+            if registered:
+                with self._lock:
+                    self._urgent_waiting -= 1

@@ -268,3 +268,31 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("Wed, 31 Dec 2025 23:00:00 GMT", now) == 0
     assert parse_retry_after("soon") is None
     assert parse_retry_after(None) is None
+
+
+def test_urgent_callers_go_before_queued_background_callers() -> None:
+    import threading
+
+    bucket = TokenBucket(20.0, 1.0)
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def background(i: int) -> None:
+        bucket.acquire()
+        with lock:
+            order.append(f"bg{i}")
+
+    threads = [threading.Thread(target=background, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    assert wait_for(lambda: len(order) >= 1)
+    with lock:
+        before = len(order)
+    bucket.acquire(urgent=True)
+    with lock:
+        order.append("urgent")
+    for t in threads:
+        t.join(timeout=5)
+    assert len(order) == 7
+    # the urgent caller took the next token (or the one after, if a background caller was mid-take)
+    assert order.index("urgent") <= before + 1, order

@@ -84,6 +84,7 @@ class CherryClient:
                 f"projects/{project_id}/servers",
                 operation="list_servers",
                 params={"limit": page_size, "offset": offset},
+                urgent=True,
             )
             page = reply.json() or []
             if not isinstance(page, list):
@@ -131,7 +132,7 @@ class CherryClient:
             raise
 
     def list_plans(self) -> list[dict[str, Any]]:
-        plans = self.http.request("GET", "plans", operation="list_plans").json() or []
+        plans = self.http.request("GET", "plans", operation="list_plans", urgent=True).json() or []
         if not isinstance(plans, list):
             raise CloudError("cherry list_plans: expected a JSON array", transient=True)
         return plans
