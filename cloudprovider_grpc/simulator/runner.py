@@ -72,6 +72,7 @@ def run(
                 seed,
                 backend,
                 echo,
+                bool(pace),
             )
         finally:
             cloud.stop(timeout=1.0)
