@@ -229,6 +229,11 @@ class EmulatorServer:
         with self.lock:
             self._log.clear()
 
+    def reset_rate_limits(self) -> None:
+        """Forget every client's request budget (each starts again with a full bucket)."""
+        with self.lock:
+            self._buckets.clear()
+
     def set_faults(self, plan: FaultPlan | None) -> None:
         self.faults = plan or FaultPlan.none()
 

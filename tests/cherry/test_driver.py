@@ -192,3 +192,19 @@ def test_wrong_token_is_a_precise_permanent_error(emulator: CherryEmulator) -> N
         driver.list_machines()
     assert err.value.status == 401 and not err.value.transient
     assert "wrong" not in err.value.message
+
+
+def test_the_api_rate_limit_is_survived_by_honouring_retry_after(emulator: CherryEmulator) -> None:
+    emulator.rate_limit_per_s = 4  # the documented limit, answered with 429 + Retry-After
+    driver = make_driver(emulator, options={"rate-limit": 100})  # our own limiter set far too high
+    for _ in range(8):
+        assert driver.list_machines() == []
+    statuses = [e.status for e in emulator.request_log()]
+    assert statuses.count(200) == 8 and 429 in statuses
+
+    emulator.clear_log()
+    emulator.reset_rate_limits()
+    polite = make_driver(emulator, options={"rate-limit": 4})  # the default client limit
+    for _ in range(6):
+        polite.list_machines()
+    assert [e.status for e in emulator.request_log()] == [200] * 6
