@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.cherry.client import CherryClient
@@ -45,8 +44,10 @@ def _emulator_for(
     emu: EmulatorOptions,
     address: str,
     state_file: Path | None,
-    clock: Any = None,
 ) -> CherryEmulator:
+    """An emulator seeded from `config` (its token, projects, stock) or, without one, from the
+    environment's token and defaults. Provisioning runs on the real clock even when the server's
+    clock is virtual (the simulator), since the emulator serves real HTTP."""
     host, _, port = address.rpartition(":")
     try:
         port_n = int(port)
@@ -54,7 +55,7 @@ def _emulator_for(
         raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
     token = config.token if config else (env_token or EMULATOR_DEFAULT_TOKEN)
     projects = config.project_ids if config else ()
-    emulator = CherryEmulator(
+    return CherryEmulator(
         host or "127.0.0.1",
         port_n,
         tokens={token: DEFAULT_TEAM},
@@ -63,10 +64,8 @@ def _emulator_for(
         deploy_seconds=emu.deploy_seconds,
         terminate_seconds=emu.terminate_seconds,
         rate_limit_per_s=emu.rate_limit,
-        clock=clock,
         state_file=state_file,
     )
-    return emulator
 
 
 def build(ctx: ProviderContext) -> CloudProvider:
@@ -77,7 +76,6 @@ def build(ctx: ProviderContext) -> CloudProvider:
     emulator = None
     api_url = None
     if ctx.emulate:
-        # emulated provisioning runs on the real clock: ctx.clock may be virtual (simulator)
         emulator = _emulator_for(config, "", config.emulator, "127.0.0.1:0", None).start()
         api_url = emulator.base_url
     driver = CherryDriver(config, make_client(config, api_url))

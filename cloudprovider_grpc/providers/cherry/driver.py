@@ -22,7 +22,6 @@ from cloudprovider_grpc.providers.cherry.client import CherryClient
 from cloudprovider_grpc.providers.cherry.config import CherryConfig, PoolSpec
 from cloudprovider_grpc.providers.contract import ErrorClass, InstanceError, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (
-    CONTROL_PLANE_LABELS,
     CloudError,
     Driver,
     GroupConfig,
@@ -324,6 +323,3 @@ class CherryDriver(Driver):
 
     def close(self) -> None:
         self.client.close()
-
-
-__all__ = ["CONTROL_PLANE_LABELS", "CherryDriver", "server_state"]
