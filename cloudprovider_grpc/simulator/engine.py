@@ -54,6 +54,7 @@ from cloudprovider_grpc.simulator.model import (
     Resources,
     add_into,
     node_name_for,
+    pod_proto,
 )
 from cloudprovider_grpc.simulator.report import Recorder, Report
 from cloudprovider_grpc.simulator.scaledown import (
@@ -80,20 +81,6 @@ class _ScaleUpRequest:
     expected_by: float
 
 
-def _pod_proto(
-    name: str, namespace: str, containers: tuple[dict[str, str], ...] | list[dict[str, str]]
-) -> k8s_pb2.Pod:
-    pod = k8s_pb2.Pod()
-    pod.metadata.name = name
-    pod.metadata.namespace = namespace
-    for i, requests in enumerate(containers):
-        c = pod.spec.containers.add()
-        c.name = f"c{i}"
-        for k, v in sorted(requests.items()):
-            c.resources.requests[k].string = str(v)
-    return pod
-
-
 class RpcPricing:
     """The price expander's pricing model over PricingNodePrice / PricingPodPrice."""
 
@@ -108,11 +95,11 @@ class RpcPricing:
 
     def pod_price(self, shape: PodShape, start: datetime, end: datetime) -> float | None:
         return self.client.pod_price(
-            _pod_proto(f"{shape.owner}-x", shape.namespace, shape.containers), start, end
+            pod_proto(f"{shape.owner}-x", shape.namespace, shape.containers), start, end
         )
 
     def stabilization_price(self, start: datetime, end: datetime) -> float | None:
-        return self.client.pod_price(_pod_proto("stabilize", "default", [STABILIZATION_POD]), start, end)
+        return self.client.pod_price(pod_proto("stabilize", "default", [STABILIZATION_POD]), start, end)
 
 
 class Simulation:

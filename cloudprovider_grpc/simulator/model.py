@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cloudprovider_grpc.k8s.quantity import parse_quantity
+from cloudprovider_grpc.k8s.resources import pod_requests
 from cloudprovider_grpc.protos import k8s_pb2
 
 Resources = dict[str, int]
@@ -34,27 +35,37 @@ def resource_units(name: str, text: str) -> int:
     return math.ceil(value * 1000) if name == CPU else math.ceil(value)
 
 
-def resources_from(quantities: Mapping[str, str]) -> Resources:
-    return {name: resource_units(name, text) for name, text in quantities.items()}
-
-
 def add_into(total: Resources, extra: Mapping[str, int], sign: int = 1) -> None:
     for k, v in extra.items():
         total[k] = total.get(k, 0) + sign * v
 
 
+def pod_proto(
+    name: str,
+    namespace: str,
+    containers: Iterable[Mapping[str, str]],
+    init_containers: Iterable[Mapping[str, str]] = (),
+) -> k8s_pb2.Pod:
+    """A `v1.Pod` with these per-container requests (what PricingPodPrice carries as pod_bytes)."""
+    pod = k8s_pb2.Pod()
+    pod.metadata.name = name
+    pod.metadata.namespace = namespace
+    for field_name, items in (("containers", containers), ("initContainers", init_containers)):
+        for i, requests in enumerate(items):
+            c = getattr(pod.spec, field_name).add()
+            c.name = f"{field_name[:4]}{i}"
+            for k, v in sorted(requests.items()):
+                c.resources.requests[k].string = str(v)
+    return pod
+
+
 def effective_requests(
-    containers: Iterable[Mapping[str, str]], init_containers: Iterable[Mapping[str, str]]
+    containers: Iterable[Mapping[str, str]], init_containers: Iterable[Mapping[str, str]] = ()
 ) -> Resources:
-    """Pod requests as the scheduler computes them: the sum over containers, raised to the largest
-    init container per resource (k8s `resourcehelper.PodRequests`), plus one pod slot."""
-    total: Resources = {}
-    for c in containers:
-        add_into(total, resources_from(c))
-    for c in init_containers:
-        for k, v in resources_from(c).items():
-            total[k] = max(total.get(k, 0), v)
-    total = {k: v for k, v in total.items() if v}
+    """Pod requests as the scheduler computes them (`cloudprovider_grpc.k8s.resources.pod_requests`,
+    a port of k8s `PodRequests`), in integer units, plus one pod slot."""
+    exact = pod_requests(pod_proto("p", "default", containers, init_containers))
+    total = {k: math.ceil(v * 1000) if k == CPU else math.ceil(v) for k, v in exact.items() if v}
     total[PODS] = 1
     return total
 

@@ -118,10 +118,10 @@ def test_pricing_rpcs(client):
     start = datetime(2026, 1, 1, tzinfo=UTC)
     node = pb.ExternalGrpcNode(providerID="sim://general/0", name="general-0")
     assert client.node_price(node, start, start + timedelta(hours=2)) == pytest.approx(0.4)  # 0.2/h x 2h
-    from cloudprovider_grpc.simulator.engine import _pod_proto
+    from cloudprovider_grpc.simulator.model import pod_proto
 
     # a 1-cpu pod is a quarter of a general node (the cheapest priced group it fits): 0.2 x 1/4
-    pod = _pod_proto("p", "default", [{"cpu": "1", "memory": "1Gi"}])
+    pod = pod_proto("p", "default", [{"cpu": "1", "memory": "1Gi"}])
     assert client.pod_price(pod, start, start + timedelta(hours=1)) == pytest.approx(0.05)
     # gpu has no price: its node price fails and the client reports None
     assert client.node_price(pb.ExternalGrpcNode(name="template-node-for-gpu-1"), start, start) is None
