@@ -163,6 +163,7 @@ class Simulation:
         self._last_cooldown = ""
         self._min_size_logged: set[str] = set()
         self._group_ids: list[str] = []
+        self._unknown_overrides: set[str] = set()
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Report:
@@ -191,7 +192,7 @@ class Simulation:
             self.rec.decide("loop-aborted", reason=str(exc))
             w.schedule(t)
             return
-        groups = self.client.node_groups()
+        groups = self._override(self.client.node_groups())
         self._group_ids = [g.id for g in groups]
         # CA reads these to recognise GPU nodes; its client caches them after the first success
         self.client.gpu_label()
@@ -231,6 +232,24 @@ class Simulation:
         if self.o.scale_down_enabled:
             self._scale_down(groups, targets, node_group, t, scaled_up)
         w.schedule(t)
+
+    def _override(self, groups: list[GroupInfo]) -> list[GroupInfo]:
+        """Apply the scenario's `node_groups` bounds to CA's view of the groups."""
+        if not self.s.node_groups:
+            return groups
+        known = {g.id for g in groups}
+        for gid in sorted(set(self.s.node_groups) - known - self._unknown_overrides):
+            self._unknown_overrides.add(gid)
+            self.rec.line(f"node_groups override for {gid!r} ignored: the server has no such node group")
+        out = []
+        for g in groups:
+            o = self.s.node_groups.get(g.id)
+            if o is not None:
+                lo = g.min_size if o.min_size is None else o.min_size
+                hi = g.max_size if o.max_size is None else o.max_size
+                g = GroupInfo(g.id, lo, hi, g.debug)
+            out.append(g)
+        return out
 
     # ------------------------------------------------------------------ observation
     def _list_instances(self, groups: list[GroupInfo], t: float) -> None:

@@ -195,6 +195,20 @@ class DaemonSet(_Strict):
     tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(operator="Exists")])
 
 
+class GroupOverride(_Strict):
+    """CA-side bounds for a node group, replacing what NodeGroups reports (a what-if knob: the
+    server still enforces its own bounds, so raising max above the server's fails IncreaseSize)."""
+
+    min_size: int | None = Field(None, ge=0)
+    max_size: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GroupOverride:
+        if self.min_size is not None and self.max_size is not None and self.min_size > self.max_size:
+            raise ValueError(f"min_size {self.min_size} is above max_size {self.max_size}")
+        return self
+
+
 EXPANDERS = ("random", "most-pods", "least-waste", "least-nodes", "price", "priority")
 
 
@@ -272,6 +286,7 @@ class Scenario(_Strict):
     start_time: datetime = datetime(2026, 1, 1, tzinfo=UTC)
     provider: str = "sim"
     cloud: dict[str, Any] = Field(default_factory=dict)
+    node_groups: dict[str, GroupOverride] = Field(default_factory=dict)
     scheduler: Literal["least-allocated", "most-allocated"] = "least-allocated"
     #: "ca" repeats CA's RPC call sites exactly; "lean" keeps NodeGroupForNode answers across loops
     #: (same decisions, far fewer RPCs; for very long or very large runs)

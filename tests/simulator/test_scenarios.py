@@ -338,3 +338,31 @@ def test_price_expander_through_the_pricing_rpcs():
     rpcs = r.rpc_counts["autoscaler"]
     assert rpcs["PricingNodePrice"] == 2  # one per option
     assert rpcs["PricingPodPrice"] == 3  # stabilization pod + one per option's equivalence group
+
+
+def burst_with(node_groups, expander="least-waste"):
+    data = load_scenario(EXAMPLES / "burst.yaml").model_dump(by_alias=True)
+    data.update(node_groups=node_groups, duration="2m")
+    data["autoscaler"]["expander"] = expander
+    return parse_scenario(data)
+
+
+def test_node_group_bounds_overridden_on_the_autoscaler_side():
+    r = run(burst_with({"general": {"max_size": 4}, "ghost": {"max_size": 1}}))
+    ups = kinds(r, "scale-up")
+    # general may now grow 1 -> 4: +3 (needs 13). Next loop: 3 upcoming x 3 = 9 of the 37 pods are
+    # covered, 28 left for highmem at 7 per node -> 4 nodes (its max is 5)
+    assert [(d.t, d.group, d.delta) for d in ups] == [(60.0, "general", 3), (70.0, "highmem", 4)]
+    assert any("Capping size to MAX (4)" in line for line in r.log)
+    assert any("node_groups override for 'ghost' ignored" in line for line in r.log)
+
+
+def test_override_above_the_server_max_fails_increase_size():
+    r = run(burst_with({"general": {"max_size": 20}}, expander="most-pods"))
+    # CA now thinks general may reach 20: most-pods prefers general (13 nodes for all 37 pods) over
+    # highmem (5 nodes, capped at its max, for 35) and asks for +13; the server's max is 8, so
+    # IncreaseSize fails and general is backed off; next loop highmem takes 5 nodes
+    errors = kinds(r, "scale-up-error")
+    assert [(d.t, d.group, d.delta) for d in errors] == [(60.0, "general", 13)]
+    assert "above its max size 8" in errors[0].reason
+    assert [(d.t, d.group, d.delta) for d in kinds(r, "scale-up")] == [(70.0, "highmem", 5)]
