@@ -71,7 +71,8 @@ class Request:
 class Response:
     status: int = 200
     body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
+    #: a None value drops a default header (e.g. {"Content-Type": None} for a bare 204)
+    headers: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -342,7 +343,8 @@ class EmulatorServer:
             h.send_response(resp.status)
             headers = {"Content-Type": "application/json", **resp.headers}
             for k, v in headers.items():
-                h.send_header(k, v)
+                if v is not None:
+                    h.send_header(k, v)
             h.send_header("Content-Length", str(len(payload)))
             h.end_headers()
             if payload and req.method != "HEAD":

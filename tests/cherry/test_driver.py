@@ -123,6 +123,16 @@ def test_delete_and_delete_again_is_machine_gone(emulator: CherryEmulator) -> No
         driver.delete_machine(Machine(id="cherryservers://pending-abc", group="pool1"))
 
 
+def test_a_bare_204_without_content_type_is_a_successful_delete(emulator: CherryEmulator) -> None:
+    emulator.bare_204 = True
+    driver = make_driver(emulator)
+    machine = driver.create_machine("pool1", "t")
+    driver.delete_machine(machine)
+    deletes = [e for e in emulator.request_log() if e.method == "DELETE"]
+    assert [e.status for e in deletes] == [204]
+    assert emulator.server_records() == []
+
+
 def test_states_follow_the_server(emulator: CherryEmulator, emu_clock: ManualClock) -> None:
     driver = make_driver(emulator)
     first = driver.create_machine("pool1", "a")

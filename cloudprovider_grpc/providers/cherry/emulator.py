@@ -78,6 +78,9 @@ class CherryEmulator(EmulatorServer):
         self.servers: dict[int, dict[str, Any]] = {}
         self.next_id = 600001
         self.fail_next_deployments = 0
+        #: answer DELETE with a 204 that has no Content-Type (the in-tree client failed on that,
+        #: cherry-spc.md §A4.5; whether the live API does it is unknown)
+        self.bare_204 = False
 
         v = self.prefix.rstrip("/")
         self.route("GET", f"{v}/projects/{{pid}}/servers", self._list_servers)
@@ -312,7 +315,7 @@ class CherryEmulator(EmulatorServer):
                 server["terminating_at"] = self.clock()
             else:
                 del self.servers[server["id"]]
-        return Response(204)
+        return Response(204, headers={"Content-Type": None} if self.bare_204 else {})
 
     @staticmethod
     def _tags(value: Any) -> dict[str, str]:
