@@ -78,16 +78,21 @@ def build(ctx: ProviderContext) -> CloudProvider:
     if ctx.emulate:
         emulator = _emulator_for(config, "", config.emulator, "127.0.0.1:0", None).start()
         api_url = emulator.base_url
-    driver = CherryDriver(config, make_client(config, api_url))
-    return ManagedProvider(
-        driver,
-        concurrency=ctx.concurrency,
-        clock=ctx.clock,
-        inline_workers=ctx.inline_workers,
-        state_file=ctx.state_file,
-        catalog_ttl=config.catalog_ttl,
-        on_stop=emulator.stop if emulator is not None else None,
-    )
+    try:
+        return ManagedProvider(
+            CherryDriver(config, make_client(config, api_url)),
+            concurrency=ctx.concurrency,
+            clock=ctx.clock,
+            inline_workers=ctx.inline_workers,
+            state_file=ctx.state_file,
+            catalog_ttl=config.catalog_ttl,
+            # the emulator lives as long as the server: stopped with it, not on CA's Cleanup RPC
+            on_stop=emulator.stop if emulator is not None else None,
+        )
+    except BaseException:
+        if emulator is not None:
+            emulator.stop()
+        raise
 
 
 def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) -> CherryEmulator:
