@@ -602,9 +602,10 @@ class Simulation:
             self.requests[gid] = _ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
             self.invalid.add(gid)
             self.last_scale_up = t
-            reason = f"{plan.pods_triggered} pods need {plan.needed} new node(s)"
+            reason = f"binpacking needs {plan.needed} node(s) of {plan.best.group if plan.best else gid}"
             if delta < plan.needed:
-                reason += f"; capped to {delta} (max size {view.max_size}, target {view.target})"
+                reason += f"; +{delta} here (target {view.target}, max size {view.max_size})"
+            reason += f"; the chosen option schedules {plan.pods_triggered} of {pending} pending pods"
             self.rec.decide(
                 "scale-up",
                 group=gid,
