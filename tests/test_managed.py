@@ -270,3 +270,44 @@ def test_placeholder_of_a_machine_that_landed_still_resolves() -> None:
         assert _alive(cloud) == [] and real not in cloud.machines and cloud.calls["delete"] == 1
     finally:
         handle.stop(1)
+
+
+class LateDriver(SimDriver):
+    """The first create times out and the cloud carries it out only after our retry has looked
+    the token up (nothing found) and created again: one token, two machines."""
+
+    def __init__(self, cloud: SimCloud) -> None:
+        super().__init__(cloud)
+        self.late: list[tuple[str, str]] = []
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        if not self.late and self.cloud.calls["create"] == 0 and not getattr(self, "_done", False):
+            self._done = True
+            self.late.append((group, token))
+            raise CloudError("read timed out", transient=True)
+        machine = super().create_machine(group, token)
+        while self.late:  # the delayed execution of the first request lands now
+            super().create_machine(*self.late.pop())
+        return machine
+
+
+def test_a_late_executed_create_is_deduplicated() -> None:
+    cloud = _cloud()
+    provider = ManagedProvider(LateDriver(cloud), inline_workers=True, max_backoff=0.0)
+    handle = _serve(provider)
+    try:
+        s = stub(channel(handle))
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
+        # attempt 1 times out; attempt 2 finds nothing and creates; the first request lands late;
+        # this Refresh's listing then shows one token on two machines and schedules the younger's deletion
+        s.Refresh(pb.RefreshRequest())
+        assert cloud.calls["create"] == 2  # two machines really existed for one requested
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 1
+        s.Refresh(pb.RefreshRequest())
+        assert provider.wait_idle(5)
+        s.Refresh(pb.RefreshRequest())
+        assert len(_alive(cloud)) == 1 and cloud.calls["delete"] == 1
+        (kept,) = _alive(cloud)
+        assert [i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances] == [kept]
+    finally:
+        handle.stop(1)

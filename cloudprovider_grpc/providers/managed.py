@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import random
+import re
 import secrets
 import threading
 import time
@@ -395,7 +396,10 @@ class ManagedProvider(CloudProvider):
         now = self._clock()
         for gid, state in self._groups.items():
             fresh = listed[gid]
+            self._delete_duplicates(state, fresh, now)
             for m in fresh.values():
+                if m.id in state.deleting:
+                    continue
                 creation = state.creations.get(m.token) if m.token else None
                 if creation is not None:  # our creation landed (maybe after a timeout or a restart)
                     del state.creations[m.token]
@@ -413,6 +417,36 @@ class ManagedProvider(CloudProvider):
             state.created_locally = {k: v for k, v in state.created_locally.items() if k not in listed[gid]}
             state.machines = fresh
         self._save_journal()
+
+    def _delete_duplicates(self, state: _GroupState, fresh: dict[str, Machine], now: float) -> None:
+        """Keep one machine per creation token and delete the others.
+
+        Most cloud APIs have no idempotency key. A create that timed out can still be carried out
+        by the cloud after a retry looked its token up, found nothing and created again, leaving
+        one token on two machines. The extra one is provably ours and provably surplus: the one we
+        already know (or else the oldest id) stays, the others go through the normal delete path,
+        which also takes them out of the target at once."""
+        by_token: dict[str, list[Machine]] = {}
+        for m in fresh.values():
+            if m.token and m.state != InstanceState.DELETING:
+                by_token.setdefault(m.token, []).append(m)
+        for token, same in by_token.items():
+            if len(same) < 2:
+                continue
+            known = state.resolved.get(token)
+            keeper = next((m for m in same if m.id == known), None) or min(same, key=lambda m: _natural(m.id))
+            for extra in same:
+                if extra is keeper or extra.id in state.deleting:
+                    continue
+                log.warning(
+                    "node group %s: %s duplicates %s (creation token %s); deleting it",
+                    state.config.id,
+                    extra.id,
+                    keeper.id,
+                    token,
+                )
+                state.deleting[extra.id] = now
+                self._submit_delete(extra)
 
     def _expire(self, now: float) -> None:
         for state in self._groups.values():
@@ -647,6 +681,11 @@ class ManagedProvider(CloudProvider):
                         item.get("token", ""),
                     )
                 )
+
+
+def _natural(text: str) -> list[object]:
+    """Sort key comparing digit runs as numbers: 'x://9' < 'x://10' (older ids sort first)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def _hours(start: datetime, end: datetime) -> float:

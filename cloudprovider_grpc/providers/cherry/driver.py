@@ -162,37 +162,7 @@ class CherryDriver(Driver):
                 if "id" not in server:
                     continue
                 machines.append(self._machine(server, pool.name))
-        return self._without_duplicates(machines)
-
-    def _without_duplicates(self, machines: list[Machine]) -> list[Machine]:
-        """Keep one server per creation token and delete the others.
-
-        Cherry has no idempotency key. A create that timed out may still be executed by the API
-        after the managed layer looked its token up and found nothing, so that one creation token
-        ends up on two servers. The extra one is provably ours and provably surplus: the oldest
-        (lowest id) stays, younger ones are deleted here, and retried on every listing until gone."""
-        by_token: dict[str, list[Machine]] = {}
-        for m in machines:
-            if m.token:
-                by_token.setdefault(m.token, []).append(m)
-        extras: set[str] = set()
-        for token, same in by_token.items():
-            if len(same) < 2:
-                continue
-            same.sort(key=lambda m: int(m.id.removeprefix(ID_PREFIX)))
-            for extra in same[1:]:
-                extras.add(extra.id)
-                log.warning(
-                    "cherry: %s duplicates %s (creation token %s): deleting the younger one",
-                    extra.id, same[0].id, token,
-                )  # fmt: skip
-                try:
-                    self.delete_machine(extra)
-                except MachineGone:
-                    pass
-                except CloudError as exc:
-                    log.warning("cherry: deleting duplicate %s failed, will retry: %s", extra.id, exc.message)
-        return [m for m in machines if m.id not in extras]
+        return machines  # servers sharing a creation token are deduplicated by ManagedProvider
 
     # ---- create / delete ----
     def _rand8(self) -> str:
