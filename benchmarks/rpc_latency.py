@@ -8,12 +8,23 @@ over loopback and prints p50/p99 latency, throughput and the server's resident m
     .venv/bin/python benchmarks/rpc_latency.py [--groups 1000] [--nodes-per-group 15] [--calls 3000]
 
 Targets on a 2-core machine: p99 under 1 ms for these RPCs, server RSS under 200 MB.
+
+For scale it also measures the transport floor: a do-nothing grpcio server (a constant answer to
+NodeGroupTargetSize, no metrics, no lock) called the same way. The difference between a row and the
+floor is what our code costs; the floor itself is Python gRPC on both ends of a loopback socket
+(CA's Go client is cheaper than this Python client, so CA sees lower figures).
+
+When Go is installed it then measures the same server with the conformance harness's Go client
+(tests/conformance, `conformance bench`: CA's call path over the upstream master schema), which is
+what cluster-autoscaler experiences. `--no-go` skips that.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -37,11 +48,82 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
+FLOOR_SERVER = """
+import sys
+from concurrent import futures
+import grpc
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb, externalgrpc_pb2_grpc as pb_grpc
+
+class Floor(pb_grpc.CloudProviderServicer):
+    def NodeGroupTargetSize(self, request, context):
+        return pb.NodeGroupTargetSizeResponse(targetSize=1)
+
+server = grpc.server(futures.ThreadPoolExecutor(16))
+pb_grpc.add_CloudProviderServicer_to_server(Floor(), server)
+server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+server.start()
+server.wait_for_termination()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(call: Callable[[], object], calls: int) -> tuple[float, float, float, float]:
+    """(p50 ms, p99 ms, max ms, calls/s) over `calls` serial calls after a warm-up."""
+    for _ in range(200):
+        call()
+    samples = []
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        s0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - s0)
+    wall = time.perf_counter() - t0
+    q = statistics.quantiles(samples, n=100)
+    return q[49] * 1e3, q[98] * 1e3, max(samples) * 1e3, calls / wall
+
+
+def go_client(port: int, calls: int) -> None:
+    """Build the conformance harness (module cache under .cache/go, as tests/conformance/run.sh does)
+    and run its `bench` command against our server."""
+    root = Path(__file__).resolve().parent.parent
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        print("(Go is not installed: skipping the Go client measurement)")
+        return
+    cache = root / ".cache" / "go"
+    env = {
+        **os.environ,
+        "GOMODCACHE": str(cache / "mod"),
+        "GOCACHE": str(cache / "build"),
+        "GOPATH": str(cache / "path"),
+    }
+    binary = cache / "bin" / "conformance"
+    subprocess.run(
+        [go, "build", "-o", str(binary), "."], cwd=root / "tests" / "conformance", env=env, check=True
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as cfg:
+        cfg.write(f'address: "127.0.0.1:{port}"\ngrpc_timeout: 5s\n')
+    try:
+        golden = root.parent / "shared" / "golden" / "externalgrpc"
+        subprocess.run(
+            [str(binary), "bench", "-cloud-config", cfg.name, "-golden", str(golden), "-calls", str(calls)],
+            check=True,
+        )
+    finally:
+        Path(cfg.name).unlink()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--nodes-per-group", type=int, default=15)
     ap.add_argument("--calls", type=int, default=3000, help="calls per RPC")
+    ap.add_argument("--no-go", action="store_true", help="skip the Go client measurement")
     args = ap.parse_args()
 
     config = {
@@ -64,9 +146,7 @@ def main() -> int:
             ],
         },
     }
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(config, f)
     proc = subprocess.Popen(
@@ -124,18 +204,24 @@ def main() -> int:
         )
         print(f"{'RPC':<28}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'calls/s':>10}")
         for name, call in cases.items():
-            for _ in range(200):  # warm-up: connection, caches, JIT-free but allocator-warm
-                call()
-            samples = []
-            t0 = time.perf_counter()
-            for _ in range(args.calls):
-                s0 = time.perf_counter()
-                call()
-                samples.append(time.perf_counter() - s0)
-            wall = time.perf_counter() - t0
-            q = statistics.quantiles(samples, n=100)
-            p50, p99, worst = q[49] * 1e3, q[98] * 1e3, max(samples) * 1e3
-            print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}{worst:>9.3f}{args.calls / wall:>10.0f}")
+            p50, p99, worst, rate = measure(call, args.calls)
+            print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}{worst:>9.3f}{rate:>10.0f}")
+        floor_port = free_port()
+        floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(floor_port)])
+        try:
+            floor_channel = grpc.insecure_channel(f"127.0.0.1:{floor_port}")
+            grpc.channel_ready_future(floor_channel).result(timeout=60)
+            floor_stub = pb_grpc.CloudProviderStub(floor_channel)
+            p50, p99, worst, rate = measure(
+                lambda: floor_stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="x"), timeout=5),
+                args.calls,
+            )
+            print(f"{'(floor: do-nothing server)':<28}{p50:>9.3f}{p99:>9.3f}{worst:>9.3f}{rate:>10.0f}")
+        finally:
+            floor.terminate()
+            floor.wait(20)
+        if not args.no_go:
+            go_client(port, args.calls)
         t0 = time.perf_counter()
         stub.Refresh(pb.RefreshRequest(), timeout=30)
         print(

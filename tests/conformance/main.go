@@ -67,7 +67,7 @@ type harnessConfig struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: conformance gencerts|run [flags]")
+		fmt.Fprintln(os.Stderr, "usage: conformance gencerts|run|bench [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -92,6 +92,13 @@ func main() {
 		_ = fs.Parse(os.Args[2:])
 		cfg.releases = strings.Split(*releases, ",")
 		os.Exit(run(cfg))
+	case "bench":
+		fs := flag.NewFlagSet("bench", flag.ExitOnError)
+		cloudConfig := fs.String("cloud-config", "", "CA cloud-config (YAML: address, ...)")
+		golden := fs.String("golden", "../shared/golden/externalgrpc", "directory of upstream schema dumps")
+		calls := fs.Int("calls", 3000, "calls per RPC")
+		_ = fs.Parse(os.Args[2:])
+		os.Exit(benchmark(*cloudConfig, *golden, *calls))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n", os.Args[1])
 		os.Exit(2)
