@@ -88,7 +88,8 @@ def _rpc(fn: Callable[..., R]) -> Callable[..., R]:
 
 
 def _node_ref(node: pb.ExternalGrpcNode) -> NodeRef:
-    return NodeRef(node.providerID, node.name, dict(node.labels), dict(node.annotations))
+    # the request's map fields are read-only Mappings already; copying them cost more than the lookup
+    return NodeRef(node.providerID, node.name, node.labels, node.annotations)
 
 
 def _group_pb(group: NodeGroup) -> pb.NodeGroup:
@@ -173,6 +174,9 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         self._templates: dict[str, tuple[NodeTemplate, bytes]] = {}
         self._templates_lock = threading.Lock()
         self._groups_answer: tuple[object, pb.NodeGroupsResponse] = (None, pb.NodeGroupsResponse())
+        # CA asks NodeGroupForNode for every node several times a loop: answers are reused per group
+        # object (providers return the same NodeGroup object while the group is unchanged)
+        self._for_node_answers: dict[str, tuple[NodeGroup, pb.NodeGroupForNodeResponse]] = {}
 
     # ---- cloud-provider level ----
     @_rpc
@@ -191,8 +195,14 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         self, request: pb.NodeGroupForNodeRequest, context: grpc.ServicerContext
     ) -> pb.NodeGroupForNodeResponse:
         group = self.provider.node_group_for_node(_node_ref(request.node))
-        # an empty NodeGroup (id "") tells CA the node belongs to no group (upstream fix #7334)
-        return pb.NodeGroupForNodeResponse(nodeGroup=_group_pb(group) if group else pb.NodeGroup())
+        if group is None:
+            # an empty NodeGroup (id "") tells CA the node belongs to no group (upstream fix #7334)
+            return pb.NodeGroupForNodeResponse(nodeGroup=pb.NodeGroup())
+        cached = self._for_node_answers.get(group.id)
+        if cached is None or cached[0] is not group:
+            cached = (group, pb.NodeGroupForNodeResponse(nodeGroup=_group_pb(group)))
+            self._for_node_answers[group.id] = cached
+        return cached[1]
 
     @_rpc
     def PricingNodePrice(

@@ -146,6 +146,7 @@ class ManagedProvider(CloudProvider):
                 raise ValueError(f"node group {cfg.id!r} is configured twice")
             self._groups[cfg.id] = _GroupState(cfg)
         self._node_groups = tuple(NodeGroup(c.id, c.min_size, c.max_size, c.debug) for c in driver.groups())
+        self._group_objs = {g.id: g for g in self._node_groups}
         self._by_id: dict[str, str] = {}  # providerID or placeholder -> group
         self._by_name: dict[str, str] = {}  # machine name -> group
         self._journal_pending: list[tuple[str, _Creation]] = []
@@ -196,10 +197,7 @@ class ManagedProvider(CloudProvider):
             gid = self._by_id.get(node.provider_id) if node.provider_id else None
             if gid is None and not node.provider_id and node.name:
                 gid = self._by_name.get(node.name)
-        if gid is None:
-            return None
-        cfg = self._groups[gid].config
-        return NodeGroup(cfg.id, cfg.min_size, cfg.max_size, cfg.debug)
+        return self._group_objs.get(gid) if gid is not None else None
 
     def target_size(self, group_id: str) -> int:
         with self._lock:
