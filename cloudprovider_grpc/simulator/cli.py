@@ -56,6 +56,12 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"cloudprovider-grpc simulate: {exc}", file=sys.stderr)
         return 2
     echo = None if args.quiet else (lambda line: print(line, flush=True))
+    # The in-process server's own log lines (a simulated stockout is an ERROR there) would interleave
+    # with the decision log; the decision log already reports them in CA's terms, so only
+    # critical server problems are shown.
+    from cloudprovider_grpc import logs
+
+    logs.setup("critical" if args.server is None else "warning", "text")
     try:
         report = run(
             scenario,
