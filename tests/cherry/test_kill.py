@@ -1,0 +1,90 @@
+"""SIGKILL mid-scale-up: the server process dies without any chance to clean up, a new process
+starts on the same journal, and the cloud ends with exactly what CA asked for.
+
+Both server lives are real `cloudprovider-grpc serve` processes talking to a real Cherry emulator
+over HTTP; CA's side is a gRPC client on a real port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import yaml
+
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.providers.cherry import CherryEmulator
+from tests.cherry.conftest import ENV, EXAMPLE
+from tests.cherry.test_e2e import pool_servers
+from tests.support.servers import stub
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(tmp: Path, emulator: CherryEmulator, rate_limit: float) -> tuple[subprocess.Popen, object]:
+    cfg = tmp / f"config-{rate_limit}.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "concurrency": 1,
+                "cherry": {"api-url": emulator.base_url, "rate-limit": rate_limit, "read-timeout": 2.0},
+            }
+        )
+    )
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cloudprovider_grpc", "serve", "--provider", "cherry", "--config", str(cfg),
+         "--cloud-config", str(EXAMPLE), "--cluster-name", "cluster1", "--nodes", "0:10:pool1",
+         "--state-file", str(tmp / "journal.json"),
+         "--address", f"127.0.0.1:{port}", "--metrics-address", ""],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROVIDER_GRPC_")}, **ENV},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    grpc.channel_ready_future(channel).result(timeout=30)
+    return proc, stub(channel)
+
+
+def test_sigkill_mid_scale_up_then_restart_on_the_journal(emulator: CherryEmulator, tmp_path: Path) -> None:
+    # first life: 2 requests/s against the cloud, so five creates take seconds
+    proc, s = _serve(tmp_path, emulator, rate_limit=2)
+    try:
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="pool1", delta=5), timeout=5)
+        deadline = time.monotonic() + 30
+        while len(pool_servers(emulator, "pool1")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    time.sleep(0.5)  # let a request the dead process had sent finish in the cloud
+    made = len(pool_servers(emulator, "pool1"))
+    assert 2 <= made < 5, made  # killed mid-way
+
+    # second life on the same journal: the accepted creations resume, token lookup first
+    proc, s = _serve(tmp_path, emulator, rate_limit=1000)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            s.Refresh(pb.RefreshRequest(), timeout=10)
+            ids = [i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="pool1"), timeout=5).instances]
+            if len(pool_servers(emulator, "pool1")) == 5 and all("pending-" not in i for i in ids):
+                break
+            time.sleep(0.05)
+        servers = pool_servers(emulator, "pool1")
+        assert len(servers) == 5  # nothing lost
+        assert len({r["tags"]["k8s-create-token"] for r in servers}) == 5  # nothing doubled
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="pool1"), timeout=5).targetSize == 5
+        assert sorted(ids) == sorted(f"cherryservers://{r['id']}" for r in servers)
+    finally:
+        proc.terminate()
+        proc.wait(20)
