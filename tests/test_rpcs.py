@@ -451,3 +451,28 @@ def test_optional_rpcs_unimplemented_when_backend_lacks_them() -> None:
         assert s.NodeGroupForNode(pb.NodeGroupForNodeRequest(node=node)).nodeGroup.id == "pool"
     finally:
         handle.stop(1)
+
+
+class _BuggyDriver(_BareDriver):
+    """A backend with a bug: describing a machine shape blows up."""
+
+    def template(self, group: str):
+        raise KeyError("plan 'x1' missing from /secret/path")
+
+
+def test_a_backend_bug_is_internal_without_details() -> None:
+    settings = Settings(address="127.0.0.1:0", metrics_address="")
+    handle = start_server(settings, provider=ManagedProvider(_BuggyDriver(), inline_workers=True))
+    try:
+        s = stub(channel(handle))
+        code, msg = code_of(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id="pool"))
+        assert code == grpc.StatusCode.INTERNAL  # never UNKNOWN
+        assert (
+            msg
+            == "NodeGroupTemplateNodeInfo: internal error in cloudprovider-grpc (details in the server log)"
+        )
+        assert (
+            s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="pool")).targetSize == 1
+        )  # still serving
+    finally:
+        handle.stop(1)
