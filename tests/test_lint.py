@@ -16,5 +16,7 @@ def test_ruff_check_is_clean() -> None:
 
 
 def test_ruff_format_is_clean() -> None:
-    out = subprocess.run([str(RUFF), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(RUFF), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout[-3000:]
