@@ -55,21 +55,24 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> Any:
     from cloudprovider_grpc.config import load_settings
 
+    def flag(name: str) -> Any:
+        return getattr(args, name, None)
+
     overrides: dict[str, Any] = {
-        "provider": args.provider,
-        "address": args.address,
-        "metrics_address": args.metrics_address,
-        "nodes": args.nodes,
-        "cloud_config": args.cloud_config,
-        "cluster_name": args.cluster_name,
-        "emulate": args.emulate,
-        "state_file": args.state_file,
-        "concurrency": args.concurrency,
-        "grace_period": args.grace_period,
-        "log_level": args.log_level,
-        "log_format": args.log_format,
+        "provider": flag("provider") if args.command != "emulate" else args.cloud,
+        "address": args.address if args.command != "emulate" else None,
+        "metrics_address": flag("metrics_address"),
+        "nodes": flag("nodes"),
+        "cloud_config": flag("cloud_config"),
+        "cluster_name": flag("cluster_name"),
+        "emulate": flag("emulate"),
+        "state_file": flag("state_file"),
+        "concurrency": flag("concurrency"),
+        "grace_period": flag("grace_period"),
+        "log_level": flag("log_level"),
+        "log_format": flag("log_format"),
     }
-    tls = {"cert": args.tls_cert, "key": args.tls_key, "ca": args.tls_ca}
+    tls = {"cert": flag("tls_cert"), "key": flag("tls_key"), "ca": flag("tls_ca")}
     if any(v is not None for v in tls.values()):
         overrides["tls"] = {k: v for k, v in tls.items() if v is not None}
     return load_settings(args.config, overrides)
@@ -113,7 +116,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     module = backend_module(args.cloud)
     if not hasattr(module, "build_emulator"):
         raise ConfigError("cloud", f"backend {args.cloud!r} has no API emulator")
-    emulator = module.build_emulator(settings.provider_context(), args.emu_address, args.state)
+    emulator = module.build_emulator(settings.provider_context(), args.address, args.state)
     print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -145,14 +148,21 @@ def build_parser() -> argparse.ArgumentParser:
     emulate = sub.add_parser("emulate", help="run a cloud's API emulator standalone")
     emulate.add_argument("cloud", help="backend whose API to emulate (e.g. cherry)")
     emulate.add_argument(
-        "--listen",
-        dest="emu_address",
+        "--address",
         default="127.0.0.1:0",
         metavar="HOST:PORT",
-        help="emulator address (default 127.0.0.1 on a free port)",
+        help="emulator listen address (default 127.0.0.1 on a free port)",
     )
     emulate.add_argument("--state", type=Path, help="persist the emulated cloud's state to this file")
-    _add_server_flags(emulate)
+    # the backend configuration the emulator is seeded from (projects, plans, token), as for serve
+    emulate.add_argument(
+        "--config", type=Path, help="YAML config file (the backend's section seeds the emulator)"
+    )
+    emulate.add_argument("--cloud-config", type=Path, help="the in-tree provider's cloud-config file")
+    emulate.add_argument("--nodes", action="append", metavar="MIN:MAX:NAME", help="node groups (repeatable)")
+    emulate.add_argument("--cluster-name", help="cluster name")
+    emulate.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    emulate.add_argument("--log-format", choices=["json", "text"])
     emulate.set_defaults(func=cmd_emulate)
     version = sub.add_parser("version", help="print versions")
     version.set_defaults(func=cmd_version)

@@ -7,12 +7,15 @@ over HTTP; CA's side is a gRPC client on a real port.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -88,3 +91,36 @@ def test_sigkill_mid_scale_up_then_restart_on_the_journal(emulator: CherryEmulat
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_emulate_command_serves_the_api_standalone(tmp_path: Path) -> None:
+    """`cloudprovider-grpc emulate cherry --address HOST:PORT --state FILE`, as users' CI runs it."""
+    port = _free_port()
+    state = tmp_path / "cloud.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cloudprovider_grpc", "emulate", "cherry", "--address", f"127.0.0.1:{port}",
+         "--state", str(state), "--cloud-config", str(EXAMPLE), "--cluster-name", "cluster1",
+         "--nodes", "0:3:pool1"],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROVIDER_GRPC_")}, **ENV},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == f"cherry API emulator listening on http://127.0.0.1:{port}/v1/"
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/projects/123456/servers",
+            headers={"Authorization": f"Bearer {ENV['CHERRY_AUTH_TOKEN']}"},
+        )
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            assert resp.status == 200 and json.loads(resp.read()) == []
+        bad = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/projects/123456/servers", headers={"Authorization": "Bearer nope"}
+        )
+        try:
+            urllib.request.urlopen(bad, timeout=5)
+            raise AssertionError("an unknown token was accepted")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
