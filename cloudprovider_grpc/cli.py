@@ -7,7 +7,6 @@ anything starts.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import signal
 import sys
 import threading
@@ -190,13 +189,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
-
-
-def _dist_version() -> str:
-    try:
-        return importlib.metadata.version("cloudprovider-grpc")
-    except importlib.metadata.PackageNotFoundError:
-        return __version__
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import (
     AutoscalingOptions,
     CloudProvider,
-    ErrorClass,
     GroupSizes,
     Instance,
     InstanceError,
@@ -716,4 +715,4 @@ def _dominant_share(requests: Mapping[str, float], tpl: NodeTemplate) -> tuple[f
     return share, fits
 
 
-__all__ = ["ErrorClass", "ManagedProvider"]
+__all__ = ["ManagedProvider"]
