@@ -21,7 +21,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -51,6 +50,7 @@ from tests.deploy_support.kustomize import (
     strategic_merge,
 )
 from tests.deploy_support.pods import ContainerView, config_data, container, find, flag_value
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -124,12 +124,6 @@ def ca_cloud_config(objects: Objects) -> tuple[ContainerView, dict[str, Any], st
     files = view.volume_files(mount["name"])
     assert rel in files, f"{path}: the mounted volume has no {rel!r} (has {sorted(files)})"
     return view, yaml.safe_load(files[rel]), path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def split_host_port(address: str) -> tuple[str, int]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.servers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
@@ -57,9 +59,7 @@ def grpcurl() -> str:
 
 @pytest.fixture(scope="module")
 def server_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,13 +25,7 @@ from cloudprovider_grpc.providers.managed import ManagedProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from cloudprovider_grpc.server import ServerStartError, start_server
 from tests.support.certs import write_pki
-from tests.support.servers import channel, sim_server, stub
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.servers import channel, free_port, sim_server, stub
 
 
 def http_get(url: str) -> tuple[int, str]:

@@ -34,6 +34,7 @@ from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.protos import k8s_pb2
+from cloudprovider_grpc.providers.contract import NodeGroup
 
 GRPC_TIMEOUT = 5.0  # CA's default grpc_timeout
 
@@ -120,12 +121,8 @@ class InProcessTransport:
         return None
 
 
-@dataclass(frozen=True)
-class GroupInfo:
-    id: str
-    min_size: int
-    max_size: int
-    debug: str = ""
+#: a node group as the CA client sees it: the same shape as the server-side contract's NodeGroup
+GroupInfo = NodeGroup
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,13 +24,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.cherry import CherryEmulator
 from tests.cherry.conftest import ENV, EXAMPLE
 from tests.cherry.test_e2e import pool_servers
-from tests.support.servers import stub
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.servers import free_port, stub
 
 
 def _serve(tmp: Path, emulator: CherryEmulator, rate_limit: float) -> tuple[subprocess.Popen, object]:
@@ -44,7 +37,7 @@ def _serve(tmp: Path, emulator: CherryEmulator, rate_limit: float) -> tuple[subp
             }
         )
     )
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "cloudprovider_grpc", "serve", "--provider", "cherry", "--config", str(cfg),
          "--cloud-config", str(EXAMPLE), "--cluster-name", "cluster1", "--nodes", "0:10:pool1",
@@ -95,7 +88,7 @@ def test_sigkill_mid_scale_up_then_restart_on_the_journal(emulator: CherryEmulat
 
 def test_emulate_command_serves_the_api_standalone(tmp_path: Path) -> None:
     """`cloudprovider-grpc emulate cherry --address HOST:PORT --state FILE`, as users' CI runs it."""
-    port = _free_port()
+    port = free_port()
     state = tmp_path / "cloud.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "cloudprovider_grpc", "emulate", "cherry", "--address", f"127.0.0.1:{port}",
