@@ -18,8 +18,8 @@ from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
 from cloudprovider_grpc.providers.contract import InstanceState
-from cloudprovider_grpc.providers.driver import CloudError, Driver, GroupConfig, Machine
-from cloudprovider_grpc.providers.managed import ManagedProvider
+from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver
+from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.server import start_server
 from tests.support.servers import ManualClock, channel, sim_server, stub
 
@@ -401,7 +401,7 @@ def test_failed_creation_does_not_inflate_target_forever(clock) -> None:
         assert s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances == []
 
 
-class _BareDriver(Driver):
+class _BareDriver(MachineDriver):
     """A cloud that knows no machine shapes and no prices (like in-tree Vultr or Exoscale)."""
 
     name = "bare"
@@ -422,7 +422,7 @@ class _BareDriver(Driver):
 
 def test_optional_rpcs_unimplemented_when_backend_lacks_them() -> None:
     settings = Settings(address="127.0.0.1:0", metrics_address="")
-    handle = start_server(settings, provider=ManagedProvider(_BareDriver(), inline_workers=True))
+    handle = start_server(settings, provider=MachineProvider(_BareDriver(), inline_workers=True))
     try:
         s = stub(channel(handle))
         un = grpc.StatusCode.UNIMPLEMENTED
@@ -462,7 +462,7 @@ class _BuggyDriver(_BareDriver):
 
 def test_a_backend_bug_is_internal_without_details() -> None:
     settings = Settings(address="127.0.0.1:0", metrics_address="")
-    handle = start_server(settings, provider=ManagedProvider(_BuggyDriver(), inline_workers=True))
+    handle = start_server(settings, provider=MachineProvider(_BuggyDriver(), inline_workers=True))
     try:
         s = stub(channel(handle))
         code, msg = code_of(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id="pool"))

@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.driver import Machine
-from cloudprovider_grpc.providers.managed import ManagedProvider
+from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from cloudprovider_grpc.server import ServerStartError, start_server
 from tests.support.certs import write_pki
@@ -112,7 +112,7 @@ class SlowListDriver(SimDriver):
 
 def test_graceful_stop_lets_in_flight_rpcs_finish() -> None:
     cloud = SimCloud(SimOptions.model_validate({"groups": [{"id": "g", "max_size": 3}]}))
-    provider = ManagedProvider(SlowListDriver(cloud), inline_workers=True)
+    provider = MachineProvider(SlowListDriver(cloud), inline_workers=True)
     handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=provider)
     s = stub(channel(handle))
     result: dict[str, object] = {}

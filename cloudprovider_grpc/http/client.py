@@ -22,6 +22,7 @@ import requests
 import requests.auth
 import urllib3.exceptions
 
+from cloudprovider_grpc.clouderrors import CloudError
 from cloudprovider_grpc.http.ratelimit import TokenBucket
 from cloudprovider_grpc.http.retry import (
     IDEMPOTENT_METHODS,
@@ -30,7 +31,6 @@ from cloudprovider_grpc.http.retry import (
     status_is_retryable,
 )
 from cloudprovider_grpc.metrics import CLOUD_LATENCY, CLOUD_REQUESTS
-from cloudprovider_grpc.providers.driver import CloudError
 
 log = logging.getLogger(__name__)
 

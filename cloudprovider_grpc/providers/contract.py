@@ -4,8 +4,9 @@
 Every method except `refresh` must answer from memory: CA calls them serially, thousands of times
 per loop, under a 5 s deadline, and never retries. Cloud I/O belongs in `refresh` and in background
 workers. Most backends do not implement this class directly: they implement the much smaller
-`providers.managed.Driver` and get target-size bookkeeping, caches, background workers and
-idempotency from `providers.managed.ManagedProvider`.
+`providers.driver.MachineDriver` or `PoolDriver` and get target-size bookkeeping, caches,
+background workers and idempotency from `providers.machines.MachineProvider` or
+`providers.pools.PoolProvider`.
 
 Errors are raised as `cloudprovider_grpc.errors.ProviderError` subclasses; the service maps them
 to gRPC status codes.
@@ -19,8 +20,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from cloudprovider_grpc.clouderrors import ErrorClass, InstanceError
 from cloudprovider_grpc.errors import NotImplementedByProvider
 from cloudprovider_grpc.k8s.template import NodeTemplate
+
+__all__ = [
+    "AutoscalingOptions",
+    "CloudProvider",
+    "ErrorClass",
+    "GroupSizes",
+    "Instance",
+    "InstanceError",
+    "InstanceState",
+    "NodeGroup",
+    "NodeRef",
+]
 
 
 class InstanceState(enum.IntEnum):
@@ -30,20 +44,6 @@ class InstanceState(enum.IntEnum):
     RUNNING = 1
     CREATING = 2
     DELETING = 3
-
-
-class ErrorClass(enum.IntEnum):
-    """cloudprovider.InstanceErrorClass (cluster-autoscaler cloudprovider/cloud_provider.go)."""
-
-    OUT_OF_RESOURCES = 1  # stockout, quota: CA backs the group off and tries another
-    OTHER = 99
-
-
-@dataclass(frozen=True)
-class InstanceError:
-    code: str
-    message: str
-    error_class: ErrorClass = ErrorClass.OTHER
 
 
 @dataclass(frozen=True)

@@ -1,73 +1,64 @@
-"""What one cloud package implements: a small driver over its API client.
+"""What one cloud package implements: a small driver over its API client, in one of two shapes.
 
-A driver only lists, creates and deletes machines and describes its groups; it knows nothing of
-gRPC, target sizes, retries of whole operations, caches or threads. `ManagedProvider`
-(providers/managed.py) turns any driver into a full `CloudProvider`. Driver methods may do
-network I/O; the managed layer calls them only from Refresh and from its background workers,
-never from a read RPC. Exceptions: I/O failures must be raised as `CloudError`.
+A driver lists what the cloud holds and changes it; it knows nothing of gRPC, CA's target sizes,
+retries of whole operations, caches or threads. The shared machinery turns a driver into a full
+`CloudProvider`, and the registry picks which machinery from the driver's type:
+
+- **Machine shape** (`MachineDriver` -> `providers.machines.MachineProvider`): our server owns the
+  size. It creates machines one by one, each carrying a creation token (Cherry Servers, SPC, the
+  sim cloud's machine mode).
+- **Pool shape** (`PoolDriver` -> `providers.pools.PoolProvider`): the cloud owns the desired size.
+  We set an absolute size and the cloud creates the instances; removing a named instance lowers the
+  size (Vultr VKE, Exoscale, AliCloud ESS, the sim cloud's pool mode).
+
+Both shapes share the read side (`DriverBase`): the group set (which may change on every Refresh:
+groups discovered from the cloud), templates, prices, the control-plane rule and a label fallback
+for NodeGroupForNode. Driver methods may do network I/O; the machinery calls them only from Refresh
+and from its background workers, never from a read RPC. I/O failures must be raised as `CloudError`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import enum
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
 from cloudprovider_grpc.k8s.template import NodeTemplate
-from cloudprovider_grpc.providers.contract import ErrorClass, InstanceError, InstanceState, NodeRef
+from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
+
+__all__ = [
+    "CONTROL_PLANE_LABELS",
+    "CloudError",
+    "DriverBase",
+    "GroupConfig",
+    "Machine",
+    "MachineDriver",
+    "MachineGone",
+    "Operation",
+    "OperationState",
+    "OperationStatus",
+    "Pool",
+    "PoolDriver",
+    "RemoveOutcome",
+    "narrow_groups",
+]
 
 #: Labels that mark control-plane nodes; such nodes never belong to an autoscaled group.
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/master", "node-role.kubernetes.io/control-plane")
-
-
-class CloudError(Exception):
-    """A failed cloud call.
-
-    `transient` is True when trying again later may succeed (connection errors, timeouts, 408, 429,
-    5xx): for a create, the outcome is then unknown and the managed layer looks for the machine by
-    its creation token before creating again. `error_class` classifies permanent failures for CA
-    (OUT_OF_RESOURCES for stockouts and quota, OTHER otherwise). `code` is a short machine-readable
-    reason shown to CA in InstanceErrorInfo.errorCode. The message must not contain secrets.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        transient: bool = False,
-        error_class: ErrorClass = ErrorClass.OTHER,
-        code: str = "",
-        status: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.transient = transient
-        self.error_class = error_class
-        self.code = code or (
-            "OUT_OF_RESOURCES" if error_class == ErrorClass.OUT_OF_RESOURCES else "CLOUD_ERROR"
-        )
-        self.status = status
-
-    def as_instance_error(self) -> InstanceError:
-        return InstanceError(code=self.code, message=self.message, error_class=self.error_class)
-
-
-class MachineGone(CloudError):
-    """The machine does not exist (any more); deleting it is then already done."""
-
-    def __init__(self, message: str = "machine not found") -> None:
-        super().__init__(message, code="NOT_FOUND", status=404)
 
 
 @dataclass(frozen=True)
 class Machine:
     """A machine as the cloud lists it.
 
-    `id` is the providerID its Node will carry ("cherryservers://123"). `state` is RUNNING,
-    CREATING (booting/deploying) or DELETING (terminating). `token` is the creation token the
-    managed layer passed to `create_machine` and the driver stored on the machine (a tag, label or
-    name suffix), "" for machines created elsewhere; it is what makes creation idempotent across
-    timeouts and restarts.
+    `id` is the providerID its Node will carry ("cherryservers://123", "vultr://<uuid>"). `state`
+    is RUNNING, CREATING (booting/deploying) or DELETING (terminating). `token` is the creation token
+    the machine shape passed to `create_machine` and the driver stored on the machine (a tag, label
+    or name suffix), "" for machines created elsewhere and for every pool-shape machine. `handle` is
+    the cloud's own reference the driver needs to act on the machine (a pk, an instance id), so no
+    driver has to parse it back out of `id`. `error` is shown to CA as InstanceErrorInfo.
     """
 
     id: str
@@ -76,14 +67,16 @@ class Machine:
     name: str = ""
     token: str = ""
     error: InstanceError | None = None
+    handle: str = ""
 
 
 @dataclass(frozen=True)
 class GroupConfig:
-    """A node group as configured: bounds plus optional per-group autoscaling option overrides.
+    """A node group: bounds plus optional per-group autoscaling option overrides.
 
     `options` keys are `AutoscalingOptions` field names. An empty mapping means "no overrides",
     and NodeGroupGetOptions then answers UNIMPLEMENTED for the group (see contract.options).
+    `name` is the human name (a pool label) for logs; `debug` is what NodeGroup.debug shows.
     """
 
     id: str
@@ -91,41 +84,49 @@ class GroupConfig:
     max_size: int
     debug: str = ""
     options: Mapping[str, object] = field(default_factory=dict)
+    name: str = ""
 
 
-class Driver(abc.ABC):
-    """The per-cloud part of a backend. Subclasses set `name` and `id_prefix`."""
+def narrow_groups(
+    discovered: Iterable[GroupConfig], specs: Sequence[tuple[int, int, str]]
+) -> list[GroupConfig]:
+    """Apply `--nodes MIN:MAX:NAME` specs to groups discovered from the cloud.
+
+    A spec matches a group by id or by name and overrides its bounds. With no specs every
+    discovered group is kept; with specs, only the groups they name are (the user listed what CA
+    may touch)."""
+    from dataclasses import replace
+
+    groups = list(discovered)
+    if not specs:
+        return groups
+    out: list[GroupConfig] = []
+    for g in groups:
+        spec = next((s for s in specs if s[2] in (g.id, g.name)), None)
+        if spec is not None:
+            out.append(replace(g, min_size=spec[0], max_size=spec[1]))
+    return out
+
+
+class DriverBase(abc.ABC):
+    """The read side every driver has, whatever its shape. Subclasses set `name` and `id_prefix`."""
 
     #: backend name for logs and metrics ("cherry")
     name: str = "driver"
     #: providerID prefix of this cloud's machines ("cherryservers://"); placeholders for machines
-    #: not yet created are `<id_prefix>pending-<token>` so CA can delete them like any instance
+    #: not yet listed are `<id_prefix>pending-...` so CA can delete them like any instance
     id_prefix: str = "driver://"
     #: label set by the cloud's GPU nodes (GPULabel RPC)
     gpu_label: str = ""
 
     @abc.abstractmethod
     def groups(self) -> list[GroupConfig]:
-        """The configured node groups (from memory)."""
-
-    @abc.abstractmethod
-    def list_machines(self) -> list[Machine]:
-        """Every machine of every configured group, from as few API calls as the API allows
-        (one paginated list for Cherry). Called once per Refresh."""
-
-    @abc.abstractmethod
-    def create_machine(self, group: str, token: str) -> Machine:
-        """Create one machine in `group`, storing `token` on it so `list_machines` reports it.
-
-        Must not retry on its own after the request may have reached the cloud: the managed layer
-        decides, after looking the token up, whether to create again."""
-
-    @abc.abstractmethod
-    def delete_machine(self, machine: Machine) -> None:
-        """Delete the machine; raise MachineGone (or return) if it no longer exists."""
+        """The node groups, from memory. Called after every listing, so a driver that discovers
+        groups from the cloud updates them in its listing call and returns the current set here."""
 
     def refresh_catalog(self) -> None:
-        """Reload slow-changing data (plans, prices, images). Called on Refresh when stale."""
+        """Reload slow-changing data (plans, instance types, prices, images). Called on Refresh
+        when older than the catalogue TTL."""
         return None
 
     def template(self, group: str) -> NodeTemplate | None:
@@ -142,6 +143,128 @@ class Driver(abc.ABC):
     def is_control_plane(self, node: NodeRef) -> bool:
         return any(label in node.labels for label in CONTROL_PLANE_LABELS)
 
+    def group_of(self, node: NodeRef) -> str | None:
+        """Fallback for NodeGroupForNode when the node's providerID is not a listed machine:
+        the group id its labels name (SPC's `stackpoint.io/node_group`), or None. From memory."""
+        return None
+
+    def machine_of(self, node: NodeRef) -> str | None:
+        """Fallback: the providerID of the listed machine the node's labels name (VKE's
+        `vke.vultr.com/node-id` label carries the node id), or None. From memory."""
+        return None
+
     def close(self) -> None:
         """Release clients and sessions."""
         return None
+
+
+class MachineDriver(DriverBase):
+    """The machine shape: our server owns the size and creates machines one at a time."""
+
+    #: False for clouds whose create call cannot carry a creation token (SPC): after an unknown
+    #: outcome the create is never re-sent; the next listing adopts one new untokened machine of
+    #: the group instead.
+    create_carries_token: bool = True
+
+    @abc.abstractmethod
+    def list_machines(self) -> list[Machine]:
+        """Every machine of every group, from as few API calls as the API allows (one paginated
+        list for Cherry). Called once per Refresh."""
+
+    @abc.abstractmethod
+    def create_machine(self, group: str, token: str) -> Machine:
+        """Create one machine in `group`, storing `token` on it so `list_machines` reports it
+        (ignored when `create_carries_token` is False).
+
+        Must not retry on its own after the request may have reached the cloud: the machinery
+        decides, after looking the token up, whether to create again."""
+
+    @abc.abstractmethod
+    def delete_machine(self, machine: Machine) -> None:
+        """Delete the machine; raise MachineGone (or return) if it no longer exists."""
+
+
+# ---------------------------------------------------------------------------------- pool shape
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One cloud-owned pool as one listing saw it.
+
+    `desired` is the cloud's own desired size (VKE `node_quantity`, Exoscale `size`, ESS
+    `DesiredCapacity`). `machines` are its members with their states. `failure` is the last scaling
+    failure the cloud reports for it, while it is still relevant (an ESS scaling activity that
+    failed, an Exoscale operation that failed): shown on the group's placeholders. `listing_error`
+    set means this pool could not be listed this time: `desired`/`machines` are not to be trusted
+    and the machinery keeps what it knew (one broken pool never takes the others down).
+    """
+
+    config: GroupConfig
+    desired: int
+    machines: tuple[Machine, ...] = ()
+    failure: InstanceError | None = None
+    listing_error: CloudError | None = None
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A cloud operation the API accepted but has not finished (an Exoscale operation, an ESS
+    scaling activity). The machinery polls it in the background with `PoolDriver.poll`; nothing
+    ever waits for it inside an RPC. `kind` is "scale" or "remove"; `ref` is the driver's own id."""
+
+    group: str
+    kind: str
+    ref: str
+
+
+class OperationState(enum.Enum):
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class OperationStatus:
+    state: OperationState
+    error: InstanceError | None = None  # with FAILED: what CA sees on the placeholders
+
+
+@dataclass(frozen=True)
+class RemoveOutcome:
+    """What `remove_machines` did. `failed` maps machine ids that were not removed to why (a
+    machine already gone counts as removed, never as failed). `operation`, if any, is polled."""
+
+    failed: Mapping[str, CloudError] = field(default_factory=dict)
+    operation: Operation | None = None
+
+
+class PoolDriver(DriverBase):
+    """The pool shape: the cloud owns the desired size of each group."""
+
+    #: True when `remove_machines` lowers the cloud's desired size by the number removed (VKE
+    #: DELETE node, Exoscale :evict, ESS RemoveInstances with DecreaseDesiredCapacity); False and
+    #: the machinery pushes the lower size itself afterwards.
+    remove_lowers_size: bool = True
+
+    @abc.abstractmethod
+    def list_pools(self) -> list[Pool]:
+        """Every group with its desired size and members, from as few calls as the API allows.
+        Called once per Refresh. Raise CloudError only when nothing could be listed; a pool that
+        alone failed comes back with `listing_error`."""
+
+    @abc.abstractmethod
+    def set_size(self, group: str, size: int) -> Operation | None:
+        """Set the cloud's desired size of `group` to the absolute `size`. Safe to retry (the
+        machinery retries transient errors). Return the accepted operation if the cloud finishes
+        it asynchronously, else None. Never waits for the operation."""
+
+    @abc.abstractmethod
+    def remove_machines(self, group: str, machines: Sequence[Machine]) -> RemoveOutcome:
+        """Remove exactly these machines from `group` (in as few calls as the cloud allows), and
+        lower the desired size with them where the cloud allows it (`remove_lowers_size`). Raise
+        CloudError when the call as a whole failed (transient: the machinery retries the batch)."""
+
+    def poll(self, operation: Operation) -> OperationStatus:
+        """The state of an operation `set_size` or `remove_machines` returned. Called from a
+        background worker until it is no longer PENDING."""
+        return OperationStatus(OperationState.SUCCEEDED)

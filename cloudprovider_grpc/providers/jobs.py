@@ -7,7 +7,7 @@ than slept in a worker thread, so a throttled cloud never ties up the pool.
 Two modes share the same queue:
 - threaded (production): `concurrency` worker threads run due jobs as they become due;
 - inline (simulation, deterministic tests): nothing runs until `run_due()` is called, which runs
-  every due job in submission order on the caller's thread. ManagedProvider calls it at the start
+  every due job in submission order on the caller's thread. MachineProvider calls it at the start
   of Refresh, so the order of cloud operations depends only on the order of RPCs.
 """
 

@@ -12,7 +12,7 @@ from cloudprovider_grpc.k8s.node import decode_node, encode_template_node
 from cloudprovider_grpc.providers.cherry import CherryEmulator
 from cloudprovider_grpc.providers.contract import ErrorClass, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import CloudError, Machine, MachineGone
-from cloudprovider_grpc.providers.managed import ManagedProvider
+from cloudprovider_grpc.providers.machines import MachineProvider
 from tests.cherry.conftest import ENV, PROJECT, TOKEN, make_driver
 from tests.support.servers import ManualClock
 
@@ -48,11 +48,11 @@ def test_membership_is_by_cluster_and_pool_tags(emulator: CherryEmulator) -> Non
 
 def test_a_token_on_two_servers_keeps_the_oldest_and_deletes_the_other(emulator: CherryEmulator) -> None:
     # a create that timed out and was executed late, after the token lookup had found nothing;
-    # the managed layer deduplicates on its listing (providers/managed.py _delete_duplicates)
+    # the managed layer deduplicates on its listing (providers/machines.py _delete_duplicates)
     tags = {"k8s-cluster": "cluster1", "k8s-nodepool": "pool1", "k8s-create-token": "dup"}
     first, second = seed(emulator, tags), seed(emulator, tags)
     assert second != first
-    provider = ManagedProvider(make_driver(emulator), inline_workers=True)
+    provider = MachineProvider(make_driver(emulator), inline_workers=True)
     provider.refresh()
     assert provider.target_size("pool1") == 1
     provider.refresh()  # inline workers run the delete

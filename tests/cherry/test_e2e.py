@@ -25,7 +25,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.cherry import CherryDriver, CherryEmulator, build, make_client
 from cloudprovider_grpc.providers.cherry.config import load_config
 from cloudprovider_grpc.providers.contract import CloudProvider
-from cloudprovider_grpc.providers.managed import ManagedProvider
+from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.cherry.conftest import PROJECT, example_ctx
@@ -48,10 +48,10 @@ def serving(provider: CloudProvider) -> Iterator[tuple[ServerHandle, object]]:
         handle.stop(grace=2)
 
 
-def managed(ctx: ProviderContext, **kw) -> ManagedProvider:
+def managed(ctx: ProviderContext, **kw) -> MachineProvider:
     """What build() makes, with a short create backoff so fault tests finish quickly."""
     config = load_config(ctx)
-    return ManagedProvider(CherryDriver(config, make_client(config)), catalog_ttl=config.catalog_ttl, **kw)
+    return MachineProvider(CherryDriver(config, make_client(config)), catalog_ttl=config.catalog_ttl, **kw)
 
 
 def instances(s, gid: str) -> list[pb.Instance]:

@@ -104,10 +104,10 @@ def test_cherry_backend_against_its_emulator():
 def test_increase_size_error_backs_the_group_off():
     """An IncreaseSize RPC error (here: the cloud API is down for one group) is a failed scale-up."""
     from cloudprovider_grpc.errors import Unavailable
-    from cloudprovider_grpc.providers.managed import ManagedProvider
+    from cloudprovider_grpc.providers.machines import MachineProvider
     from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, parse_options
 
-    class FlakyGroup(ManagedProvider):
+    class FlakyGroup(MachineProvider):
         def increase_size(self, group_id: str, delta: int) -> None:
             if group_id == "flaky":
                 raise Unavailable("cloud API unavailable")

@@ -69,8 +69,8 @@ def _emulator_for(
 
 
 def build(ctx: ProviderContext) -> CloudProvider:
-    """The Cherry provider: validated config -> client -> driver -> ManagedProvider."""
-    from cloudprovider_grpc.providers.managed import ManagedProvider
+    """The Cherry provider: validated config -> client -> driver -> MachineProvider."""
+    from cloudprovider_grpc.providers.machines import MachineProvider
 
     config = load_config(ctx)
     emulator = None
@@ -79,7 +79,7 @@ def build(ctx: ProviderContext) -> CloudProvider:
         emulator = _emulator_for(config, "", config.emulator, "127.0.0.1:0", None).start()
         api_url = emulator.base_url
     try:
-        return ManagedProvider(
+        return MachineProvider(
             CherryDriver(config, make_client(config, api_url)),
             concurrency=ctx.concurrency,
             clock=ctx.clock,

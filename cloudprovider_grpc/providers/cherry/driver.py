@@ -23,9 +23,9 @@ from cloudprovider_grpc.providers.cherry.config import CherryConfig, PoolSpec
 from cloudprovider_grpc.providers.contract import ErrorClass, InstanceError, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (
     CloudError,
-    Driver,
     GroupConfig,
     Machine,
+    MachineDriver,
     MachineGone,
 )
 
@@ -108,7 +108,7 @@ def plan_hourly_price(plan: Mapping[str, Any]) -> float | None:
     return None
 
 
-class CherryDriver(Driver):
+class CherryDriver(MachineDriver):
     name = "cherry"
     id_prefix = ID_PREFIX
     gpu_label = GPU_LABEL
@@ -162,7 +162,7 @@ class CherryDriver(Driver):
                 if "id" not in server:
                     continue
                 machines.append(self._machine(server, pool.name))
-        return machines  # servers sharing a creation token are deduplicated by ManagedProvider
+        return machines  # servers sharing a creation token are deduplicated by MachineProvider
 
     # ---- create / delete ----
     def _rand8(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.providers.managed import ManagedProvider
+from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.registry import ProviderContext
 from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions
 
@@ -38,9 +38,9 @@ def parse_options(ctx: ProviderContext) -> SimOptions:
         raise ConfigError(f"sim.{loc}" if loc else "sim", err["msg"]) from None
 
 
-def build(ctx: ProviderContext) -> ManagedProvider:
+def build(ctx: ProviderContext) -> MachineProvider:
     cloud = SimCloud(parse_options(ctx), clock=ctx.clock)
-    return ManagedProvider(
+    return MachineProvider(
         SimDriver(cloud),
         concurrency=ctx.concurrency,
         clock=ctx.clock,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, ErrorClass, InstanceState
-from cloudprovider_grpc.providers.driver import CloudError, Driver, GroupConfig, Machine, MachineGone
+from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver, MachineGone
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABEL = "cloudprovider-grpc.io/gpu"
@@ -237,7 +237,7 @@ class SimCloud:
                 m.deleted_at = self.clock()
 
 
-class SimDriver(Driver):
+class SimDriver(MachineDriver):
     name = "sim"
     id_prefix = "sim://"
     gpu_label = GPU_LABEL

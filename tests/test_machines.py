@@ -16,7 +16,7 @@ import pytest
 from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.driver import CloudError, Machine
-from cloudprovider_grpc.providers.managed import ManagedProvider
+from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from cloudprovider_grpc.server import start_server
 from tests.support.servers import channel, stub
@@ -63,7 +63,7 @@ def _cloud(max_size: int = 20, initial: int = 0, delay: float = 0.0) -> SimCloud
     )
 
 
-def _serve(provider: ManagedProvider):
+def _serve(provider: MachineProvider):
     return start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=provider)
 
 
@@ -74,7 +74,7 @@ def _alive(cloud: SimCloud) -> list[str]:
 def test_lost_responses_and_throttling_never_double_a_machine() -> None:
     cloud = _cloud()
     driver = FlakyDriver(cloud, ["lost", "refused", "ok", "refused", "lost", "ok", "ok"])
-    provider = ManagedProvider(driver, concurrency=4, max_backoff=0.05)
+    provider = MachineProvider(driver, concurrency=4, max_backoff=0.05)
     handle = _serve(provider)
     try:
         s = stub(channel(handle))
@@ -92,7 +92,7 @@ def test_lost_responses_and_throttling_never_double_a_machine() -> None:
 
 def test_ten_concurrent_single_node_deletes() -> None:
     cloud = _cloud(initial=15)
-    provider = ManagedProvider(SimDriver(cloud), concurrency=10)
+    provider = MachineProvider(SimDriver(cloud), concurrency=10)
     handle = _serve(provider)
     try:
         ch = channel(handle)
@@ -132,7 +132,7 @@ def test_concurrent_deletes_respect_min_size() -> None:
             {"deletion_delay": 0, "groups": [{"id": "g", "min_size": 3, "max_size": 10, "initial_size": 5}]}
         )
     )
-    provider = ManagedProvider(SimDriver(cloud), concurrency=10)
+    provider = MachineProvider(SimDriver(cloud), concurrency=10)
     handle = _serve(provider)
     try:
         s = stub(channel(handle))
@@ -168,7 +168,7 @@ def test_restart_with_journal_resumes_without_doubling(tmp_path: Path) -> None:
     # first life: two creates reach the cloud but their responses are lost, then the cloud refuses
     # everything (throttling) until the process dies mid-scale-up
     driver = FlakyDriver(cloud, ["lost", "lost"], then="refused")
-    first = ManagedProvider(driver, concurrency=1, state_file=journal, max_backoff=0.01, max_attempts=10_000)
+    first = MachineProvider(driver, concurrency=1, state_file=journal, max_backoff=0.01, max_attempts=10_000)
     handle = _serve(first)
     s = stub(channel(handle))
     s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=5), timeout=5)
@@ -180,7 +180,7 @@ def test_restart_with_journal_resumes_without_doubling(tmp_path: Path) -> None:
     assert len(_alive(cloud)) == 2
     creates_before = cloud.calls["create"]
     # second life, healthy network: the journal's creations resume; tokens found in the cloud count
-    second = ManagedProvider(SimDriver(cloud), concurrency=2, state_file=journal)
+    second = MachineProvider(SimDriver(cloud), concurrency=2, state_file=journal)
     handle = _serve(second)
     try:
         s = stub(channel(handle))
@@ -196,12 +196,12 @@ def test_restart_with_journal_resumes_without_doubling(tmp_path: Path) -> None:
 
 def test_restart_without_journal_recovers_membership_from_the_cloud() -> None:
     cloud = _cloud(initial=3)
-    handle = _serve(ManagedProvider(SimDriver(cloud), inline_workers=True))
+    handle = _serve(MachineProvider(SimDriver(cloud), inline_workers=True))
     s = stub(channel(handle))
     s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=2))
     s.Refresh(pb.RefreshRequest())  # creates run
     handle.stop(0)
-    handle = _serve(ManagedProvider(SimDriver(cloud), inline_workers=True))
+    handle = _serve(MachineProvider(SimDriver(cloud), inline_workers=True))
     try:
         s = stub(channel(handle))
         assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 5
@@ -214,7 +214,7 @@ def test_restart_without_journal_recovers_membership_from_the_cloud() -> None:
 
 def test_machines_deleted_behind_our_back_leave_the_target() -> None:
     cloud = _cloud(initial=4)
-    handle = _serve(ManagedProvider(SimDriver(cloud), inline_workers=True))
+    handle = _serve(MachineProvider(SimDriver(cloud), inline_workers=True))
     try:
         s = stub(channel(handle))
         assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 4
@@ -235,7 +235,7 @@ def test_cloud_outage_on_refresh_is_unavailable_and_keeps_the_cache() -> None:
             return super().list_machines()
 
     driver = Down(_cloud(initial=2))
-    handle = _serve(ManagedProvider(driver, inline_workers=True))
+    handle = _serve(MachineProvider(driver, inline_workers=True))
     try:
         s = stub(channel(handle))
         driver.down = True
@@ -254,7 +254,7 @@ def test_placeholder_of_a_machine_that_landed_still_resolves() -> None:
     """CA may time out an instance it saw as a placeholder after the machine appeared under its
     real id; deleting the placeholder must delete that machine, not fail or leak it."""
     cloud = _cloud(initial=0, delay=100)
-    handle = _serve(ManagedProvider(SimDriver(cloud), inline_workers=True))
+    handle = _serve(MachineProvider(SimDriver(cloud), inline_workers=True))
     try:
         s = stub(channel(handle))
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
@@ -293,7 +293,7 @@ class LateDriver(SimDriver):
 
 def test_a_late_executed_create_is_deduplicated() -> None:
     cloud = _cloud()
-    provider = ManagedProvider(LateDriver(cloud), inline_workers=True, max_backoff=0.0)
+    provider = MachineProvider(LateDriver(cloud), inline_workers=True, max_backoff=0.0)
     handle = _serve(provider)
     try:
         s = stub(channel(handle))

@@ -1,4 +1,4 @@
-"""The shared machinery that turns a cloud `Driver` into a full `CloudProvider`.
+"""The machine shape of the shared machinery: turns a `MachineDriver` into a full `CloudProvider`.
 
 Everything CA-facing that is the same for every cloud lives here once:
 
@@ -59,7 +59,7 @@ from cloudprovider_grpc.providers.contract import (
     NodeGroup,
     NodeRef,
 )
-from cloudprovider_grpc.providers.driver import CloudError, Driver, GroupConfig, Machine, MachineGone
+from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver, MachineGone
 from cloudprovider_grpc.providers.jobs import JobRunner
 
 log = logging.getLogger(__name__)
@@ -104,12 +104,12 @@ class _GroupState:
         return len(self.live_machines()) + sum(1 for c in self.creations.values() if not c.cancelled)
 
 
-class ManagedProvider(CloudProvider):
-    """A `CloudProvider` over any `Driver`; see the module docstring."""
+class MachineProvider(CloudProvider):
+    """A `CloudProvider` over any `MachineDriver`; see the module docstring."""
 
     def __init__(
         self,
-        driver: Driver,
+        driver: MachineDriver,
         *,
         concurrency: int = 10,
         clock: Callable[[], float] | None = None,
@@ -715,4 +715,4 @@ def _dominant_share(requests: Mapping[str, float], tpl: NodeTemplate) -> tuple[f
     return share, fits
 
 
-__all__ = ["ManagedProvider"]
+__all__ = ["MachineProvider"]
