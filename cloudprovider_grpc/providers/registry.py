@@ -1,8 +1,11 @@
 """Backends by name, imported lazily so one cloud's dependencies never load for another.
 
-Each backend package exposes `build(ctx: ProviderContext) -> CloudProvider`. A backend that ships
-an API emulator also exposes `build_emulator(ctx: ProviderContext, address: str, state_file: Path | None)`
-returning an object with `.address` ("127.0.0.1:PORT"), `.base_url` and `.stop()`.
+Each backend package exposes `build_driver(ctx: ProviderContext) -> BuiltDriver`: a validated driver
+and what its machinery needs. The registry, and only the registry, picks the machinery from the
+driver's shape: a `PoolDriver` gets `PoolProvider`, a `MachineDriver` gets `MachineProvider`. A
+backend that ships an API emulator also exposes
+`build_emulator(ctx: ProviderContext, address: str, state_file: Path | None)` returning an object
+with `.address` ("127.0.0.1:PORT"), `.base_url` and `.stop()`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
+from cloudprovider_grpc.providers.driver import DriverBase
 
 #: name -> module holding build()/build_emulator()
 BACKENDS: dict[str, str] = {
@@ -73,5 +77,48 @@ def backend_module(name: str) -> Any:
     return importlib.import_module(BACKENDS[name])
 
 
+@dataclass(frozen=True)
+class BuiltDriver:
+    """A backend's validated driver plus what the shared machinery needs to run it.
+
+    `on_stop` runs when the provider stops (an emulator started for `--emulate`). `catalog_ttl` is
+    how long templates/prices are reused before `refresh_catalog`. `seed` makes the machinery's
+    jitter reproducible (the simulator)."""
+
+    driver: DriverBase
+    catalog_ttl: float = 300.0
+    on_stop: Callable[[], None] | None = None
+    seed: int | None = None
+
+
+def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:
+    """The machinery for the driver's shape; the one place that chooses it."""
+    from cloudprovider_grpc.providers.driver import MachineDriver, PoolDriver
+
+    kwargs: dict[str, Any] = {
+        "concurrency": ctx.concurrency,
+        "clock": ctx.clock,
+        "inline_workers": ctx.inline_workers,
+        "state_file": ctx.state_file,
+        "catalog_ttl": built.catalog_ttl,
+        "seed": built.seed,
+        "on_stop": built.on_stop,
+    }
+    try:
+        if isinstance(built.driver, PoolDriver):
+            from cloudprovider_grpc.providers.pools import PoolProvider
+
+            return PoolProvider(built.driver, **kwargs)
+        if isinstance(built.driver, MachineDriver):
+            from cloudprovider_grpc.providers.machines import MachineProvider
+
+            return MachineProvider(built.driver, **kwargs)
+        raise TypeError(f"{type(built.driver).__name__} is neither a MachineDriver nor a PoolDriver")
+    except BaseException:
+        if built.on_stop is not None:
+            built.on_stop()
+        raise
+
+
 def build_provider(name: str, ctx: ProviderContext) -> CloudProvider:
-    return backend_module(name).build(ctx)
+    return make_provider(backend_module(name).build_driver(ctx), ctx)

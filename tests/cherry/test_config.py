@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.providers.cherry import build
 from cloudprovider_grpc.providers.cherry.config import DEFAULT_API_URL, load_config
 from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
-from cloudprovider_grpc.providers.registry import NodesSpec
+from cloudprovider_grpc.providers.registry import NodesSpec, build_provider
 from tests.cherry.conftest import ENV, EXAMPLE, example_ctx
 
 
@@ -158,7 +157,7 @@ def test_each_malformed_file_gives_one_line_naming_the_key(
 ) -> None:
     ctx = example_ctx(cloud_config=_ini(tmp_path, (old, new)))
     with pytest.raises(ConfigError) as err:
-        build(ctx)
+        build_provider("cherry", ctx)
     message = str(err.value)
     assert "\n" not in message
     assert key in err.value.key, message
@@ -193,7 +192,7 @@ def test_each_malformed_setting_gives_one_line_naming_the_key(change: dict, key:
     if options is not None:
         ctx = dataclasses.replace(ctx, options={**ctx.options, **options})
     with pytest.raises(ConfigError) as err:
-        build(ctx)
+        build_provider("cherry", ctx)
     assert "\n" not in str(err.value)
     assert key in err.value.key, str(err.value)
 

@@ -22,11 +22,11 @@ from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.cherry import CherryDriver, CherryEmulator, build, make_client
+from cloudprovider_grpc.providers.cherry import CherryDriver, CherryEmulator, make_client
 from cloudprovider_grpc.providers.cherry.config import load_config
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.machines import MachineProvider
-from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
+from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, build_provider
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.cherry.conftest import PROJECT, example_ctx
 from tests.support.servers import ManualClock, channel, stub
@@ -88,7 +88,7 @@ def pool_servers(emu: CherryEmulator, pool: str) -> list[dict]:
 def test_scale_up_by_three_then_delete_two(emulator: CherryEmulator, emu_clock: ManualClock) -> None:
     # each create is answered after 1 s, so we can see IncreaseSize return before any server exists
     emulator.set_faults(FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=1.0, methods=frozenset({"POST"})))
-    provider = build(example_ctx(emulator, options={"read-timeout": 5.0}))
+    provider = build_provider("cherry", example_ctx(emulator, options={"read-timeout": 5.0}))
     with serving(provider) as (_, s):
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="pool1", delta=3), timeout=5)
         assert pool_servers(emulator, "pool1") == []  # returned at once: nothing created yet
@@ -155,7 +155,7 @@ def test_scale_up_by_three_then_delete_two(emulator: CherryEmulator, emu_clock: 
 
 def test_controller_nodes_are_not_in_any_group(emulator: CherryEmulator) -> None:
     sid = emulator.next_id
-    with serving(build(example_ctx(emulator))) as (_, s):
+    with serving(build_provider("cherry", example_ctx(emulator))) as (_, s):
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="pool1", delta=1), timeout=5)
         eventually(s, lambda: all(REAL_ID.match(i.id) for i in instances(s, "pool1")))
         labels = {"node-role.kubernetes.io/control-plane": ""}
@@ -200,7 +200,7 @@ def test_scale_up_of_ten_under_thirty_percent_faults_ends_with_exactly_ten(emula
 
 def test_stockout_shows_error_class_1(emulator: CherryEmulator) -> None:
     emulator.set_stock({"e5_1620v4": {"*": 1}})
-    with serving(build(example_ctx(emulator))) as (_, s):
+    with serving(build_provider("cherry", example_ctx(emulator))) as (_, s):
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="pool1", delta=3), timeout=5)
 
         def settled() -> bool:
@@ -233,7 +233,7 @@ def test_restart_mid_scale_up_recovers_from_the_cloud(
     ctx = dataclasses.replace(
         example_ctx(emulator, options={"rate-limit": 2}), state_file=state, concurrency=1
     )
-    with serving(build(ctx)) as (_, s):
+    with serving(build_provider("cherry", ctx)) as (_, s):
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="pool1", delta=5), timeout=5)
         deadline = time.monotonic() + 30
         while len(pool_servers(emulator, "pool1")) < 2 and time.monotonic() < deadline:
@@ -241,7 +241,8 @@ def test_restart_mid_scale_up_recovers_from_the_cloud(
     made = len(pool_servers(emulator, "pool1"))
     assert 2 <= made < 5  # stopped mid-way
 
-    with serving(build(dataclasses.replace(ctx, options={**ctx.options, "rate-limit": 1000}))) as (_, s):
+    faster = dataclasses.replace(ctx, options={**ctx.options, "rate-limit": 1000})
+    with serving(build_provider("cherry", faster)) as (_, s):
         if journal:  # the accepted creations resume: nothing lost
             eventually(s, lambda: len(pool_servers(emulator, "pool1")) == 5 and target(s, "pool1") == 5)
             eventually(s, lambda: all(REAL_ID.match(i.id) for i in instances(s, "pool1")))
@@ -266,7 +267,7 @@ def test_emulate_mode_runs_server_and_emulator_together() -> None:
             "rate-limit": 1000,
         },
     )
-    provider = build(ctx)
+    provider = build_provider("cherry", ctx)
     with serving(provider) as (_, s):
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="workers", delta=2), timeout=5)
         eventually(

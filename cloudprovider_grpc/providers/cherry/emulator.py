@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
-from cloudprovider_grpc.providers.cherry import catalog
+from cloudprovider_grpc.providers.cherry import emulator_seed as catalog
 
 #: default team of tokens and projects seeded without an explicit team
 DEFAULT_TEAM = 100

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.providers.machines import MachineProvider
-from cloudprovider_grpc.providers.registry import ProviderContext
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
 from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions
 
-__all__ = ["SimCloud", "SimDriver", "SimOptions", "build", "parse_options"]
+__all__ = ["SimCloud", "SimDriver", "SimOptions", "build_driver", "parse_options"]
 
 
 def parse_options(ctx: ProviderContext) -> SimOptions:
@@ -38,13 +37,6 @@ def parse_options(ctx: ProviderContext) -> SimOptions:
         raise ConfigError(f"sim.{loc}" if loc else "sim", err["msg"]) from None
 
 
-def build(ctx: ProviderContext) -> MachineProvider:
+def build_driver(ctx: ProviderContext) -> BuiltDriver:
     cloud = SimCloud(parse_options(ctx), clock=ctx.clock)
-    return MachineProvider(
-        SimDriver(cloud),
-        concurrency=ctx.concurrency,
-        clock=ctx.clock,
-        inline_workers=ctx.inline_workers,
-        state_file=ctx.state_file,
-        seed=cloud.options.seed,
-    )
+    return BuiltDriver(SimDriver(cloud), seed=cloud.options.seed)
