@@ -1,0 +1,72 @@
+"""Go-built tools for the tests (grpcurl, helm, kustomize, cluster-autoscaler, the control plane),
+built once and cached OUTSIDE the clone, so every run after the first on a machine is warm.
+
+One location for every Go build of the project: `$XDG_CACHE_HOME/cloudprovider-grpc/go` (default
+`~/.cache/cloudprovider-grpc/go`), with `mod/` (GOMODCACHE), `build/` (GOCACHE) and `bin/` (built
+binaries, one directory per tool and version so a version bump never reuses a stale binary).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+#: Go's official tarball installs to /usr/local/go; not every login shell puts it on PATH.
+_GO_FALLBACK = Path("/usr/local/go/bin/go")
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cloudprovider-grpc" / "go"
+
+
+def go_binary() -> str | None:
+    found = shutil.which("go")
+    if found:
+        return found
+    return str(_GO_FALLBACK) if _GO_FALLBACK.exists() else None
+
+
+def go_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for `go` commands: shared caches, no toolchain downloads."""
+    root = cache_root()
+    env = dict(os.environ)
+    go = go_binary()
+    if go is not None:
+        env["PATH"] = f"{Path(go).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(
+        GOMODCACHE=str(root / "mod"),
+        GOCACHE=str(root / "build"),
+        GOPATH=str(root / "path"),
+        GOFLAGS="-modcacherw",
+        GOTOOLCHAIN="local",
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def go_install(package: str, version: str, binary: str, *, timeout: float = 1800) -> Path:
+    """`go install package@version` into `bin/<binary>-<version>/`; a no-op when already built.
+
+    Raises RuntimeError (with Go's output) when Go is missing or the build fails."""
+    dest = cache_root() / "bin" / f"{binary}-{version}"
+    exe = dest / binary
+    if exe.exists():
+        return exe
+    if go_binary() is None:
+        raise RuntimeError("Go is not installed (needed to build " + binary + ")")
+    dest.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["go", "install", f"{package}@{version}"],
+        env=go_env({"GOBIN": str(dest)}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0 or not exe.exists():
+        raise RuntimeError(f"go install {package}@{version} failed:\n{proc.stdout}\n{proc.stderr}")
+    return exe
