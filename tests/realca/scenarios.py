@@ -1,0 +1,241 @@
+"""The real-CA scenarios: each phase makes the cluster need something, waits for CA's own decision
+(read from its log), and checks the cluster and our server agree with it.
+
+Phases are functions of a `Run` (one control plane, our server, the registrar and one CA process) so
+one CA run goes through several of them, and `benchmarks/` can reuse them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cloudprovider_grpc.k8s.node import decode_node
+from cloudprovider_grpc.k8s.quantity import parse_quantity
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
+from tests.realca import workloads as wl
+from tests.realca.autoscaler import Autoscaler, Decision
+from tests.realca.cluster import ControlPlane, Registrar, node_name, wait_for
+from tests.realca.server import OurServer
+from tests.support.backends import BackendUnderTest
+
+#: how long a phase may take before the test fails (CA loops every 2 s; machines boot in seconds)
+PHASE_TIMEOUT = 120
+
+
+@dataclass
+class Run:
+    plane: ControlPlane
+    server: OurServer
+    registrar: Registrar
+    ca: Autoscaler
+
+    @property
+    def kube(self):
+        return self.plane.kube
+
+    def watch(self) -> list:
+        return [self.ca.process, self.server.process, *self.plane.processes]
+
+    def diagnostics(self) -> str:
+        return (
+            f"CA decisions: {[str(d) for d in self.ca.decisions()]}\n"
+            f"registrar errors (last 5): {self.registrar.errors[-5:]}\n"
+            f"--- CA log tail\n{self.ca.log()[-6000:]}\n"
+            f"--- server log tail\n{self.server.process.log_text()[-3000:]}"
+        )
+
+
+@contextlib.contextmanager
+def run(
+    plane: ControlPlane,
+    backend: BackendUnderTest,
+    version: str,
+    workdir: Path,
+    *,
+    config: str | None = None,
+    flags: Mapping[str, str] | None = None,
+    state_file: Path | None = None,
+) -> Iterator[Run]:
+    """Our server on `backend`, the registrar and CA `version`; everything torn down and the cluster
+    emptied afterwards (the control plane is shared between runs)."""
+    server = OurServer(backend, workdir / "server", plane.pki, config=config, state_file=state_file)
+    registrar = Registrar(plane.kube, server.endpoint).start()
+    ca: Autoscaler | None = None
+    try:
+        ca = Autoscaler(version, plane, server.endpoint, workdir / "ca", flags)
+        r = Run(plane, server, registrar, ca)
+        ca.wait_running()
+        yield r
+    finally:
+        if ca is not None:
+            ca.stop()
+        registrar.stop()
+        server.stop()
+        wl.cleanup(plane.kube)
+
+
+# ---------------------------------------------------------------- what the scenarios read
+
+
+def templates(r: Run) -> dict[str, dict[str, str]]:
+    """group id -> the labels of its template node."""
+    out: dict[str, dict[str, str]] = {}
+    with r.server.endpoint.channel() as channel:
+        stub = pb_grpc.CloudProviderStub(channel)
+        for group in stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups:
+            res = stub.NodeGroupTemplateNodeInfo(pb.NodeGroupTemplateNodeInfoRequest(id=group.id), timeout=5)
+            out[group.id] = dict(decode_node(res.nodeBytes).metadata.labels)
+    return out
+
+
+def template_taints(r: Run, group: str) -> list[dict[str, str]]:
+    with r.server.endpoint.channel() as channel:
+        res = pb_grpc.CloudProviderStub(channel).NodeGroupTemplateNodeInfo(
+            pb.NodeGroupTemplateNodeInfoRequest(id=group), timeout=5
+        )
+    return [
+        {"key": t.key, "value": t.value, "effect": t.effect} for t in decode_node(res.nodeBytes).spec.taints
+    ]
+
+
+def selector_for(r: Run, group: str) -> dict[str, str]:
+    """A node selector only `group`'s template matches: the first label (by key) whose value no other
+    group's template has."""
+    labels = templates(r)
+    mine = labels[group]
+    for key in sorted(mine):
+        if key == "kubernetes.io/hostname":
+            continue
+        if all(other.get(key) != mine[key] for gid, other in labels.items() if gid != group):
+            return {key: mine[key]}
+    raise AssertionError(f"group {group}'s template has no label that tells it from the others: {labels}")
+
+
+def live_ids(r: Run, group: str) -> list[str]:
+    return [
+        i.id
+        for i in r.server.instances(group)
+        if i.status.instanceState != pb.InstanceStatus.instanceDeleting
+    ]
+
+
+def group_nodes(r: Run, group: str) -> set[str]:
+    """Names of the registrar's Nodes that are instances of `group`."""
+    ids = {i.id for i in r.server.instances(group)}
+    return {name for name, node in wl.nodes(r.kube).items() if node["spec"].get("providerID") in ids}
+
+
+def ups(decisions: list[Decision]) -> list[tuple[str, int]]:
+    return [(d.group, d.delta) for d in decisions if d.kind == "scale-up"]
+
+
+def downs(decisions: list[Decision]) -> list[str]:
+    return [d.node for d in decisions if d.kind == "scale-down"]
+
+
+# ---------------------------------------------------------------- phases
+
+
+def phase_scale_up(r: Run, group: str, workload: wl.Workload, delta: int) -> list[Decision]:
+    """`workload` fits only `group`: CA scales exactly that group by exactly `delta`, the pods run on
+    its new nodes, and our server's target follows."""
+    before = r.server.target(group)
+    wl.apply(r.kube, workload)
+    got = r.ca.wait_decisions(lambda ds: ups(ds), PHASE_TIMEOUT, f"CA's scale-up for {workload.name}")
+    assert ups(got) == [(group, delta)], f"CA decided {[str(d) for d in got]}, want {group} +{delta}"
+    placed = wl.wait_running(r.kube, workload.name, workload.replicas, PHASE_TIMEOUT, r.watch())
+    assert set(placed.values()) <= group_nodes(r, group), f"pods on {placed}, not all on {group}'s nodes"
+    assert r.server.target(group) == before + delta
+    return got
+
+
+def phase_scale_down_named(r: Run, workload: str, group: str, *, expect_nodes: set[str]) -> list[Decision]:
+    """Scale `workload` to zero: CA removes exactly the now-empty `expect_nodes` by name, and our
+    server deletes exactly those instances."""
+    ids = {
+        name: node["spec"]["providerID"] for name, node in wl.nodes(r.kube).items() if name in expect_nodes
+    }
+    wl.scale(r.kube, workload, 0)
+    got = r.ca.wait_decisions(
+        lambda ds: set(downs(ds)) >= expect_nodes, PHASE_TIMEOUT, f"CA removing {sorted(expect_nodes)}"
+    )
+    assert set(downs(got)) == expect_nodes, f"CA removed {downs(got)}, want exactly {sorted(expect_nodes)}"
+    wait_for(
+        f"{sorted(ids.values())} gone from {group}",
+        lambda: not set(ids.values()) & {i.id for i in r.server.instances(group)},
+        PHASE_TIMEOUT,
+        watch=r.watch(),
+    )
+    return got
+
+
+def phase_stockout(r: Run, group: str, workload: wl.Workload) -> list[Decision]:
+    """`workload` fits only `group`, whose cloud never creates machines: CA scales it up, sees the
+    instance's errorInfo, backs the group off and deletes the failed placeholder; our server's target
+    returns to where it was."""
+    before = r.server.target(group)
+    wl.apply(r.kube, workload)
+    got = r.ca.wait_decisions(
+        lambda ds: any(d.kind == "failed-removed" for d in ds) and any(d.kind == "backoff" for d in ds),
+        PHASE_TIMEOUT,
+        f"CA backing off {group} and removing its failed placeholder",
+    )
+    assert ups(got)[:1] == [(group, workload.replicas)], f"CA decided {[str(d) for d in got]}"
+    assert any(d.kind == "failed-scale-up" and d.group == group for d in got), [str(d) for d in got]
+    assert any(d.kind == "backoff" and d.group == group for d in got), [str(d) for d in got]
+    wait_for(
+        f"{group}'s target back to {before}",
+        lambda: r.server.target(group) == before,
+        PHASE_TIMEOUT,
+        watch=r.watch(),
+    )
+    wait_for(
+        f"{group} holds no instance", lambda: not r.server.instances(group), PHASE_TIMEOUT, watch=r.watch()
+    )
+    # backed off: no new scale-up of the group while the pods stay pending
+    r.ca.settle(3)
+    later = r.ca.new_decisions()
+    assert not [u for u in ups(later) if u[0] == group], (
+        f"CA scaled {group} again during its backoff: {later}"
+    )
+    wl.scale(r.kube, workload.name, 0)
+    return got
+
+
+def fits_one_node(r: Run, group: str, name: str, replicas: int = 1) -> wl.Workload:
+    """Pods pinned to `group` by its distinguishing label, each too big to share a node (60 % of the
+    template's allocatable cpu), tolerating the group's taints."""
+    with r.server.endpoint.channel() as channel:
+        res = pb_grpc.CloudProviderStub(channel).NodeGroupTemplateNodeInfo(
+            pb.NodeGroupTemplateNodeInfoRequest(id=group), timeout=5
+        )
+    node = decode_node(res.nodeBytes)
+    cpu_milli = int(parse_quantity(node.status.allocatable["cpu"].string).value * 1000)
+    tolerations = [
+        {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in node.spec.taints
+    ]
+    return wl.Workload(
+        name,
+        replicas,
+        cpu=f"{cpu_milli * 6 // 10}m",
+        memory="256Mi",
+        node_selector=selector_for(r, group),
+        tolerations=tolerations,
+    )
+
+
+def generic(r: Run, backend: BackendUnderTest) -> None:
+    """Every backend through its emulator: scale-up, named-node scale-down, the cloud's failure path."""
+    group = backend.e2e_group
+    phase_scale_up(r, group, fits_one_node(r, group, "one"), 1)
+    placed = wl.running_on(r.kube, "one")
+    phase_scale_down_named(r, "one", group, expect_nodes=set(placed.values()))
+    assert r.server.target(group) == 0
+    phase_stockout(r, backend.stockout_group, fits_one_node(r, backend.stockout_group, "scarce"))
+
+
+__all__ = ["Run", "generic", "node_name", "run"]
