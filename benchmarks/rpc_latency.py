@@ -15,8 +15,8 @@ floor is what our code costs; the floor itself is Python gRPC on both ends of a 
 (CA's Go client is cheaper than this Python client, so CA sees lower figures).
 
 When Go is installed it then measures the same server with the conformance harness's Go client
-(tests/conformance, `conformance bench`: CA master's own externalgrpc client code and generated stub), which is
-what cluster-autoscaler experiences. `--no-go` skips that.
+(tests/conformance, `conformance bench`: CA master's own externalgrpc client code and generated
+stub), which is what cluster-autoscaler experiences. `--no-go` skips that.
 """
 
 from __future__ import annotations

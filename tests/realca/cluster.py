@@ -396,8 +396,8 @@ class Registrar:
         self._templates: dict[str, JSON] = {}
         self._beats: dict[str, float] = {}
         self.errors: list[str] = []
-        #: node name -> instance id, for every Node the registrar created (scenarios assert on it)
-        self.created: dict[str, str] = {}
+        #: node name -> (instance id, group id), for every Node the registrar created
+        self.created: dict[str, tuple[str, str]] = {}
 
     def start(self) -> Registrar:
         self._thread.start()
@@ -468,6 +468,7 @@ class Registrar:
         for name, (iid, group) in wanted.items():
             if name not in ours:
                 self._register(name, iid, self._template(stub, group))
+                self.created[name] = (iid, group)
             elif now - self._beats.get(name, 0) >= self.heartbeat:
                 self._set_status(name, self._template(stub, group))
             else:
@@ -490,7 +491,6 @@ class Registrar:
         except KubeError as exc:
             if exc.status != 409:
                 raise
-        self.created[name] = instance_id
         self._set_status(name, template)
 
     def _set_status(self, name: str, template: JSON) -> None:

@@ -19,6 +19,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.realca import workloads as wl
 from tests.realca.autoscaler import Autoscaler, Decision
 from tests.realca.cluster import ControlPlane, Registrar, node_name, wait_for
+from tests.realca.compare import Change
 from tests.realca.server import OurServer
 from tests.support.backends import BackendUnderTest
 
@@ -228,14 +229,138 @@ def fits_one_node(r: Run, group: str, name: str, replicas: int = 1) -> wl.Worklo
     )
 
 
-def generic(r: Run, backend: BackendUnderTest) -> None:
-    """Every backend through its emulator: scale-up, named-node scale-down, the cloud's failure path."""
+def generic(r: Run, backend: BackendUnderTest) -> list[Change]:
+    """Every backend through its emulator: scale-up, named-node scale-down, the cloud's failure path.
+    Returns the workload changes it made, phase by phase (for the simulator's scenario)."""
     group = backend.e2e_group
-    phase_scale_up(r, group, fits_one_node(r, group, "one"), 1)
+    one = fits_one_node(r, group, "one")
+    phase_scale_up(r, group, one, 1)
     placed = wl.running_on(r.kube, "one")
     phase_scale_down_named(r, "one", group, expect_nodes=set(placed.values()))
     assert r.server.target(group) == 0
-    phase_stockout(r, backend.stockout_group, fits_one_node(r, backend.stockout_group, "scarce"))
+    scarce = fits_one_node(r, backend.stockout_group, "scarce")
+    phase_stockout(r, backend.stockout_group, scarce)
+    return [Change(0, one, 1), Change(1, one, 0), Change(2, scarce, 1)]
+
+
+def node_groups(r: Run) -> dict[str, str]:
+    """node name -> group id for every Node the registrar made during the run."""
+    return {name: group for name, (_, group) in r.registrar.created.items()}
 
 
 __all__ = ["Run", "generic", "node_name", "run"]
+
+
+# ---------------------------------------------------------------- the sim cloud's full set
+
+#: The sim cloud for the full scenario set: `small` and `twin` have the same shape at different
+#: prices (the price expander must choose `small`), `large` is the only group a 6-cpu pod fits,
+#: `sticky` overrides scaleDownUnneededTime to an hour (CA must keep its empty node while it removes
+#: the others after 6 s), and `scarce` can never create a machine (the stock-out).
+SIM_FULL_CONFIG = """
+sim:
+  provisioning_delay: 2
+  deletion_delay: 1
+  groups:
+    - {id: small, min_size: 1, max_size: 4, initial_size: 1, instance_type: sim-2x8,
+       capacity: {cpu: "2", memory: 8Gi}, price_per_hour: 0.10}
+    - {id: twin, min_size: 0, max_size: 4, instance_type: sim-2x8-twin,
+       capacity: {cpu: "2", memory: 8Gi}, price_per_hour: 0.30}
+    - {id: large, min_size: 0, max_size: 2, instance_type: sim-8x32,
+       capacity: {cpu: "8", memory: 32Gi}, price_per_hour: 0.80}
+    - {id: sticky, min_size: 0, max_size: 2, initial_size: 1, instance_type: sim-2x8-sticky,
+       capacity: {cpu: "2", memory: 8Gi}, price_per_hour: 0.20,
+       taints: [{key: dedicated, value: sticky, effect: NoSchedule}],
+       options: {scale_down_unneeded_time: 3600}}
+    - {id: scarce, min_size: 0, max_size: 2, instance_type: sim-2x8-scarce,
+       capacity: {cpu: "2", memory: 8Gi}, price_per_hour: 0.05,
+       taints: [{key: dedicated, value: scarce, effect: NoSchedule}], fail: {stockout_after: 0}}
+"""
+
+TYPE = "node.kubernetes.io/instance-type"
+
+FLEX = wl.Workload("flex", 2, cpu="1500m", memory="1Gi")
+BIG = wl.Workload("big", 1, cpu="6", memory="4Gi")
+PINNED = wl.Workload("pinned", 3, cpu="1500m", memory="1Gi", node_selector={TYPE: "sim-2x8-twin"})
+SCARCE = wl.Workload(
+    "scarce-app",
+    1,
+    cpu="1500m",
+    memory="1Gi",
+    node_selector={TYPE: "sim-2x8-scarce"},
+    tolerations=[{"key": "dedicated", "operator": "Equal", "value": "scarce", "effect": "NoSchedule"}],
+)
+
+
+def phase_price(r: Run) -> None:
+    """Two 1.5-cpu pods: one fits the existing `small` node, the other needs a node, which `small`,
+    `twin` and `large` could all give; `--expander=price` asks both pricing RPCs and picks `small`."""
+    before = r.server.rpc_counts()
+    phase_scale_up(r, "small", FLEX, 1)
+    after = r.server.rpc_counts()
+    for rpc in ("PricingNodePrice", "PricingPodPrice"):
+        assert after.get(rpc, 0) > before.get(rpc, 0), f"CA's price expander never called {rpc}: {after}"
+
+
+def phase_scale_to_zero(r: Run, workloads: list[str], removed_groups: dict[str, int]) -> None:
+    """Scale `workloads` to zero: CA removes the empty nodes down to each group's min size
+    (`removed_groups`: how many nodes of each group), never `sticky`'s (its own unneeded time is an
+    hour), and our server deletes exactly those instances."""
+    by_group = {g: group_nodes(r, g) for g in (*removed_groups, "sticky")}
+    want = sum(removed_groups.values())
+    options_before = r.server.rpc_counts().get("NodeGroupGetOptions", 0)
+    for name in workloads:
+        wl.scale(r.kube, name, 0)
+    got = r.ca.wait_decisions(
+        lambda ds: len(downs(ds)) >= want, PHASE_TIMEOUT, f"CA removing {want} empty nodes"
+    )
+    removed = downs(got)
+    for group, count in removed_groups.items():
+        mine = [n for n in removed if n in by_group[group]]
+        assert len(mine) == count, (
+            f"CA removed {removed}; want {count} of {group}'s {sorted(by_group[group])}"
+        )
+    assert len(removed) == want, f"CA removed {removed}, want {want} nodes"
+    r.ca.settle(3)
+    later = downs(r.ca.new_decisions())
+    assert not later, f"CA removed more nodes: {later}"
+    assert by_group["sticky"] <= set(wl.nodes(r.kube)), "sticky's node went despite its 1 h unneeded time"
+    assert r.server.rpc_counts().get("NodeGroupGetOptions", 0) > options_before, "CA never asked GetOptions"
+    for group, count in removed_groups.items():
+        wait_for(
+            f"{group} down to {len(by_group[group]) - count}",
+            lambda g=group, c=count: len(live_ids(r, g)) == len(by_group[g]) - c,
+            PHASE_TIMEOUT,
+            watch=r.watch(),
+        )
+
+
+def sim_full(r: Run) -> None:
+    """The whole set on the sim cloud (CA runs with --expander=price and mutual TLS)."""
+    assert r.server.refuses_plaintext(), "our server answered a client without TLS"
+    phase_price(r)
+    phase_scale_up(r, "large", BIG, 1)
+    phase_scale_up(r, "twin", PINNED, 3)
+    phase_scale_to_zero(r, ["flex", "big", "pinned"], {"small": 1, "large": 1, "twin": 3})
+    phase_stockout(r, "scarce", SCARCE)
+
+
+def sim_legacy(r: Run) -> None:
+    """CA 1.34.1 (legacy wire fields): scale-up (price expander: legacy pricing fields), scale-down,
+    per-group options (legacy nanosecond durations)."""
+    phase_price(r)
+    phase_scale_up(r, "large", BIG, 1)
+    phase_scale_to_zero(r, ["flex", "big"], {"small": 1, "large": 1})
+
+
+#: the workload changes of `sim_full` / `sim_legacy`, phase by phase, for the simulator's scenario
+SIM_FULL_CHANGES = [
+    Change(0, FLEX, 2),
+    Change(1, BIG, 1),
+    Change(2, PINNED, 3),
+    Change(3, FLEX, 0),
+    Change(3, BIG, 0),
+    Change(3, PINNED, 0),
+    Change(4, SCARCE, 1),
+]
+SIM_LEGACY_CHANGES = [Change(0, FLEX, 2), Change(1, BIG, 1), Change(2, FLEX, 0), Change(2, BIG, 0)]

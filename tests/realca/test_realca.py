@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.realca import compare
 from tests.realca import scenarios as sc
+from tests.realca.autoscaler import FAST_FLAGS
 from tests.realca.cluster import ControlPlane
-from tests.support.backends import BACKENDS, BackendUnderTest
+from tests.support.backends import BACKENDS, BackendUnderTest, backend
 
 pytestmark = [pytest.mark.realca, pytest.mark.timeout(900)]
 
@@ -27,7 +29,50 @@ E2E_BACKENDS = [b for b in BACKENDS if b.e2e_config]
 def test_backend_end_to_end(control_plane: ControlPlane, be: BackendUnderTest, tmp_path: Path) -> None:
     with sc.run(control_plane, be, "1.36.1", tmp_path) as r:
         try:
-            sc.generic(r, be)
+            changes = sc.generic(r, be)
         except BaseException:
             print(r.diagnostics())
             raise
+        seen = compare.from_ca(r.ca.decisions(), sc.node_groups(r))
+    assert seen == [
+        ("up", be.e2e_group, 1),
+        ("down", {be.e2e_group: 1}),
+        ("up", be.stockout_group, 1),
+        ("failed", be.stockout_group),
+    ], seen
+    if be.name == "sim":
+        predicted = compare.from_simulator(compare.scenario(be.name, be.e2e_config, FAST_FLAGS, changes))
+        assert predicted == seen, f"the simulator predicted {predicted}; CA decided {seen}"
+
+
+@pytest.mark.parametrize("version", ["1.36.1", "master"])
+def test_sim_full(control_plane: ControlPlane, version: str, tmp_path: Path) -> None:
+    sim = backend("sim")
+    flags = {**FAST_FLAGS, "expander": "price"}
+    with sc.run(control_plane, sim, version, tmp_path, config=sc.SIM_FULL_CONFIG, flags=flags) as r:
+        try:
+            sc.sim_full(r)
+        except BaseException:
+            print(r.diagnostics())
+            raise
+        seen = compare.from_ca(r.ca.decisions(), sc.node_groups(r))
+    predicted = compare.from_simulator(
+        compare.scenario("sim-full", sc.SIM_FULL_CONFIG, flags, sc.SIM_FULL_CHANGES)
+    )
+    assert predicted == seen, f"the simulator predicted {predicted}; CA {version} decided {seen}"
+
+
+def test_sim_legacy_134(control_plane: ControlPlane, tmp_path: Path) -> None:
+    sim = backend("sim")
+    flags = {**FAST_FLAGS, "expander": "price"}
+    with sc.run(control_plane, sim, "1.34.1", tmp_path, config=sc.SIM_FULL_CONFIG, flags=flags) as r:
+        try:
+            sc.sim_legacy(r)
+        except BaseException:
+            print(r.diagnostics())
+            raise
+        seen = compare.from_ca(r.ca.decisions(), sc.node_groups(r))
+    predicted = compare.from_simulator(
+        compare.scenario("sim-legacy", sc.SIM_FULL_CONFIG, flags, sc.SIM_LEGACY_CHANGES)
+    )
+    assert predicted == seen, f"the simulator predicted {predicted}; CA 1.34.1 decided {seen}"
