@@ -364,3 +364,44 @@ SIM_FULL_CHANGES = [
     Change(4, SCARCE, 1),
 ]
 SIM_LEGACY_CHANGES = [Change(0, FLEX, 2), Change(1, BIG, 1), Change(2, FLEX, 0), Change(2, BIG, 0)]
+
+
+# ---------------------------------------------------------------- a restart of our server mid-scale-up
+
+#: Our server on Cherry, against an emulator that outlives it (the sim cloud lives inside our server's
+#: process, so a restart would take the cloud with it: this scenario needs a cloud of its own). One
+#: create per second (`rate-limit: 1`), so a scale-up by 3 is still in flight when the server dies.
+RESTART_TOKEN = "realca-restart-token"
+RESTART_PROJECT = 42
+
+
+def restart_config(api_url: str) -> str:
+    return f"""
+cluster_name: realca
+nodes: ["0:6:workers"]
+cherry:
+  api-url: "{api_url}"
+  rate-limit: 1
+  global: {{project-id: {RESTART_PROJECT}, plan: cloud_vps_4, region: eu_nord_1, os: ubuntu_24_04}}
+"""
+
+
+def phase_restart_mid_scale_up(r: Run, count_in_cloud, group: str = "workers") -> None:
+    """CA scales `group` up by 3; our server is SIGKILLed while the machines are being created and
+    restarted on its `--state-file`; CA's scale-up completes with exactly 3 machines, none doubled,
+    and CA never asks again."""
+    app = fits_one_node(r, group, "restart", replicas=3)
+    wl.apply(r.kube, app)
+    got = r.ca.wait_decisions(lambda ds: ups(ds), PHASE_TIMEOUT, "CA's scale-up by 3")
+    assert ups(got) == [(group, 3)], [str(d) for d in got]
+    wait_for("the first machine in the cloud", lambda: count_in_cloud() >= 1, PHASE_TIMEOUT, watch=r.watch())
+    r.server.kill()
+    in_flight = count_in_cloud()
+    assert in_flight < 3, f"all {in_flight} machines existed before the kill: nothing was in flight"
+    r.server.restart()
+    wl.wait_running(r.kube, app.name, 3, PHASE_TIMEOUT * 2, r.watch())
+    assert count_in_cloud() == 3, f"{count_in_cloud()} machines in the cloud, want exactly 3"
+    r.ca.settle(3)
+    assert count_in_cloud() == 3
+    assert not ups(r.ca.new_decisions()), "CA scaled up again after the restart"
+    assert r.server.target(group) == 3

@@ -16,6 +16,7 @@ import pytest
 
 from tests.realca import compare
 from tests.realca import scenarios as sc
+from tests.realca import workloads as wl
 from tests.realca.autoscaler import FAST_FLAGS
 from tests.realca.cluster import ControlPlane
 from tests.support.backends import BACKENDS, BackendUnderTest, backend
@@ -76,3 +77,47 @@ def test_sim_legacy_134(control_plane: ControlPlane, tmp_path: Path) -> None:
         compare.scenario("sim-legacy", sc.SIM_FULL_CONFIG, flags, sc.SIM_LEGACY_CHANGES)
     )
     assert predicted == seen, f"the simulator predicted {predicted}; CA 1.34.1 decided {seen}"
+
+
+def test_restart_mid_scale_up(control_plane: ControlPlane, tmp_path: Path) -> None:
+    from cloudprovider_grpc.providers.cherry import CherryEmulator
+
+    emulator = CherryEmulator(
+        tokens={sc.RESTART_TOKEN: 100},
+        projects={sc.RESTART_PROJECT: 100},
+        deploy_seconds=2,
+        terminate_seconds=1,
+    )
+    cherry = BackendUnderTest(
+        "cherry-restart", ("--provider", "cherry"), extra_env={"CHERRY_AUTH_TOKEN": sc.RESTART_TOKEN}
+    )
+
+    def in_cloud() -> int:
+        return sum(
+            1
+            for rec in emulator.server_records(sc.RESTART_PROJECT)
+            if rec["tags"].get("k8s-nodepool") == "workers" and rec.get("state") != "terminated"
+        )
+
+    with emulator:
+        config = sc.restart_config(emulator.base_url)
+        with sc.run(
+            control_plane, cherry, "1.36.1", tmp_path, config=config, state_file=tmp_path / "journal"
+        ) as r:
+            try:
+                sc.phase_restart_mid_scale_up(r, in_cloud)
+            except BaseException:
+                print(r.diagnostics())
+                raise
+            seen = compare.from_ca(r.ca.decisions(), sc.node_groups(r))
+    # The simulator has no model of our server restarting (it is our server's resilience, not a CA
+    # decision), so it is held to the decision itself: one scale-up of workers by 3.
+    predicted = compare.from_simulator(
+        compare.scenario(
+            "restart",
+            "sim: {groups: [{id: workers, max_size: 6, capacity: {cpu: '4', memory: 8Gi}}]}",
+            FAST_FLAGS,
+            [compare.Change(0, wl.Workload("restart", 3, cpu="2400m", memory="256Mi"), 3)],
+        )
+    )
+    assert predicted == seen == [("up", "workers", 3)], (predicted, seen)
