@@ -21,7 +21,7 @@ from tests.realca.autoscaler import FAST_FLAGS
 from tests.realca.cluster import ControlPlane
 from tests.support.backends import BACKENDS, BackendUnderTest, backend
 
-pytestmark = [pytest.mark.realca, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.realca, pytest.mark.timeout(1800)]
 
 E2E_BACKENDS = [b for b in BACKENDS if b.e2e_config]
 
