@@ -76,9 +76,24 @@ CONTROL_PLANE = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 def control_plane() -> Path:
     """The directory holding kube-apiserver, kube-scheduler and kube-controller-manager."""
     base = snapshot(CONTROL_PLANE_FROM) / "cluster-autoscaler"
-    key = gotools.tree_key(base / "go.mod", base / "go.sum", extra=kubernetes_version())
+    version = kubernetes_version()
+    major, minor = version.lstrip("v").split(".")[:2]
+    # what the release build stamps (hack/lib/version.sh); unstamped, the binaries call themselves
+    # v0.0.0-master, which clients parsing the server version would choke on
+    stamp = " ".join(
+        f"-X k8s.io/component-base/version.{name}={value}"
+        for name, value in (
+            ("gitVersion", version),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+        )
+    )
+    key = gotools.tree_key(base / "go.mod", base / "go.sum", extra=version + stamp)
     packages = [f"k8s.io/kubernetes/cmd/{name}" for name in CONTROL_PLANE]
-    return gotools.go_build(f"kube-{kubernetes_version()}", key, _copy_snapshot(CONTROL_PLANE_FROM), packages)
+    return gotools.go_build(
+        f"kube-{version}", key, _copy_snapshot(CONTROL_PLANE_FROM), packages, ldflags=stamp
+    )
 
 
 def _harness_gomod(version: str) -> str:

@@ -188,7 +188,12 @@ class ClusterPki:
         issue("admin", "realca-admin", org="system:masters", server=False)
         issue("grpc-server", "localhost", server=True)
         issue("grpc-client", "cluster-autoscaler", server=False)
-        _write_key(directory / "sa.key", _key())
+        sa = _write_key(directory / "sa.key", _key())
+        (directory / "sa.pub").write_bytes(
+            serialization.load_pem_private_key(sa.read_bytes(), None)
+            .public_key()
+            .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         d = directory
         return cls(
             d,
@@ -230,7 +235,7 @@ class ControlPlane:
         return "\n".join(f"--- {p.name}\n{p.log_text()[-3000:]}" for p in self.processes)
 
 
-def start_control_plane(workdir: Path, *, timeout: float = 120) -> ControlPlane:
+def start_control_plane(workdir: Path, *, timeout: float = 300) -> ControlPlane:
     """Start the control plane (building or fetching its binaries first, cached) and wait until the
     API server is ready and the default namespace and service account exist."""
     bins = builds.control_plane()
@@ -270,10 +275,12 @@ def start_control_plane(workdir: Path, *, timeout: float = 120) -> ControlPlane:
                 f"--tls-cert-file={pki.apiserver_cert}",
                 f"--tls-private-key-file={pki.apiserver_key}",
                 f"--client-ca-file={pki.ca}",
-                f"--service-account-key-file={pki.sa_key}",
+                f"--service-account-key-file={pki.dir / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki.sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 "--service-cluster-ip-range=10.96.0.0/24",
+                # the `kubernetes` Service's endpoint cannot be a loopback address; nothing here needs it
+                "--endpoint-reconciler-type=none",
                 "--authorization-mode=RBAC",
                 # see the module docstring: no not-ready taint, no token volumes (no kubelet mounts them)
                 "--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
@@ -285,12 +292,15 @@ def start_control_plane(workdir: Path, *, timeout: float = 120) -> ControlPlane:
         )
         plane.processes.append(apiserver)
         kube = plane.kube
-        wait_for(
-            "kube-apiserver /readyz",
-            lambda: kube.request("GET", "/readyz") is not None,
-            timeout,
-            watch=[etcd_proc, apiserver],
-        )
+        try:
+            wait_for(
+                "kube-apiserver /readyz",
+                lambda: kube.raw("GET", "/readyz") == "ok",
+                timeout,
+                watch=[etcd_proc, apiserver],
+            )
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; /readyz?verbose: {_readyz(kube)}") from None
         common = [
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -330,6 +340,15 @@ def start_control_plane(workdir: Path, *, timeout: float = 120) -> ControlPlane:
         plane.stop()
         raise
     return plane
+
+
+def _readyz(kube: Kube) -> str:
+    try:
+        return kube.raw("GET", "/readyz?verbose")
+    except KubeError as exc:
+        return str(exc)
+    except OSError as exc:
+        return repr(exc)
 
 
 # ---------------------------------------------------------------- our server

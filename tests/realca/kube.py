@@ -66,6 +66,13 @@ class Kube:
     def request(
         self, method: str, path: str, body: JSON | None = None, *, content_type: str = "application/json"
     ) -> JSON:
+        data = self.raw(method, path, body, content_type=content_type)
+        return json.loads(data) if data else {}
+
+    def raw(
+        self, method: str, path: str, body: JSON | None = None, *, content_type: str = "application/json"
+    ) -> str:
+        """The response body as text (health endpoints answer plain text)."""
         conn = http.client.HTTPSConnection(self._host, self._port, context=self._ssl, timeout=self.timeout)
         try:
             payload = json.dumps(body).encode() if body is not None else None
@@ -79,7 +86,7 @@ class Kube:
             conn.close()
         if resp.status >= 300:
             raise KubeError(resp.status, method, path, data)
-        return json.loads(data) if data else {}
+        return data
 
     def get(self, path: str, **query: str) -> JSON:
         return self.request("GET", path + ("?" + urllib.parse.urlencode(query) if query else ""))

@@ -115,6 +115,7 @@ def go_build(
     packages: Sequence[str],
     *,
     tags: Sequence[str] = (),
+    ldflags: str = "",
     timeout: float = 3600,
 ) -> Path:
     """Build `packages` into `bin/<name>-<key>/` (one executable per package, named after its last
@@ -143,6 +144,8 @@ def go_build(
             cmd = ["go", "build", "-mod=mod", "-o", str(out) + os.sep]
             if tags:
                 cmd += ["-tags", ",".join(tags)]
+            if ldflags:
+                cmd += ["-ldflags", ldflags]
             proc = subprocess.run(
                 [*cmd, *packages],
                 cwd=cwd,
