@@ -252,6 +252,18 @@ class ExoscaleDriver(PoolDriver):
                 )
         return found, error
 
+    def _bounded(self, info: GroupInfo, config: GroupConfig) -> GroupConfig:
+        """Standalone Instance Pools cannot be empty (the OpenAPI `instance-pool` schema makes
+        `size` strictly positive; only SKS nodepools scale to zero): their min size is at least 1."""
+        if info.kind != "pool" or config.min_size >= 1:
+            return config
+        self._warn_once(
+            f"min:{config.id}",
+            "exoscale: instance pool %s cannot scale to zero; its min size is 1",
+            config.name,
+        )
+        return replace(config, min_size=1, max_size=max(1, config.max_size))
+
     def list_pools(self) -> list[Pool]:
         if not self._quota_read:
             self._read_quota()
@@ -259,7 +271,7 @@ class ExoscaleDriver(PoolDriver):
         specs = [(s.min_size, s.max_size, s.name) for s in self.config.specs]
         by_id = {g.config.id: g for g in found}
         kept = narrow_groups([g.config for g in found], specs)
-        infos = {c.id: replace(by_id[c.id], config=c) for c in kept}
+        infos = {c.id: replace(by_id[c.id], config=self._bounded(by_id[c.id], c)) for c in kept}
         named = {n for g in infos.values() for n in (g.config.id, g.config.name)}
         for spec in self.config.specs:
             if spec.name not in named and error is None:

@@ -600,6 +600,10 @@ class ExoscaleEmulator(EmulatorServer):
             raise HttpProblem(400, "invalid request body: size is required and must be an integer")
         if size < 0:
             raise HttpProblem(400, "invalid request body: size must be at least 0")
+        if size == 0 and not pool.get("manager"):
+            # the OpenAPI `instance-pool` schema makes a standalone pool's size strictly positive
+            # (a nodepool's may be 0): such a pool cannot be scaled to zero
+            raise HttpProblem(400, "invalid request: an Instance Pool size must be at least 1")
         outcome = self._outcome(pool, size - pool["size"])
         if outcome is None:
             if size > pool["size"]:
@@ -620,6 +624,10 @@ class ExoscaleEmulator(EmulatorServer):
             _check_uuid(iid, "instance id")
             if iid not in pool["instances"]:
                 raise HttpProblem(400, f"instance {iid} is not a member of Instance Pool {pool['id']}")
+        if not pool.get("manager") and len(ids) >= pool["size"]:
+            raise HttpProblem(
+                400, "invalid request: evicting every member would leave the Instance Pool empty"
+            )
         outcome = self._outcome(pool, 0)
         if outcome is None:
             self._shrink(pool, ids)
