@@ -115,6 +115,12 @@ def _taints(raw: Any) -> tuple[Taint, ...]:
     return tuple(out)
 
 
+def _count(obj: Mapping[str, Any], key: str) -> int:
+    """A non-negative integer field; anything else (absent, null, a string) counts as 0."""
+    value = obj.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _ref(obj: Any, key: str) -> str:
     value = obj.get(key) if isinstance(obj, Mapping) else None
     return str(value.get("id") or "") if isinstance(value, Mapping) else ""
@@ -214,8 +220,8 @@ class ExoscaleDriver(PoolDriver):
                         nodepool_id=str(np.get("id") or ""),
                         labels={str(k): str(v) for k, v in (labels or {}).items()},
                         taints=_taints(np.get("taints")),
-                        disk_size=int(np.get("disk-size") or 0),
-                        size=int(np.get("size") or 0),
+                        disk_size=_count(np, "disk-size"),
+                        size=_count(np, "size"),
                     )
                 )
         wanted = set(self.config.instance_pools)
@@ -246,8 +252,8 @@ class ExoscaleDriver(PoolDriver):
                         pool_id=pid,
                         instance_type=_ref(pool, "instance-type"),
                         kind="pool",
-                        disk_size=int(pool.get("disk-size") or 0),
-                        size=int(pool.get("size") or 0),
+                        disk_size=_count(pool, "disk-size"),
+                        size=_count(pool, "size"),
                     )
                 )
         return found, error
@@ -289,8 +295,10 @@ class ExoscaleDriver(PoolDriver):
                 for gid, info in previous.items():
                     infos.setdefault(gid, info)
             self._groups = infos
-        if error is not None and not found and not previous:
-            raise error
+        if error is not None:
+            if not found and not previous:
+                raise error
+            log.warning("exoscale: discovery incomplete, keeping the groups last seen: %s", error.message)
         self._load_types({g.instance_type for g in infos.values()} - set(self._types))
         pools: list[Pool] = []
         for gid, info in infos.items():
