@@ -39,6 +39,12 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         ("--provider", "cherry", "--emulate"),
         secret_env=("CHERRY_AUTH_TOKEN", "BOOTSTRAP_TOKEN_SECRET"),
     ),
+    BackendUnderTest(
+        "exoscale",
+        ("--provider", "exoscale", "--emulate"),
+        secret_env=("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"),
+        shape="pools",
+    ),
 )
 
 
