@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 #: providerID as the Exoscale CCM sets it (exoscale-cloud-controller-manager; in-tree strips it)
 ID_PREFIX = "exoscale://"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: member listings of one Refresh in flight at once (an SKS cluster has at most 16 nodepools)
+MEMBER_LISTINGS_AT_ONCE = 8
 #: instance states (OpenAPI `instance-state`) -> what CA sees
 _STATES: Mapping[str, InstanceState] = {
     "starting": InstanceState.CREATING,
@@ -300,13 +303,16 @@ class ExoscaleDriver(PoolDriver):
                 raise error
             log.warning("exoscale: discovery incomplete, keeping the groups last seen: %s", error.message)
         self._load_types({g.instance_type for g in infos.values()} - set(self._types))
-        pools: list[Pool] = []
-        for gid, info in infos.items():
-            if gid not in by_id:
-                pools.append(Pool(info.config, 0, listing_error=error))
-                continue
-            pools.append(self._list_members(info))
-        return pools
+        # member listings run side by side: Refresh waits for all of them under CA's deadline
+        listed = [info for gid, info in infos.items() if gid in by_id]
+        with ThreadPoolExecutor(max_workers=max(1, min(MEMBER_LISTINGS_AT_ONCE, len(listed)))) as pool_exec:
+            members = dict(
+                zip([i.config.id for i in listed], pool_exec.map(self._list_members, listed), strict=True)
+            )
+        return [
+            members[gid] if gid in members else Pool(info.config, 0, listing_error=error)
+            for gid, info in infos.items()
+        ]
 
     def _list_members(self, info: GroupInfo) -> Pool:
         try:
