@@ -87,7 +87,8 @@ def test_serve_with_emulate_needs_no_other_configuration() -> None:
 
 
 def test_check_config_reports_max_beyond_the_quota() -> None:
-    with ExoscaleEmulator(keys={KEY: SECRET}, quota_limit=20) as emu:
+    emu = ExoscaleEmulator(keys={KEY: SECRET}, quota_limit=20)
+    with emu:
         cid = emu.add_cluster("prod")
         emu.add_nodepool(cid, "workers", size=2)
         emu.add_nodepool(cid, "gpu", size=0)

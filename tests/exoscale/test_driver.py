@@ -9,11 +9,16 @@ import pytest
 from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
 from cloudprovider_grpc.k8s.template import Taint
 from cloudprovider_grpc.providers.contract import InstanceState
-from cloudprovider_grpc.providers.driver import OperationState, Pool
+from cloudprovider_grpc.providers.driver import Operation, OperationState, Pool
 from cloudprovider_grpc.providers.exoscale import ExoscaleDriver, ExoscaleEmulator
 from cloudprovider_grpc.providers.exoscale.driver import instance_state
 from tests.exoscale.conftest import KEY, SECRET, ZONE, make_driver, spec
 from tests.support.servers import ManualClock
+
+
+def pending(op: Operation | None) -> Operation:
+    assert op is not None, "the change finished synchronously; an operation was expected"
+    return op
 
 
 def by_name(pools: list[Pool]) -> dict[str, Pool]:
@@ -156,21 +161,22 @@ def test_failed_operation_becomes_the_error_ca_sees(
     driver = make_driver(emulator)
     gid = by_name(driver.list_pools())["workers"].config.id
     emulator.fail_next.append(("failure", "fault", "hypervisor unavailable"))
-    status = driver.poll(driver.set_size(gid, 4))
+    status = driver.poll(pending(driver.set_size(gid, 4)))
     assert status.state == OperationState.FAILED and status.error is not None
     assert status.error.error_class == ErrorClass.OTHER
     assert "failure (fault): hypervisor unavailable" in status.error.message
     assert "hypervisor unavailable" in caplog.text
     emulator.fail_next.append(("timeout", "unavailable", ""))
-    status = driver.poll(driver.set_size(gid, 4))
-    assert status.state == OperationState.FAILED and "timeout (unavailable)" in status.error.message
+    status = driver.poll(pending(driver.set_size(gid, 4)))
+    assert status.state == OperationState.FAILED and status.error is not None
+    assert "timeout (unavailable)" in status.error.message
 
 
 def test_quota_failure_is_out_of_resources(emulator: ExoscaleEmulator) -> None:
     emulator.quota_limit = 5
     driver = make_driver(emulator)
     gid = by_name(driver.list_pools())["workers"].config.id
-    status = driver.poll(driver.set_size(gid, 9))
+    status = driver.poll(pending(driver.set_size(gid, 9)))
     assert status.state == OperationState.FAILED and status.error is not None
     assert (
         status.error.error_class == ErrorClass.OUT_OF_RESOURCES and "Quota exceeded" in status.error.message
@@ -185,14 +191,14 @@ def test_busy_pool_is_sent_again_from_poll_not_waited_for(emulator: ExoscaleEmul
     driver = make_driver(emulator, options={"operation-retries": 2})
     gid = by_name(driver.list_pools())["workers"].config.id
     emulator.fail_next += [("failure", "conflict", "busy pool"), ("failure", "busy", "still busy")]
-    op = driver.set_size(gid, 3)
+    op = pending(driver.set_size(gid, 3))
     assert emulator.nodepool_by_name("workers")["size"] == 2
     assert driver.poll(op).state == OperationState.PENDING  # conflict: sent again
     assert driver.poll(op).state == OperationState.PENDING  # busy: sent again
     assert driver.poll(op).state == OperationState.SUCCEEDED
     assert emulator.nodepool_by_name("workers")["size"] == 3
     emulator.fail_next += [("failure", "conflict", "x")] * 3
-    op = driver.set_size(gid, 4)
+    op = pending(driver.set_size(gid, 4))
     assert [driver.poll(op).state for _ in range(3)] == [OperationState.PENDING] * 2 + [OperationState.FAILED]
 
 

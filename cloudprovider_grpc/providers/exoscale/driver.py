@@ -441,9 +441,9 @@ class ExoscaleDriver(PoolDriver):
             tracked.exo_id = str(again["id"])
             return OperationStatus(OperationState.PENDING)
         self._forget(operation.ref)
-        err = self._failure_error(tracked.group, tracked.kind, op)
-        log.warning("%s", err.message)
-        return OperationStatus(OperationState.FAILED, err.as_instance_error())
+        failure = self._failure_error(tracked.group, tracked.kind, op)
+        log.warning("%s", failure.message)
+        return OperationStatus(OperationState.FAILED, failure.as_instance_error())
 
     def _forget(self, ref: str) -> None:
         with self._lock:

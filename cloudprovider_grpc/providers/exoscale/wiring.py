@@ -92,7 +92,9 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
     """A standalone emulator (`cloudprovider-grpc emulate exoscale`): the key and secret from
     EXOSCALE_API_KEY/EXOSCALE_API_SECRET (or the documented emulator defaults), the demo cloud."""
     config = load_config(dataclasses.replace(ctx, emulate=True))
-    return emulator_for(config, address, state_file).start()
+    emulator = emulator_for(config, address, state_file)
+    emulator.start()
+    return emulator
 
 
 def check_config(ctx: ProviderContext) -> list[str]:
