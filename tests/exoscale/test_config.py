@@ -134,3 +134,14 @@ def test_emulate_needs_nothing_and_honours_given_credentials() -> None:
 def test_secrets_never_in_repr() -> None:
     config = load_config(ctx())
     assert SECRET not in repr(config) and KEY not in repr(config)
+
+
+def test_shipped_example_config_is_valid() -> None:
+    from cloudprovider_grpc.config import load_settings
+
+    root = Path(__file__).resolve().parents[2]
+    settings = load_settings(root / "examples" / "exoscale.yaml")
+    assert settings.provider == "exoscale"
+    config = load_config(settings.provider_context(env=dict(ENV)))
+    assert config.sks_cluster == "my-cluster" and config.spec_names == ("workers", "gpu")
+    assert config.reserved == {"cpu": "200m", "memory": "1Gi"}
