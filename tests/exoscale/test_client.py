@@ -141,3 +141,14 @@ def test_slow_answer_times_out_as_transient(emulator: ExoscaleEmulator) -> None:
     with pytest.raises(CloudError, match="no response within") as info:
         client(emulator, retries=0, timeout=(1.0, 0.3)).list_sks_clusters()
     assert info.value.transient
+
+
+def test_conflict_is_transient_and_quota_is_out_of_resources() -> None:
+    from cloudprovider_grpc.providers.exoscale.client import classify
+
+    busy = classify(CloudError("HTTP 409: Instance Pool is busy", status=409))
+    assert busy.transient
+    quota = classify(CloudError("HTTP 400: Quota exceeded for resource instance", status=400))
+    assert quota.error_class == ErrorClass.OUT_OF_RESOURCES and not quota.transient
+    other = classify(CloudError("HTTP 400: invalid request body", status=400))
+    assert other.error_class == ErrorClass.OTHER and not other.transient

@@ -261,3 +261,29 @@ def test_driver_repr_and_logs_hold_no_secret(
     driver.list_pools()
     for text in (repr(driver), caplog.text):
         assert SECRET not in text and KEY not in text
+
+
+def test_evict_whose_answer_was_lost_is_not_repeated(
+    emulator: ExoscaleEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The :evict is carried out but answered 502; the HTTP layer sends the PUT again and the API
+    refuses the non-members (400): the driver sees them evicted, and the size dropped once."""
+    caplog.set_level(logging.INFO)
+    driver = make_driver(emulator)
+    workers = by_name(driver.list_pools())["workers"]
+    doomed = workers.machines[0]
+    emulator.lose_next_answers = 1
+    outcome = driver.remove_machines(workers.config.id, [doomed])
+    assert not outcome.failed and outcome.operation is None
+    assert [e.status for e in emulator.request_log() if e.method == "PUT"] == [502, 400]
+    assert emulator.nodepool_by_name("workers")["size"] == 1
+    assert "were already evicted" in caplog.text
+
+
+def test_scale_whose_answer_was_lost_is_safe_to_resend(emulator: ExoscaleEmulator) -> None:
+    driver = make_driver(emulator)
+    gid = by_name(driver.list_pools())["workers"].config.id
+    emulator.lose_next_answers = 1
+    op = pending(driver.set_size(gid, 4))  # absolute: the re-sent PUT changes nothing more
+    assert driver.poll(op).state == OperationState.SUCCEEDED
+    assert emulator.nodepool_by_name("workers")["size"] == 4 and len(emulator.pool_members(gid)) == 4

@@ -89,7 +89,10 @@ class ExoscaleAuth(SecretAuth):
 
 
 def classify(err: CloudError) -> CloudError:
-    """Quota refusals become OUT_OF_RESOURCES (class 1) so CA backs the group off."""
+    """Quota refusals become OUT_OF_RESOURCES (class 1) so CA backs the group off; a 409 (the pool
+    is busy with another operation; our reading, the API documents no 409) is worth retrying later."""
+    if err.status == 409:
+        return CloudError(err.message, transient=True, code=err.code, status=409)
     if not err.transient and _QUOTA_RE.search(err.message):
         return CloudError(
             err.message, error_class=ErrorClass.OUT_OF_RESOURCES, code="QUOTA_EXCEEDED", status=err.status

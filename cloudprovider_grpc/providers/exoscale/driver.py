@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 #: providerID as the Exoscale CCM sets it (exoscale-cloud-controller-manager; in-tree strips it)
 ID_PREFIX = "exoscale://"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: operations still tracked after this long are dropped (pools.py stops polling after 30 minutes)
+FORGET_OPERATIONS_AFTER = 3600.0
 #: member listings of one Refresh in flight at once (an SKS cluster has at most 16 nodepools)
 MEMBER_LISTINGS_AT_ONCE = 8
 #: instance states (OpenAPI `instance-state`) -> what CA sees
@@ -94,6 +97,7 @@ class _Tracked:
     exo_id: str
     resend: Callable[[], dict[str, Any]]
     attempts: int = 0
+    created: float = 0.0
 
 
 def instance_state(instance: Mapping[str, Any]) -> tuple[InstanceState, InstanceError | None]:
@@ -361,10 +365,16 @@ class ExoscaleDriver(PoolDriver):
         if state == "success":
             return None
         if state in ("failure", "timeout"):
-            raise self._failure_error(group, kind, op)
+            err = self._failure_error(group, kind, op)
+            err.transient = op.get("reason") in _RETRY_REASONS  # a busy pool: the machinery retries later
+            raise err
         ref = str(op["id"])
         with self._lock:
-            self._ops[ref] = _Tracked(group, kind, ref, resend)
+            now = time.monotonic()
+            # operations nobody polls any more (the machinery gives up on very old ones) are forgotten
+            for old in [r for r, t in self._ops.items() if now - t.created > FORGET_OPERATIONS_AFTER]:
+                del self._ops[old]
+            self._ops[ref] = _Tracked(group, kind, ref, resend, created=now)
         return Operation(group=group, kind=kind, ref=ref)
 
     def set_size(self, group: str, size: int) -> Operation | None:
@@ -377,14 +387,19 @@ class ExoscaleDriver(PoolDriver):
         """One `:evict` with exactly these instances. Members already gone (or being destroyed) count
         as removed, so a batch retried after an answer was lost never evicts twice."""
         info = self._info(group)
-        wanted = {m.handle or m.id.removeprefix(ID_PREFIX): m for m in machines}
-        members = {
-            str(i.get("id")): str(i.get("state") or "") for i in self.client.list_pool_instances(info.pool_id)
-        }
-        ids = [iid for iid in wanted if iid in members and members[iid] not in _GONE]
+        wanted = [m.handle or m.id.removeprefix(ID_PREFIX) for m in machines]
+        ids = self._still_members(info, wanted)
         if not ids:
             return RemoveOutcome()
-        op = self._send_evict(info, ids)
+        try:
+            op = self._send_evict(info, ids)
+        except CloudError as err:
+            # The HTTP layer re-sends a PUT whose answer was lost; if the first one was carried out,
+            # the second finds non-members (400). Evicted is evicted: nothing is lowered twice.
+            if err.status != 400 or self._still_members(info, ids):
+                raise
+            log.info("exoscale: %s: instances %s were already evicted", info.config.name, ", ".join(ids))
+            return RemoveOutcome()
         log.info(
             "exoscale: evicting %d instance(s) from %s (operation %s)",
             len(ids),
@@ -392,6 +407,13 @@ class ExoscaleDriver(PoolDriver):
             op.get("id"),
         )
         return RemoveOutcome(operation=self._track(group, "remove", op, lambda: self._send_evict(info, ids)))
+
+    def _still_members(self, info: GroupInfo, ids: Sequence[str]) -> list[str]:
+        """Those of `ids` the pool still has and is not already destroying (one list-instances)."""
+        states = {
+            str(i.get("id")): str(i.get("state") or "") for i in self.client.list_pool_instances(info.pool_id)
+        }
+        return [iid for iid in dict.fromkeys(ids) if iid in states and states[iid] not in _GONE]
 
     def _failure_error(self, group: str, kind: str, op: Mapping[str, Any]) -> CloudError:
         state, reason = op.get("state"), op.get("reason") or "unknown"

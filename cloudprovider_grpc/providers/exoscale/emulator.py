@@ -148,6 +148,8 @@ class ExoscaleEmulator(EmulatorServer):
         self.hold_operations = 0.0
         #: called with every request and its answer (tests validate both against the OpenAPI)
         self.observer: Observer | None = None
+        #: the next N changes (PUT) are carried out but answered 502, as a gateway losing the answer
+        self.lose_next_answers = 0
 
         v = self.prefix.rstrip("/")
         for method, pattern, op, handler in (
@@ -405,6 +407,10 @@ class ExoscaleEmulator(EmulatorServer):
 
     def _dispatch(self, req: Request) -> Response:
         resp = super()._dispatch(req)
+        if req.method == "PUT" and resp.status == 200 and self.lose_next_answers > 0:
+            with self.lock:
+                self.lose_next_answers -= 1
+            resp = Response(502, self.error_body(502, "Bad Gateway"))
         if self.observer is not None:
             self.observer(req, resp)
         return resp
