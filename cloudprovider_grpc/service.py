@@ -288,7 +288,7 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         resp = pb.NodeGroupNodesResponse()
         for inst in self.provider.nodes(request.id):
             out = resp.instances.add(id=inst.id)
-            out.status.instanceState = int(inst.state)
+            out.status.instanceState = int(inst.state)  # type: ignore[assignment]  # a proto enum field
             if inst.error is not None:
                 out.status.errorInfo.errorCode = inst.error.code
                 out.status.errorInfo.errorMessage = inst.error.message

@@ -218,7 +218,7 @@ class SimCloud:
             return InstanceState.CREATING
         return InstanceState.RUNNING
 
-    def list(self) -> list[Machine]:
+    def list_machines(self) -> list[Machine]:
         now = self.clock()
         with self._lock:
             self.calls["list"] += 1
@@ -281,7 +281,7 @@ class SimCloud:
         with self._lock:
             for group in self.groups:
                 self._converge(group, now)
-        machines = self.list()
+        machines = self.list_machines()
         with self._lock:
             return {
                 g: (self.desired[g], [m for m in machines if m.group == g], self.failures[g])
@@ -353,7 +353,7 @@ class SimDriver(_SimReadSide, MachineDriver):
     """The sim cloud in machine mode: our server creates machines one by one."""
 
     def list_machines(self) -> list[Machine]:
-        return self.cloud.list()
+        return self.cloud.list_machines()
 
     def create_machine(self, group: str, token: str) -> Machine:
         return self.cloud.create(group, token)
