@@ -25,10 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.config import Settings, TLSSettings
-from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
-from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer
+from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, method_handlers
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +173,10 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
         # a second server on the same port must fail loudly, not silently share it (grpc default is 1)
         options=[("grpc.so_reuseport", 0)],
     )
-    pb_grpc.add_CloudProviderServicer_to_server(servicer, server)
+    # raw-bytes handlers: the service parses requests itself (see service._raw_handler)
+    handlers = method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -20,7 +20,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
+from google.protobuf import any_pb2, duration_pb2, message_factory, timestamp_pb2
+from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.message import DecodeError
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.errors import InvalidArgument, NotImplementedByProvider, ProviderError
@@ -61,30 +63,123 @@ class _Timer:
 _TIMER = _Timer()
 
 
+#: longest message we send back: ids are echoed in messages, and a status message travels in HTTP/2
+#: metadata, which grpcio caps at 8 KiB by default; a longer one turns NOT_FOUND into RESOURCE_EXHAUSTED
+MAX_MESSAGE = 1024
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
+
+
+def safe_message(message: str, limit: int = MAX_MESSAGE) -> str:
+    """One line, at most `limit` characters: control characters are escaped, and an overlong message
+    keeps its head and tail (the echoed input is usually in between) with a note of what was cut."""
+    line = message.translate(_CONTROL)
+    if len(line) <= limit:
+        return line
+    keep = (limit - 60) // 2
+    omitted = len(line) - 2 * keep
+    return f"{line[:keep]}...[{omitted} of {len(line)} characters omitted]...{line[-keep:]}"
+
+
+class _MalformedLog:
+    """At most one warning per `interval` seconds about requests whose bodies do not parse, with a
+    count of the ones not logged: a fuzzer or a confused client must not flood the log."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._suppressed = 0
+
+    def note(self, method: str, size: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._suppressed += 1
+                return
+            suppressed, self._suppressed, self._next = self._suppressed, 0, now + self._interval
+        log.warning(
+            "%s: request body of %d bytes does not parse; answered INVALID_ARGUMENT "
+            "(%d more malformed requests since the last warning; at most one warning per %.0fs)",
+            method,
+            size,
+            suppressed,
+            self._interval,
+        )
+
+
+_MALFORMED = _MalformedLog()
+
+
+def _invoke(method: str, context: grpc.ServicerContext, call: Callable[[], R]) -> R:
+    """The one place that turns a handler's outcome into a gRPC status and records its metrics.
+
+    ProviderError carries its status and a caller-safe message; anything else is a bug and becomes
+    INTERNAL with a generic message (the traceback goes to the log only), so CA never sees UNKNOWN."""
+    start = time.perf_counter()
+    code = grpc.StatusCode.OK
+    try:
+        return call()
+    except ProviderError as exc:
+        code = exc.code
+        message = safe_message(exc.message)
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL):
+            log.warning("%s failed: %s", method, message)
+        context.abort(code, message)
+    except Exception:
+        code = grpc.StatusCode.INTERNAL
+        log.exception("%s failed unexpectedly", method)
+        context.abort(code, f"{method}: internal error in cloudprovider-grpc (details in the server log)")
+    finally:
+        _TIMER.observe(method, code, time.perf_counter() - start)
+    raise AssertionError("unreachable")  # context.abort always raises
+
+
 def _rpc(fn: Callable[..., R]) -> Callable[..., R]:
-    """Map provider errors to statuses, hide unexpected ones, and record metrics."""
+    """A typed handler (request message in, response message out) guarded by `_invoke`; the
+    undecorated function stays reachable as `__wrapped__` for the raw-bytes path."""
     method = fn.__name__
 
     @functools.wraps(fn)
     def wrapper(self: CloudProviderServicer, request: Any, context: grpc.ServicerContext) -> R:
-        start = time.perf_counter()
-        code = grpc.StatusCode.OK
-        try:
-            return fn(self, request, context)
-        except ProviderError as exc:
-            code = exc.code
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL):
-                log.warning("%s failed: %s", method, exc.message)
-            context.abort(code, exc.message)
-        except Exception:
-            code = grpc.StatusCode.INTERNAL
-            log.exception("%s failed unexpectedly", method)
-            context.abort(code, f"{method}: internal error in cloudprovider-grpc (details in the server log)")
-        finally:
-            _TIMER.observe(method, code, time.perf_counter() - start)
-        raise AssertionError("unreachable")  # context.abort always raises
+        return _invoke(method, context, lambda: fn(self, request, context))
 
     return wrapper
+
+
+def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> grpc.RpcMethodHandler:
+    """A handler that gets the request as bytes and returns bytes.
+
+    Why not let grpcio deserialize: a body that does not parse makes grpcio log a full traceback at
+    error level and keeps about 19 KB per failed request alive for good (RSS 58 -> 524 MB over 50,000
+    fuzzed requests; it reproduces on a bare grpcio server). Parsing here answers INVALID_ARGUMENT with
+    one line and costs nothing afterwards. A handler may also return ready-made response bytes."""
+    name = method.name
+    request_type = message_factory.GetMessageClass(method.input_type)
+    impl = getattr(type(servicer), name).__wrapped__
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return request_type.FromString(raw)
+        except (DecodeError, RuntimeWarning, ValueError):
+            _MALFORMED.note(name, len(raw))
+            raise InvalidArgument(
+                f"{name}: the request body ({len(raw)} bytes) is not a valid {method.input_type.name}"
+            ) from None
+
+    def handle(raw: bytes, context: grpc.ServicerContext) -> bytes:
+        def call() -> bytes:
+            response = impl(servicer, parse(raw), context)
+            return response if isinstance(response, bytes) else response.SerializeToString()
+
+        return _invoke(name, context, call)
+
+    return grpc.unary_unary_rpc_method_handler(handle)
+
+
+def method_handlers(servicer: CloudProviderServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """Every RPC of the service descriptor as a raw-bytes handler, by method name."""
+    service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
+    return {m.name: _raw_handler(servicer, m) for m in service.methods}
 
 
 def _node_ref(node: pb.ExternalGrpcNode) -> NodeRef:
