@@ -24,9 +24,10 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from cloudprovider_grpc import metrics
-from cloudprovider_grpc.config import Settings, TLSSettings
+from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.secrets import redact
 from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, method_handlers
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,9 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.split("?")[0] == "/metrics":
-            body, ctype, code = generate_latest(REGISTRY), CONTENT_TYPE_LATEST, 200
+            # label values are ids and codes, never secrets; redacting the page makes that a guarantee
+            body = redact(generate_latest(REGISTRY).decode()).encode()
+            ctype, code = CONTENT_TYPE_LATEST, 200
         elif self.path.split("?")[0] in ("/healthz", "/readyz"):
             ok = self.server.handle_ref is not None and self.server.handle_ref.serving  # type: ignore[attr-defined]
             body, ctype, code = (b"ok\n" if ok else b"shutting down\n"), "text/plain", (200 if ok else 503)
@@ -215,14 +218,26 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     for gid, sizes in provider.sizes().items():
         metrics.GROUP_TARGET_SIZE.labels(provider.name, gid).set(sizes.target)
         metrics.GROUP_REGISTERED_SIZE.labels(provider.name, gid).set(sizes.registered)
+    metrics_at = (
+        f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"
+        if handle.metrics_server is not None
+        else "metrics disabled"
+    )
     log.info(
-        "serving externalgrpc on %s (%s), metrics on %s, provider %s with %d node groups",
-        settings.address if port == 0 else f"{address.rpartition(':')[0]}:{port}",
+        "serving externalgrpc on %s (%s), %s, provider %s%s with %d node groups",
+        f"{address.rpartition(':')[0]}:{port}",
         "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext",
-        settings.metrics_address,
+        metrics_at,
         provider.name,
+        " (emulated cloud)" if settings.emulate else "",
         len(provider.node_groups()),
     )
+    if not settings.tls.enabled and not is_loopback(settings.address):
+        log.warning(
+            "gRPC on %s is plaintext and reachable beyond this host (--allow-plaintext): anyone who can "
+            "reach it can create and delete machines; use TLS or a loopback address",
+            settings.address,
+        )
     return handle
 
 

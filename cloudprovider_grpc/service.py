@@ -32,6 +32,7 @@ from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, CloudProvider, NodeGroup, NodeRef
+from cloudprovider_grpc.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,10 @@ _CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
 
 
 def safe_message(message: str, limit: int = MAX_MESSAGE) -> str:
-    """One line, at most `limit` characters: control characters are escaped, and an overlong message
-    keeps its head and tail (the echoed input is usually in between) with a note of what was cut."""
-    line = message.translate(_CONTROL)
+    """One line, at most `limit` characters, no registered secret: control characters are escaped,
+    and an overlong message keeps its head and tail (the echoed input is usually in between) with a
+    note of what was cut."""
+    line = redact(message).translate(_CONTROL)
     if len(line) <= limit:
         return line
     keep = (limit - 60) // 2
