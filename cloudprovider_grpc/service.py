@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
@@ -193,11 +194,24 @@ def _group_pb(group: NodeGroup) -> pb.NodeGroup:
     return pb.NodeGroup(id=group.id, minSize=group.min_size, maxSize=group.max_size, debug=group.debug)
 
 
+#: google.protobuf.Timestamp's documented range, 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z: what
+#: Go's timestamppb accepts and Python's datetime can hold
+_TS_MIN, _TS_MAX = -62_135_596_800, 253_402_300_799
+#: the longest duration the legacy nanosecond field (int64) can carry back to CA: about 292 years
+_MAX_DURATION = (2**63 - 1) // _NS
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _time(msg: Any, new: str, old: str) -> datetime | None:
     for name in (new, old):
         if msg.HasField(name):
             ts: timestamp_pb2.Timestamp = getattr(msg, name)
-            return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
+            if not _TS_MIN <= ts.seconds <= _TS_MAX or not 0 <= ts.nanos < _NS:
+                raise InvalidArgument(
+                    f"{name} is out of range: seconds={ts.seconds} nanos={ts.nanos} "
+                    "(a time in the years 1 to 9999, nanos 0 to 999999999)"
+                )
+            return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
     return None
 
 
@@ -212,19 +226,40 @@ def _period(msg: Any, new_start: str, new_end: str) -> tuple[datetime, datetime]
 
 
 def _seconds(opts: pb.NodeGroupAutoscalingOptions, new: str, old: str, default: float) -> float:
+    """A duration CA sent, in seconds; INVALID_ARGUMENT naming the field when it is negative, malformed
+    or too long to echo back in the legacy nanosecond field."""
     if opts.HasField(new):
         d: duration_pb2.Duration = getattr(opts, new)
-        return d.seconds + d.nanos / 1e9
-    if opts.HasField(old):
-        return getattr(opts, old).duration / _NS  # legacy meta/v1 Duration holds nanoseconds
-    return default
+        if not -_NS < d.nanos < _NS or (d.seconds and d.nanos and (d.seconds > 0) != (d.nanos > 0)):
+            raise InvalidArgument(f"defaults.{new} is malformed: seconds={d.seconds} nanos={d.nanos}")
+        value, field_name = d.seconds + d.nanos / 1e9, new
+    elif opts.HasField(old):
+        value, field_name = getattr(opts, old).duration / _NS, old  # legacy meta/v1 Duration: nanoseconds
+    else:
+        return default
+    if not 0 <= value <= _MAX_DURATION:
+        raise InvalidArgument(
+            f"defaults.{field_name} is out of range: {value:g}s (0 to {_MAX_DURATION}s, what the legacy "
+            "nanosecond field can carry)"
+        )
+    return value
+
+
+def _ratio(value: float, name: str) -> float:
+    if not math.isfinite(value):
+        raise InvalidArgument(f"defaults.{name} must be a finite number, got {value}")
+    return value
 
 
 def options_from_pb(opts: pb.NodeGroupAutoscalingOptions) -> AutoscalingOptions:
     base = AutoscalingOptions()
     return AutoscalingOptions(
-        scale_down_utilization_threshold=opts.scaleDownUtilizationThreshold,
-        scale_down_gpu_utilization_threshold=opts.scaleDownGpuUtilizationThreshold,
+        scale_down_utilization_threshold=_ratio(
+            opts.scaleDownUtilizationThreshold, "scaleDownUtilizationThreshold"
+        ),
+        scale_down_gpu_utilization_threshold=_ratio(
+            opts.scaleDownGpuUtilizationThreshold, "scaleDownGpuUtilizationThreshold"
+        ),
         scale_down_unneeded_time=_seconds(
             opts, "scaleDownUnneededDuration", "scaleDownUnneededTime", base.scale_down_unneeded_time
         ),

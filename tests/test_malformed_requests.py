@@ -7,6 +7,7 @@ import logging
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.service import MAX_MESSAGE, SERVICE_NAME, safe_message
@@ -82,3 +83,77 @@ def test_safe_message_keeps_short_lines_and_escapes_control_characters() -> None
     cut = safe_message("head " + "y" * 5000 + " tail", limit=200)
     assert len(cut) <= 200 and cut.startswith("head ") and cut.endswith(" tail")
     assert "of 5010 characters omitted" in cut
+
+
+@pytest.mark.parametrize(
+    ("field", "seconds", "nanos"),
+    [
+        ("startTimestamp", -62_135_596_801, 0),  # the second before 0001-01-01
+        ("endTimestamp", 253_402_300_800, 0),  # 10000-01-01
+        ("startTimestamp", 0, -1),
+        ("endTimestamp", 2**63 - 1, 0),
+    ],
+)
+def test_pricing_times_outside_years_1_to_9999_are_invalid_argument(
+    field: str, seconds: int, nanos: int
+) -> None:
+    good = timestamp_pb2.Timestamp(seconds=1_700_000_000)
+    bad = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+    times = {"startTimestamp": good, "endTimestamp": good, field: bad}
+    node = pb.ExternalGrpcNode(name="general-1", providerID="sim://general-1")
+    with sim_server() as handle:
+        s = stub(channel(handle))
+        for call, request in (
+            (s.PricingNodePrice, pb.PricingNodePriceRequest(node=node, **times)),
+            (s.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=b"\x0a\x00", **times)),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                call(request, timeout=5)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+            assert info.value.details().startswith(f"{field} is out of range")
+
+
+@pytest.mark.parametrize(
+    ("defaults", "field"),
+    [
+        (
+            pb.NodeGroupAutoscalingOptions(MaxNodeProvisionDuration=duration_pb2.Duration(seconds=10**11)),
+            "MaxNodeProvisionDuration",
+        ),
+        (
+            pb.NodeGroupAutoscalingOptions(scaleDownUnneededDuration=duration_pb2.Duration(seconds=-5)),
+            "scaleDownUnneededDuration",
+        ),
+        (
+            pb.NodeGroupAutoscalingOptions(
+                scaleDownUnreadyDuration=duration_pb2.Duration(seconds=1, nanos=-1)
+            ),
+            "scaleDownUnreadyDuration",
+        ),
+        (
+            pb.NodeGroupAutoscalingOptions(
+                MaxNodeProvisionTime=pb.LegacyDuration(duration=-(2**63)),
+                scaleDownUnneededTime=pb.LegacyDuration(duration=1),
+            ),
+            "MaxNodeProvisionTime",
+        ),
+        (
+            pb.NodeGroupAutoscalingOptions(
+                scaleDownUtilizationThreshold=float("nan"),
+                MaxNodeProvisionDuration=duration_pb2.Duration(seconds=1),
+            ),
+            "scaleDownUtilizationThreshold",
+        ),
+    ],
+)
+def test_get_options_defaults_out_of_range_are_invalid_argument(
+    defaults: pb.NodeGroupAutoscalingOptions, field: str
+) -> None:
+    with sim_server() as handle:
+        s = stub(channel(handle))
+        with pytest.raises(grpc.RpcError) as info:
+            s.NodeGroupGetOptions(
+                pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=defaults), timeout=5
+            )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert info.value.details().startswith(f"defaults.{field} ")
