@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
 from cloudprovider_grpc.secrets import register_environment
+from cloudprovider_grpc.tlsfiles import TLSFileError, load_tls_files
 
 ENV_PREFIX = "CLOUDPROVIDER_GRPC_"
 _ADDRESS_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):(?P<port>\d{1,5})$")
@@ -74,6 +75,11 @@ class TLSSettings(BaseModel):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{name}: file {str(path)!r} does not exist")
+        if self.cert is not None and self.key is not None:
+            try:  # readable, PEM, and the key belongs to the certificate: found now, not at the handshake
+                load_tls_files(self.cert, self.key, self.ca)
+            except TLSFileError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     @property

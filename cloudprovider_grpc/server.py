@@ -29,6 +29,7 @@ from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.secrets import redact
 from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, method_handlers
+from cloudprovider_grpc.tlsfiles import TLSFileError, TLSFiles, load_tls_files
 
 log = logging.getLogger(__name__)
 
@@ -51,51 +52,54 @@ class _CertReloader:
     """Serves the current certificate files to gRPC core, which asks on every new handshake.
 
     Re-reads the files when their modification times change (Kubernetes swaps Secret volumes
-    atomically); a half-written or unreadable pair keeps the previous one (returns None), so a
-    rotation in progress never breaks handshakes."""
+    atomically). A changed set that does not load or whose key does not belong to its certificate (a
+    rotation half done, a wrong file) is rejected once, with an error naming the file, and the
+    previous pair stays in use, so a bad rotation never breaks handshakes."""
 
     def __init__(self, tls: TLSSettings) -> None:
         self._tls = tls
         self._lock = threading.Lock()
-        self._stamp: tuple[float, ...] = ()
-        self.config = self._load()
-        if self.config is None:
-            raise ServerStartError("TLS certificate, key or CA file could not be read")
+        self._stamp = self._stat()
+        self._rejected: tuple[int, ...] | None = None
+        try:
+            self.config = self._configuration(self._read())
+        except TLSFileError as exc:
+            raise ServerStartError(f"TLS {exc}") from None
 
     def _paths(self) -> list[Path]:
         return [p for p in (self._tls.cert, self._tls.key, self._tls.ca) if p is not None]
 
-    def _load(self) -> grpc.ServerCertificateConfiguration | None:
+    def _stat(self) -> tuple[int, ...]:
         try:
-            stamp = tuple(os.stat(p).st_mtime_ns for p in self._paths())
-            key = Path(self._tls.key).read_bytes()  # type: ignore[arg-type]
-            cert = Path(self._tls.cert).read_bytes()  # type: ignore[arg-type]
-            ca = Path(self._tls.ca).read_bytes() if self._tls.ca else None
-        except OSError as exc:
-            log.error("reading TLS files failed: %s", exc.strerror)
-            return None
-        if (
-            b"PRIVATE KEY" not in key
-            or b"CERTIFICATE" not in cert
-            or (ca is not None and b"CERTIFICATE" not in ca)
-        ):
-            log.error("TLS files are not PEM certificate/key files")
-            return None
-        self._stamp = stamp
-        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+            return tuple(os.stat(p).st_mtime_ns for p in self._paths())
+        except OSError:
+            return ()
+
+    def _read(self) -> TLSFiles:
+        return load_tls_files(self._tls.cert, self._tls.key, self._tls.ca)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _configuration(files: TLSFiles) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration(
+            [(files.key, files.cert)], root_certificates=files.ca
+        )
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        try:
-            stamp = tuple(os.stat(p).st_mtime_ns for p in self._paths())
-        except OSError:
+        stamp = self._stat()
+        if not stamp or stamp == self._stamp or stamp == self._rejected:
             return None
         with self._lock:
-            if stamp == self._stamp:
+            if stamp in (self._stamp, self._rejected):
                 return None
-            new = self._load()
-        if new is not None:
-            log.info("TLS certificate files changed; new handshakes use them")
-        return new
+            try:
+                files = self._read()
+            except TLSFileError as exc:
+                self._rejected = stamp
+                log.error("changed TLS files rejected, the previous certificate stays in use: %s", exc)
+                return None
+            self._stamp = stamp
+        log.info("TLS certificate files changed and were loaded; new handshakes use them")
+        return self._configuration(files)
 
     def credentials(self) -> grpc.ServerCredentials:
         return grpc.dynamic_ssl_server_credentials(
