@@ -7,6 +7,8 @@ anything starts.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 import threading
@@ -94,10 +96,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     logs.setup(settings.log_level, settings.log_format)
     try:
-        return serve_forever(settings)
+        code = serve_forever(settings)
     except ServerStartError as exc:
         print(f"cloudprovider-grpc: {exc}", file=sys.stderr)
         return 1
+    # the grace period is a hard bound: threads still blocked on the cloud must not keep the process
+    # alive (interpreter exit would join them), so leave at once after flushing the log
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -189,8 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import os
-
     from cloudprovider_grpc.secrets import register_environment
 
     register_environment(os.environ)

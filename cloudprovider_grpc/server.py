@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +29,7 @@ from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.secrets import redact
-from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, method_handlers
+from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
 from cloudprovider_grpc.tlsfiles import TLSFileError, TLSFiles, load_tls_files
 
 log = logging.getLogger(__name__)
@@ -130,15 +131,27 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         return
 
 
+class _Health(health.HealthServicer):
+    """The standard health service, plus a way to end open Watch streams at shutdown: they never end
+    on their own, and grpcio's graceful stop waits for every open call until the grace runs out."""
+
+    def end_watches(self) -> None:
+        with self._lock:
+            callbacks = [cb for cbs in self._send_response_callbacks.values() for cb in cbs]
+        for callback in callbacks:
+            callback(None)  # the blocking watcher's iterator ends: the stream closes with OK
+
+
 @dataclass
 class ServerHandle:
     """A running server. `stop()` is idempotent and safe from a signal handler thread."""
 
     server: grpc.Server
     provider: CloudProvider
-    health: health.HealthServicer
+    health: _Health
     port: int
     host: str
+    gate: Gate = field(default_factory=Gate)
     metrics_server: ThreadingHTTPServer | None = None
     metrics_port: int = 0
     serving: bool = True
@@ -151,14 +164,25 @@ class ServerHandle:
         return f"{host}:{self.port}"
 
     def stop(self, grace: float = 10.0) -> None:
-        """Health NOT_SERVING, refuse new RPCs, let in-flight ones finish within grace, stop workers."""
+        """Stop within `grace` seconds, which bound the whole shutdown.
+
+        Order: health NOT_SERVING; new RPCs answer UNAVAILABLE ("not executed") while the port stays
+        open, so a call in transit is never cut off mid-way; the admitted RPCs finish (until the
+        deadline); health Watch streams end; the port closes, cancelling only what still runs at the
+        deadline; background workers get what is left of the grace."""
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            deadline = time.monotonic() + grace
             self.serving = False
             self.health.enter_graceful_shutdown()
-            self.server.stop(grace).wait(grace + 1)
-            self.provider.stop(timeout=grace)
+            self.gate.close()
+            if not self.gate.wait_idle(deadline - time.monotonic()):
+                log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
+            self.health.end_watches()
+            remaining = max(deadline - time.monotonic(), 0.0)
+            self.server.stop(remaining).wait(remaining)
+            self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
             if self.metrics_server is not None:
                 self.metrics_server.shutdown()
                 self.metrics_server.server_close()
@@ -184,7 +208,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     handlers = method_handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
-    health_servicer = health.HealthServicer()
+    health_servicer = _Health()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -201,7 +225,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if not port:
         raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
 
-    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0])
+    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
     if settings.metrics_address:
         try:
             httpd = ThreadingHTTPServer(_http_address(settings.metrics_address), _MetricsHandler)
@@ -212,7 +236,9 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             ) from None
         httpd.daemon_threads = True
         httpd.handle_ref = handle  # type: ignore[attr-defined]
-        threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
+        threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="metrics-http", daemon=True
+        ).start()
         handle.metrics_server, handle.metrics_port = httpd, httpd.server_address[1]
 
     provider.start()
@@ -246,17 +272,29 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
 
 
 def serve_forever(settings: Settings) -> int:
-    """Run until SIGTERM/SIGINT, then shut down gracefully within settings.grace_period."""
+    """Run until SIGTERM/SIGINT, then shut down within settings.grace_period.
+
+    Returns 0 after a clean stop, 1 when work was still running at the end of the grace period. The
+    caller must then end the process without waiting for threads (`os._exit`): a handler thread
+    blocked on the cloud would otherwise hold the process past the grace period."""
     handle = start_server(settings)
+    signalled = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info(
-            "received %s, shutting down (grace %.0fs)", signal.Signals(signum).name, settings.grace_period
-        )
-        threading.Thread(target=handle.stop, args=(settings.grace_period,), name="shutdown").start()
+        if signalled.is_set():
+            return
+        signalled.set()
+        log.info("received %s, shutting down (grace %gs)", signal.Signals(signum).name, settings.grace_period)
+        threading.Thread(
+            target=handle.stop, args=(settings.grace_period,), name="shutdown", daemon=True
+        ).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    while not handle.wait(1.0):
+    while not signalled.wait(1.0):
         pass
-    return 0
+    # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
+    if handle.wait(settings.grace_period + 0.25):
+        return 0
+    log.error("grace period of %gs over with work unfinished; exiting anyway", settings.grace_period)
+    return 1

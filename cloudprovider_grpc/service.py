@@ -26,7 +26,7 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import DecodeError
 
 from cloudprovider_grpc import metrics
-from cloudprovider_grpc.errors import InvalidArgument, NotImplementedByProvider, ProviderError
+from cloudprovider_grpc.errors import InvalidArgument, NotImplementedByProvider, ProviderError, Unavailable
 from cloudprovider_grpc.k8s.node import encode_template_node
 from cloudprovider_grpc.k8s.resources import parse_pod, pod_requests
 from cloudprovider_grpc.k8s.template import NodeTemplate
@@ -113,6 +113,46 @@ class _MalformedLog:
 _MALFORMED = _MalformedLog()
 
 
+class ShuttingDown(Unavailable):
+    """An RPC that arrived after shutdown began: answered at once and not executed, so the caller
+    knows nothing happened (a CANCELLED call leaves it guessing)."""
+
+
+class Gate:
+    """Admission of RPCs. Open while serving; `close()` at shutdown makes new RPCs answer UNAVAILABLE
+    without running, and `wait_idle()` lets shutdown wait for the admitted ones to finish."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._open = True
+        self._active = 0
+
+    def enter(self) -> bool:
+        with self._cond:
+            if self._open:
+                self._active += 1
+            return self._open
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if self._active == 0:
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._open = False
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True when no admitted RPC is running any more; False when `timeout` ran out first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._active == 0, timeout=max(timeout, 0.0))
+
+
 def _invoke(method: str, context: grpc.ServicerContext, call: Callable[[], R]) -> R:
     """The one place that turns a handler's outcome into a gRPC status and records its metrics.
 
@@ -125,7 +165,9 @@ def _invoke(method: str, context: grpc.ServicerContext, call: Callable[[], R]) -
     except ProviderError as exc:
         code = exc.code
         message = safe_message(exc.message)
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL):
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL) and not isinstance(
+            exc, ShuttingDown
+        ):
             log.warning("%s failed: %s", method, message)
         context.abort(code, message)
     except Exception:
@@ -169,9 +211,16 @@ def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> g
                 f"{name}: the request body ({len(raw)} bytes) is not a valid {method.input_type.name}"
             ) from None
 
+    gate = servicer.gate
+
     def handle(raw: bytes, context: grpc.ServicerContext) -> bytes:
         def call() -> bytes:
-            response = impl(servicer, parse(raw), context)
+            if not gate.enter():
+                raise ShuttingDown(f"{name}: the server is shutting down; the request was not executed")
+            try:
+                response = impl(servicer, parse(raw), context)
+            finally:
+                gate.leave()
             return response if isinstance(response, bytes) else response.SerializeToString()
 
         return _invoke(name, context, call)
@@ -303,6 +352,8 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
 
     def __init__(self, provider: CloudProvider) -> None:
         self.provider = provider
+        #: admission of RPCs over the network (see Gate and server.ServerHandle.stop)
+        self.gate = Gate()
         self._templates: dict[str, tuple[NodeTemplate, bytes]] = {}
         self._templates_lock = threading.Lock()
         self._groups_answer: tuple[object, pb.NodeGroupsResponse] = (None, pb.NodeGroupsResponse())
