@@ -24,7 +24,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from cloudprovider_grpc import metrics
 from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
@@ -245,9 +244,6 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     server.start()
     for svc in ("", SERVICE_NAME):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
-    for gid, sizes in provider.sizes().items():
-        metrics.GROUP_TARGET_SIZE.labels(provider.name, gid).set(sizes.target)
-        metrics.GROUP_REGISTERED_SIZE.labels(provider.name, gid).set(sizes.registered)
     metrics_at = (
         f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"
         if handle.metrics_server is not None
