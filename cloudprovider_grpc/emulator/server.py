@@ -188,7 +188,9 @@ class EmulatorServer:
             daemon=True,
         )
         self._thread.start()
-        log.info("%s emulator listening on %s", self.name, self.base_url)
+        # debug: `emulate` prints its own listening line on stdout, and `serve --emulate` names the
+        # emulator in its serving line; two lines for one event confused users (issue 14)
+        log.debug("%s emulator listening on %s", self.name, self.base_url)
         return self
 
     def stop(self) -> None:

@@ -70,6 +70,14 @@ class ProviderContext:
     clock: Callable[[], float] | None = None
     inline_workers: bool = False
 
+    def secret(self, name: str, *, required: bool = False, default: str = "") -> str:
+        """The secret environment variable `name`: stripped, checked for header safety, and masked in
+        every log line from now on (see cloudprovider_grpc/secrets.py). Backends read every secret
+        through this."""
+        from cloudprovider_grpc.secrets import read_secret
+
+        return read_secret(self.env, name, required=required, default=default)
+
 
 def backend_module(name: str) -> Any:
     if name not in BACKENDS:
