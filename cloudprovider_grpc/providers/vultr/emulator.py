@@ -89,6 +89,8 @@ class VultrEmulator(EmulatorServer):
         self.pools: dict[str, dict[str, Any]] = {}
         #: the next N PATCHes are applied but echo the previous node_quantity
         self.stale_echoes = 0
+        #: every PATCH that reached a pool: (pool id, node_quantity asked or None), in order
+        self.patches: list[tuple[str, int | None]] = []
 
         c = "/v2/kubernetes/clusters/{cid}"
         self.route("GET", c, self._get_cluster)
@@ -303,6 +305,9 @@ class VultrEmulator(EmulatorServer):
             pool["auto_scaler"] = body["auto_scaler"]
         if isinstance(body.get("tag"), str):
             pool["tag"] = body["tag"]
+        self.patches.append(
+            (pool["id"], body.get("node_quantity") if _is_int(body.get("node_quantity")) else None)
+        )
         old = pool["node_quantity"]
         if "node_quantity" in body:
             want = body["node_quantity"]
