@@ -10,14 +10,8 @@ import pytest
 from cloudprovider_grpc.simulator import load_scenario, parse_scenario, run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
-TESTED = {
-    "burst",
-    "diurnal",
-    "gpu-pool",
-    "priority",
-    "scale-to-zero",
-    "vultr-burst",
-}  # vultr-burst: tests/vultr
+TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
+TESTED |= {"vultr-burst"}  # run by tests/vultr/test_simulate.py
 
 
 @pytest.fixture(scope="module")
