@@ -255,7 +255,22 @@ def test_a_capacity_failure_shows_as_error_class_1_on_the_placeholders(emu_clock
             assert target(s, general) == 2
 
 
-@pytest.mark.parametrize("journal", [True, False], ids=["with-state-file", "cloud-only"])
+@pytest.mark.parametrize(
+    "journal",
+    [
+        pytest.param(
+            True,
+            id="with-state-file",
+            # Known gap in the shared machinery (reported to the lead): PoolProvider loads the journal
+            # when it is built, before the first listing, and drops entries for groups it does not
+            # know yet; VKE's groups are discovered by that listing, so the wanted size is lost.
+            marks=pytest.mark.xfail(
+                strict=True, reason="pools.py drops journal entries of groups discovered after startup"
+            ),
+        ),
+        pytest.param(False, id="cloud-only"),
+    ],
+)
 def test_restart_mid_scale_up_recovers_target_and_membership_from_the_cloud(
     emulator: VultrEmulator, tmp_path: Path, journal: bool
 ) -> None:
@@ -275,7 +290,7 @@ def test_restart_mid_scale_up_recovers_target_and_membership_from_the_cloud(
     assert quantity(emulator, general) == 5
     with serving(build_provider("vultr", ctx)) as (handle, s):
         if journal:  # the accepted push resumes: nothing lost
-            eventually(s, lambda: quantity(emulator, general) == 7 and target(s, general) == 7)
+            eventually(s, lambda: quantity(emulator, general) == 7 and target(s, general) == 7, timeout=20)
         else:  # target and membership from the cloud; CA asks again for the rest
             refresh(s)
             assert target(s, general) == 5

@@ -143,9 +143,11 @@ def _read_cloud_config(path: Path) -> dict[str, str]:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError("cloud-config", f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError("cloud-config", f"{path} is not UTF-8 text") from None
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ConfigError(
             "cloud-config", f"{path} is not JSON ({exc.msg} at line {exc.lineno}); expected "
             '{"cluster_id": "...", "token": "..."}'

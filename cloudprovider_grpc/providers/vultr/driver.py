@@ -172,8 +172,8 @@ class VultrDriver(PoolDriver):
             self._pools = infos
         pools: list[Pool] = []
         for group in groups:
-            pool = by_id[group.id]
-            desired = pool.get("node_quantity")
+            entry = by_id[group.id]
+            desired = entry.get("node_quantity")
             if not isinstance(desired, int) or isinstance(desired, bool):
                 pools.append(
                     Pool(
@@ -185,7 +185,7 @@ class VultrDriver(PoolDriver):
                     )
                 )
                 continue
-            pools.append(Pool(group, desired, self._machines(pool, group.id)))
+            pools.append(Pool(group, desired, self._machines(entry, group.id)))
         return pools
 
     # ---- scaling ----

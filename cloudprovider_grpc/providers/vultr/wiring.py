@@ -106,4 +106,5 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
         token = ctx.env.get(TOKEN_ENV, "").strip() or EMULATOR_DEFAULT_TOKEN
         cluster, emu = EMULATOR_DEMO_CLUSTER, EmulatorOptions()
     emulator = _emulator_for(token, cluster, emu, address, state_file)
-    return emulator.start()  # type: ignore[return-value]
+    emulator.start()
+    return emulator
