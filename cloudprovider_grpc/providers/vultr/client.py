@@ -41,8 +41,6 @@ def classify(err: CloudError) -> CloudError:
     """Mark quota and capacity refusals of a scale-up as OUT_OF_RESOURCES (CA backs the pool off)."""
     if err.transient or err.status not in (400, 402, 403, 409, 412, 422):
         return err
-    if err.status == 403 and not _OUT_OF_RESOURCES_RE.search(err.message):
-        return err
     if _OUT_OF_RESOURCES_RE.search(err.message):
         return CloudError(
             err.message, error_class=ErrorClass.OUT_OF_RESOURCES, code="OUT_OF_RESOURCES", status=err.status
