@@ -69,6 +69,7 @@ def _unavailable(reason: str) -> None:
 TARGETS = {
     "sim-demo": [],
     "cherry-emulate": ["--config", str(ROOT / "tests" / "conformance" / "cherry-emulate.yaml")],
+    "sim-pools": ["--config", str(ROOT / "tests" / "conformance" / "sim-pools.yaml")],
     "vultr-emulate": ["--config", str(ROOT / "tests" / "conformance" / "vultr-emulate.yaml")],
 }
 

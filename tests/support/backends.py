@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class BackendUnderTest:
 
 BACKENDS: tuple[BackendUnderTest, ...] = (
     BackendUnderTest("sim", ("--provider", "sim")),
+    BackendUnderTest("sim-pools", ("--config", str(EXAMPLES / "sim-pools.yaml")), shape="pools"),
     BackendUnderTest(
         "cherry",
         ("--provider", "cherry", "--emulate"),
