@@ -229,6 +229,8 @@ def test_scale_up_by_ten_under_thirty_percent_faults_ends_with_exactly_the_asked
             assert target(s, general) == 12
             assert quantity(emulator, general) == 12 and len(emulator.node_ids(general)) == 12
             assert max(q or 0 for q in pushes(emulator, general)) == 12  # never pushed past the ask
+            # seed 4: the first PATCH is applied and its answer dropped (the push's outcome is unknown)
+            assert next(e.fault for e in emulator.request_log() if e.method == "PATCH") == "drop"
             faults_seen = {e.fault for e in emulator.request_log() if e.fault}
             assert {"error", "throttle"} & faults_seen and {"slow", "drop", "error_after"} & faults_seen
 
