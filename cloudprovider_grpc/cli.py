@@ -23,7 +23,7 @@ EXIT_CONFIG = 2
 
 def _add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML config file (env CLOUDPROVIDER_GRPC_CONFIG)")
-    p.add_argument("--provider", help="backend: sim (default), cherry")
+    p.add_argument("--provider", help="backend: sim (default), cherry, vultr, exoscale, alicloud, spc")
     p.add_argument(
         "--address", help="gRPC listen address HOST:PORT (default 127.0.0.1:8086; :8086 = all interfaces)"
     )

@@ -70,6 +70,7 @@ TARGETS = {
     "sim-demo": [],
     "cherry-emulate": ["--config", str(ROOT / "tests" / "conformance" / "cherry-emulate.yaml")],
     "sim-pools": ["--config", str(ROOT / "tests" / "conformance" / "sim-pools.yaml")],
+    "vultr-emulate": ["--config", str(ROOT / "tests" / "conformance" / "vultr-emulate.yaml")],
 }
 
 

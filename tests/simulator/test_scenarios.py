@@ -11,6 +11,7 @@ from cloudprovider_grpc.simulator import load_scenario, parse_scenario, run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
+TESTED |= {"vultr-burst"}  # run by tests/vultr/test_simulate.py
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,9 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         ("--provider", "cherry", "--emulate"),
         secret_env=("CHERRY_AUTH_TOKEN", "BOOTSTRAP_TOKEN_SECRET"),
     ),
+    BackendUnderTest(
+        "vultr", ("--provider", "vultr", "--emulate"), secret_env=("VULTR_API_KEY",), shape="pools"
+    ),
 )
 
 
