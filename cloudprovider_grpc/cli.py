@@ -110,13 +110,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate flags, files and the backend's configuration without starting anything."""
-    from cloudprovider_grpc.providers.registry import build_provider
+    from cloudprovider_grpc.providers.registry import backend_module, build_provider
 
     settings = _settings(args)
     ctx = settings.provider_context(emulate=False)
     provider = build_provider(settings.provider, ctx)
     groups = provider.node_groups()
     provider.stop(timeout=0)
+    # a backend may add read-only checks against its cloud (Exoscale: max sizes beyond the quota)
+    backend_checks = getattr(backend_module(settings.provider), "check_config", None)
+    if backend_checks is not None:
+        for line in backend_checks(ctx):
+            print(line)
     tls = "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext"
     print(
         f"configuration OK: provider {settings.provider}, {len(groups)} node group(s) "

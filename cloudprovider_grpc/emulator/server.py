@@ -169,6 +169,9 @@ class EmulatorServer:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out as two writes; without TCP_NODELAY the body waits for the
+            # client's delayed ACK of the headers (~40 ms per keep-alive request on Linux)
+            disable_nagle_algorithm = True
             server_version = f"{emulator.name}-emulator"
 
             def log_message(self, format: str, *args: Any) -> None:

@@ -26,6 +26,7 @@ BACKENDS: dict[str, str] = {
     "sim": "cloudprovider_grpc.providers.sim",
     "cherry": "cloudprovider_grpc.providers.cherry",
     "vultr": "cloudprovider_grpc.providers.vultr",
+    "exoscale": "cloudprovider_grpc.providers.exoscale",
 }
 
 _NODES_RE = re.compile(r"^(\d+):(\d+):([A-Za-z0-9][A-Za-z0-9._\-/]*)$")

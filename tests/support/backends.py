@@ -46,6 +46,12 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
     BackendUnderTest(
         "vultr", ("--provider", "vultr", "--emulate"), secret_env=("VULTR_API_KEY",), shape="pools"
     ),
+    BackendUnderTest(
+        "exoscale",
+        ("--provider", "exoscale", "--emulate"),
+        secret_env=("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"),
+        shape="pools",
+    ),
 )
 
 
