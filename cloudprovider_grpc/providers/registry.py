@@ -25,6 +25,7 @@ from cloudprovider_grpc.providers.driver import DriverBase
 BACKENDS: dict[str, str] = {
     "sim": "cloudprovider_grpc.providers.sim",
     "cherry": "cloudprovider_grpc.providers.cherry",
+    "alicloud": "cloudprovider_grpc.providers.alicloud",
 }
 
 _NODES_RE = re.compile(r"^(\d+):(\d+):([A-Za-z0-9][A-Za-z0-9._\-/]*)$")
