@@ -39,6 +39,13 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         ("--provider", "cherry", "--emulate"),
         secret_env=("CHERRY_AUTH_TOKEN", "BOOTSTRAP_TOKEN_SECRET"),
     ),
+    BackendUnderTest(
+        "alicloud",
+        ("--provider", "alicloud", "--emulate"),
+        secret_env=("ACCESS_KEY_SECRET",),
+        shape="pools",
+        extra_env={"ACCESS_KEY_ID": "LTAI5tProbeAccessKey0001", "REGION_ID": "cn-hangzhou"},
+    ),
 )
 
 
