@@ -21,6 +21,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,8 @@ ACTIVITY_METADATA = {"cluster-autoscaler/alicloud/managed": "true"}
 TEMPLATE_LABEL_TAG = "k8s.io/cluster-autoscaler/node-template/label/"
 TEMPLATE_TAINT_TAG = "k8s.io/cluster-autoscaler/node-template/taint/"
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: instance listings in flight at once during a Refresh (the client's rate limit still applies)
+LISTING_CONCURRENCY = 4
 
 #: ESS LifecycleState -> what CA sees (vendor doc; issue 11)
 _STATES = {
@@ -124,6 +127,8 @@ class AliCloudDriver(PoolDriver):
         self._records: dict[str, dict[str, Any]] = {}
         self._zones: dict[str, Counter[str]] = {}
         self._shapes: dict[str, _Shape] = {}
+        self._pool_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return f"AliCloudDriver(groups={sorted(self._groups)}, client={self.client!r})"
@@ -140,9 +145,21 @@ class AliCloudDriver(PoolDriver):
 
     def list_pools(self) -> list[Pool]:
         region = self._region()
-        records = {
-            str(r.get("ScalingGroupId")): r for r in self.client.describe_scaling_groups(list(self._groups))
-        }
+        wanted = list(self._groups)
+        records = {str(r.get("ScalingGroupId")): r for r in self.client.describe_scaling_groups(wanted)}
+        # one instance listing per group, several at a time: a Refresh over many groups must stay
+        # within CA's deadline (each call is a round trip to the region's endpoint)
+        listed = [gid for gid in wanted if gid in records]
+        if len(listed) > 1:
+            with self._pool_lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(
+                        LISTING_CONCURRENCY, thread_name_prefix="alicloud-list"
+                    )
+                results = list(self._executor.map(self._instances_of, listed))
+        else:
+            results = [self._instances_of(gid) for gid in listed]
+        by_group = dict(zip(listed, results, strict=True))
         pools: list[Pool] = []
         for gid, group in self._groups.items():
             record = records.get(gid)
@@ -154,10 +171,9 @@ class AliCloudDriver(PoolDriver):
                 )
                 pools.append(Pool(group, 0, listing_error=err))
                 continue
-            try:
-                instances = self.client.describe_scaling_instances(gid)
-            except CloudError as err:
-                pools.append(Pool(group, 0, listing_error=err))
+            instances = by_group[gid]
+            if isinstance(instances, CloudError):
+                pools.append(Pool(group, 0, listing_error=instances))
                 continue
             machines = tuple(
                 Machine(
@@ -178,6 +194,12 @@ class AliCloudDriver(PoolDriver):
             failure = self._last_failure(gid) if desired > live else None
             pools.append(Pool(group, desired, machines, failure=failure))
         return pools
+
+    def _instances_of(self, gid: str) -> list[dict[str, Any]] | CloudError:
+        try:
+            return self.client.describe_scaling_instances(gid)
+        except CloudError as err:
+            return err
 
     @staticmethod
     def _desired(record: Mapping[str, Any]) -> int:
@@ -403,6 +425,10 @@ class AliCloudDriver(PoolDriver):
         return None
 
     def close(self) -> None:
+        with self._pool_lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
         self.client.close()
 
 
