@@ -63,6 +63,7 @@ OVERLAYS = {
     "standalone": "standalone",
     "cherry": "providers/cherry",
     "cherry-standalone": "providers/cherry/standalone",
+    "alicloud": "providers/alicloud",
 }
 #: the Cherry overlays and the layout each one patches
 CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
@@ -617,6 +618,8 @@ def test_check_config_accepts_manifest_args(
             "cloudprovider_grpc.providers.cherry", reason="the Cherry backend (issue 3) has not landed"
         )
     secrets = cherry_example_secrets if overlay in CHERRY_OVERLAYS else []
+    if overlay == "alicloud":
+        secrets = load_documents(MANIFESTS / "providers/alicloud/secrets.example.yaml")
     mat, _ = materialize_ours(rendered[overlay], tmp_path / "pod", secrets)
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"
