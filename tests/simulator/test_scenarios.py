@@ -10,7 +10,14 @@ import pytest
 from cloudprovider_grpc.simulator import load_scenario, parse_scenario, run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
-TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
+TESTED = {
+    "burst",
+    "diurnal",
+    "gpu-pool",
+    "priority",
+    "scale-to-zero",
+    "alicloud-gpu",
+}  # alicloud-gpu: tests/alicloud
 
 
 @pytest.fixture(scope="module")
