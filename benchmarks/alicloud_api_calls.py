@@ -58,7 +58,7 @@ def main() -> int:
         )
     emu.clear_log()
     env = {"ACCESS_KEY_ID": AK, "ACCESS_KEY_SECRET": SK, "REGION_ID": REGION}
-    env.update({f"ALICLOUD_{p}_ENDPOINT": emu.base_url for p in ("ESS", "ECS", "STS")})
+    env.update({f"ALICLOUD_{p}_ENDPOINT": emu.base_url for p in ("ESS", "ECS", "VPC", "STS")})
     ctx = ProviderContext(nodes=tuple(NodesSpec(0, 2000, g) for g in groups), env=env)
     handle = start_server(
         Settings(address="127.0.0.1:0", metrics_address=""), provider=build_provider("alicloud", ctx)

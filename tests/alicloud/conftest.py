@@ -86,7 +86,7 @@ def ctx_for(
     """AK/SK mode against the emulator, groups A, B and GPU as `--nodes`."""
     environ = dict(ENV if env is None else env)
     if emulator is not None:
-        for product in ("ESS", "ECS", "STS"):
+        for product in ("ESS", "ECS", "VPC", "STS"):
             environ[f"ALICLOUD_{product}_ENDPOINT"] = emulator.base_url
         environ.setdefault("METADATA_ENDPOINT", emulator.base_url)
     ctx = ProviderContext(

@@ -152,16 +152,23 @@ def test_templates_from_configuration_and_catalogue(emulator: AliCloudEmulator) 
     driver.list_pools()
     emulator.clear_log()
     driver.refresh_catalog()
-    assert sorted(emulator.actions()) == ["DescribeInstanceTypes"] + ["DescribeScalingConfigurations"] * 3
+    assert (
+        sorted(emulator.actions())
+        == ["DescribeInstanceTypes"] + ["DescribeScalingConfigurations"] * 3 + ["DescribeVSwitches"] * 3
+    )
     a = driver.template(GROUP_A)
     assert a is not None and (a.instance_type, a.region, a.arch) == ("ecs.g7.xlarge", REGION, "amd64")
     assert a.capacity == {"cpu": "4", "memory": "16384Mi", "ephemeral-storage": "100Gi"}
-    assert a.labels == {"pool": "a"} and a.zone in ("cn-hangzhou-h", "cn-hangzhou-i")
+    assert a.labels == {"pool": "a"} and a.zone == "cn-hangzhou-h"  # the first vSwitch's zone
     b = driver.template(GROUP_B)
     assert b is not None and b.arch == "arm64"
     gpu = driver.template(GPU_GROUP)
     assert gpu is not None and gpu.capacity["nvidia.com/gpu"] == "1" and gpu.capacity["memory"] == "30720Mi"
     assert gpu.labels[GPU_LABEL] == "NVIDIA-A10" and driver.gpu_types() == ["NVIDIA-A10"]
+    assert gpu.zone == "cn-hangzhou-i"  # no instance yet: the zone comes from its vSwitch
+    emulator.clear_log()
+    driver.refresh_catalog()
+    assert "DescribeVSwitches" not in emulator.actions()  # a vSwitch's zone is looked up once
     assert gpu_label_value("NVIDIA V100 SXM2") == "NVIDIA-V100-SXM2"
 
 

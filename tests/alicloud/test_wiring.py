@@ -108,7 +108,12 @@ def test_standalone_emulator_for_metadata_mode(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         assert line.strip() == f"alicloud API emulator listening on http://127.0.0.1:{port}/"
         url = f"http://127.0.0.1:{port}/"
-        env = {"METADATA_ENDPOINT": url, "ALICLOUD_ESS_ENDPOINT": url, "ALICLOUD_ECS_ENDPOINT": url}
+        env = {
+            "METADATA_ENDPOINT": url,
+            "ALICLOUD_ESS_ENDPOINT": url,
+            "ALICLOUD_ECS_ENDPOINT": url,
+            "ALICLOUD_VPC_ENDPOINT": url,
+        }
         config = load_config(ProviderContext(nodes=(NodesSpec(0, 10, "asg-bp1demogeneral000001"),), env=env))
         driver = AliCloudDriver(config, make_client(config))
         (pool,) = driver.list_pools()

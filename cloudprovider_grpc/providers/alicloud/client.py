@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 ESS_VERSION = "2022-02-22"
 ECS_VERSION = "2014-05-26"
+VPC_VERSION = "2016-04-28"
+_VERSIONS = {"ess": ESS_VERSION, "ecs": ECS_VERSION, "vpc": VPC_VERSION}
 #: DescribeScalingInstances maximum page size (vendor doc; in-tree used 10 and slept 200 ms a page)
 INSTANCE_PAGE_SIZE = 100
 #: DescribeScalingGroups: at most 20 ids per call, pages of at most 50 (vendor doc)
@@ -65,11 +67,13 @@ _CENTRAL_ESS_REGIONS = frozenset(
 
 
 def default_endpoint(product: str, region: str) -> str:
-    """The public HTTPS endpoint of `product` ("ess", "ecs", "sts") in `region`."""
+    """The public HTTPS endpoint of `product` ("ess", "ecs", "vpc", "sts") in `region`."""
     if product == "ess":
         host = "ess.aliyuncs.com" if region in _CENTRAL_ESS_REGIONS else f"ess.{region}.aliyuncs.com"
     elif product == "ecs":
         host = "ecs-cn-hangzhou.aliyuncs.com" if region == "cn-hangzhou" else f"ecs.{region}.aliyuncs.com"
+    elif product == "vpc":
+        host = f"vpc.{region}.aliyuncs.com"
     elif product == "sts":
         host = "sts.aliyuncs.com"
     else:
@@ -160,6 +164,7 @@ class AliClient:
         region: str = "",
         ess_url: str = "",
         ecs_url: str = "",
+        vpc_url: str = "",
         timeout: tuple[float, float] = (3.05, 10.0),
         retries: int = 4,
         rate_limit_per_s: float | None = None,
@@ -169,7 +174,7 @@ class AliClient:
     ) -> None:
         self.credentials = credentials
         self._region = region
-        self._urls = {"ess": ess_url, "ecs": ecs_url}
+        self._urls = {"ess": ess_url, "ecs": ecs_url, "vpc": vpc_url}
         self.timeout = timeout
         self.retry = RetryPolicy(retries=retries)
         self.rate_limit_per_s = rate_limit_per_s
@@ -228,7 +233,7 @@ class AliClient:
         urgent: bool = False,
     ) -> dict[str, Any]:
         """One action; returns the decoded JSON body or raises CloudError."""
-        version = ESS_VERSION if product == "ess" else ECS_VERSION
+        version = _VERSIONS[product]
         query = {"Action": action, "Version": version, **flatten(params)}
         where = f"alicloud {product} {action}"
         http = self._client(product)
@@ -407,6 +412,19 @@ class AliClient:
                 if not token:
                     break
         return out
+
+    # ------------------------------------------------------------------ VPC
+    def vswitch_zone(self, vswitch_id: str) -> str:
+        """The zone of a vSwitch (VPC DescribeVSwitches 2016-04-28, one id per call); "" if unknown."""
+        data = self.call(
+            "vpc", "DescribeVSwitches", {"RegionId": self.region, "VSwitchId": vswitch_id}, read=True
+        )
+        wrapped = data.get("VSwitches")
+        items = wrapped.get("VSwitch") if isinstance(wrapped, dict) else wrapped
+        for item in _list(items):
+            if isinstance(item, dict) and item.get("VSwitchId") == vswitch_id:
+                return str(item.get("ZoneId") or "")
+        return ""
 
 
 def _list(value: Any) -> list[Any]:

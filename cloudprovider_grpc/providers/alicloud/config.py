@@ -11,7 +11,8 @@ In-tree facts (kubernetes/autoscaler cloudprovider/alicloud, research alicloud.m
   the file and, as an extension, a `[global]` section with the struct's field names.
 
 New here, documented in the README: endpoint overrides (`ALICLOUD_ESS_ENDPOINT`,
-`ALICLOUD_ECS_ENDPOINT`, `ALICLOUD_STS_ENDPOINT` or the `alicloud:` YAML section) instead of the
+`ALICLOUD_ECS_ENDPOINT`, `ALICLOUD_VPC_ENDPOINT`, `ALICLOUD_STS_ENDPOINT` or the `alicloud:` YAML
+section) instead of the
 Location service lookup, and stricter validation: a credential mode given in part is an error
 naming the missing variable (in-tree silently fell through to the next mode).
 """
@@ -60,6 +61,7 @@ _TOP_KEYS = frozenset(
         "region",
         "ess-endpoint",
         "ecs-endpoint",
+        "vpc-endpoint",
         "sts-endpoint",
         "metadata-endpoint",
         "remove-policy",
@@ -114,6 +116,7 @@ class AliConfig:
     region: str = ""
     ess_endpoint: str = ""
     ecs_endpoint: str = ""
+    vpc_endpoint: str = ""
     sts_endpoint: str = ""
     metadata_endpoint: str = "http://100.100.100.200"
     remove_policy: str = "release"
@@ -335,6 +338,7 @@ def load_config(ctx: ProviderContext) -> AliConfig:
         region=region,
         ess_endpoint=endpoint("ess"),
         ecs_endpoint=endpoint("ecs"),
+        vpc_endpoint=endpoint("vpc"),
         sts_endpoint=endpoint("sts"),
         metadata_endpoint=metadata,
         remove_policy=policy,

@@ -106,10 +106,12 @@ def _ours(activity: Mapping[str, Any]) -> bool:
 
 @dataclass
 class _Shape:
-    """What the catalogue knows of one group: its configuration and its instance type."""
+    """What the catalogue knows of one group: its configuration, its instance type, and the zone of
+    its first vSwitch (where ESS's default PRIORITY multi-zone policy puts new instances first)."""
 
     config: dict[str, Any] = field(default_factory=dict)
     instance_type: dict[str, Any] = field(default_factory=dict)
+    zone: str = ""
 
 
 class AliCloudDriver(PoolDriver):
@@ -127,6 +129,8 @@ class AliCloudDriver(PoolDriver):
         self._records: dict[str, dict[str, Any]] = {}
         self._zones: dict[str, Counter[str]] = {}
         self._shapes: dict[str, _Shape] = {}
+        #: vSwitch id -> zone (a vSwitch never changes zone, so this is never reloaded)
+        self._vswitch_zones: dict[str, str] = {}
         self._pool_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
 
@@ -309,13 +313,31 @@ class AliCloudDriver(PoolDriver):
                 configs[gid] = config
         types = {t for c in configs.values() for t in self._type_candidates(c)}
         catalogue = {str(t.get("InstanceTypeId")): t for t in self.client.describe_instance_types(types)}
+        zones = {gid: self._first_vswitch_zone(records[gid]) for gid in configs}
         with self._lock:
             for gid, config in configs.items():
                 chosen = next((catalogue[t] for t in self._type_candidates(config) if t in catalogue), None)
                 if chosen is None:
                     log.warning("alicloud: no instance type of group %s is in the ECS catalogue", gid)
                     continue
-                self._shapes[gid] = _Shape(config, chosen)
+                self._shapes[gid] = _Shape(config, chosen, zones[gid])
+
+    def _first_vswitch_zone(self, record: Mapping[str, Any]) -> str:
+        ids = record.get("VSwitchIds") or []
+        if isinstance(ids, dict):
+            ids = next(iter(ids.values()), [])
+        first = str((list(ids) or [record.get("VSwitchId") or ""])[0] or "")
+        if not first:
+            return ""
+        if first not in self._vswitch_zones:
+            try:
+                zone = self.client.vswitch_zone(first)
+            except CloudError as err:  # e.g. no vpc:DescribeVSwitches permission: zone from instances
+                log.warning("alicloud: zone of vSwitch %s unavailable: %s", first, err.message)
+                return ""
+            if zone:
+                self._vswitch_zones[first] = zone
+        return self._vswitch_zones.get(first, "")
 
     def _configuration(self, gid: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
         active = str(record.get("ActiveScalingConfigurationId") or "")
@@ -387,7 +409,8 @@ class AliCloudDriver(PoolDriver):
             # (acs:* system tags, spaces) would make CA reject the whole template, so they are skipped
             if _LABEL_KEY_RE.match(key) and _LABEL_VALUE_RE.match(value) and not key.startswith("acs:"):
                 labels[key] = value
-        zone = str(shape.config.get("ZoneId") or "")
+        # the configuration's zone, else the first vSwitch's, else where most instances are
+        zone = str(shape.config.get("ZoneId") or "") or shape.zone
         if not zone and zones:
             zone = sorted(zones.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
         arch = "arm64" if str(itype.get("CpuArchitecture") or "").upper() == "ARM" else "amd64"

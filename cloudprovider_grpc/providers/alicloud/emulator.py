@@ -47,6 +47,7 @@ from cloudprovider_grpc.providers.alicloud import signing
 
 ESS_VERSIONS = ("2014-08-28", "2022-02-22")
 ECS_VERSION = "2014-05-26"
+VPC_VERSION = "2016-04-28"
 STS_VERSION = "2015-04-01"
 #: ±15 minutes (research §5)
 TIMESTAMP_WINDOW = 15 * 60
@@ -422,6 +423,7 @@ class AliCloudEmulator(EmulatorServer):
             "ScaleWithAdjustment": (ESS_VERSIONS, self._scale_with_adjustment),
             "RemoveInstances": (ESS_VERSIONS, self._remove_instances),
             "DescribeInstanceTypes": ((ECS_VERSION,), self._describe_instance_types),
+            "DescribeVSwitches": ((VPC_VERSION,), self._describe_vswitches),
             "AssumeRoleWithOIDC": ((STS_VERSION,), self._assume_role_with_oidc),
         }
         if not action:
@@ -979,6 +981,38 @@ class AliCloudEmulator(EmulatorServer):
         if offset + limit < len(types):
             body["NextToken"] = str(offset + limit)
         return body
+
+    # ------------------------------------------------------------------ VPC
+    def _describe_vswitches(self, params: dict[str, str], version: str) -> dict[str, Any]:
+        """The groups' vSwitches (each group's `VSwitchIds` paired with its `Zones`)."""
+        number, size = self._page(params, 50, 50)
+        found: list[dict[str, Any]] = []
+        for g in sorted(self.groups.values(), key=lambda g: g["ScalingGroupId"]):
+            for vsw, zone in zip(g.get("VSwitchIds") or [], g.get("Zones") or [], strict=False):
+                if params.get("VSwitchId") not in (None, "", vsw) or params.get("ZoneId") not in (
+                    None,
+                    "",
+                    zone,
+                ):
+                    continue
+                if not any(v["VSwitchId"] == vsw for v in found):
+                    found.append(
+                        {
+                            "VSwitchId": vsw,
+                            "ZoneId": zone,
+                            "VpcId": "vpc-bp1emulated0000000",
+                            "Status": "Available",
+                            "CidrBlock": "172.16.0.0/24",
+                            "IsDefault": False,
+                        }
+                    )
+        page = found[(number - 1) * size : number * size]
+        return {
+            "VSwitches": {"VSwitch": page},
+            "TotalCount": len(found),
+            "PageNumber": number,
+            "PageSize": size,
+        }
 
     # ------------------------------------------------------------------ STS and metadata
     def _issue_key(self, duration: float) -> tuple[str, AccessKey]:

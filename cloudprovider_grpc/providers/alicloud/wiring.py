@@ -68,6 +68,7 @@ def make_client(config: AliConfig, endpoint: str = "") -> AliClient:
         region=config.region,
         ess_url=endpoint or config.ess_endpoint,
         ecs_url=endpoint or config.ecs_endpoint,
+        vpc_url=endpoint or config.vpc_endpoint,
         timeout=(config.connect_timeout, config.read_timeout),
         retries=config.retries,
         rate_limit_per_s=config.rate_limit,
@@ -145,6 +146,7 @@ def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None) -> None:
             "EnableDesiredCapacity": True,
             "ActiveScalingConfigurationId": config_id,
             "Zones": [seed.ZONES[i % len(seed.ZONES)]],
+            "VSwitchIds": [f"vsw-bp1emulated{seed.ZONES[i % len(seed.ZONES)][-1]}{i:09d}"],
         }
         emulator.add_group(record)
         emulator.add_configuration(
