@@ -141,3 +141,15 @@ def test_emulate_alone_is_a_demo_region_and_honours_given_credentials() -> None:
     assert demo.credentials.access_key_id == EMULATOR_ACCESS_KEY_ID
     given = load(ENV, emulate=True)
     assert given.credentials.access_key_id == AK and not given.demo_groups
+
+
+def test_auto_discovery_in_cas_format_or_as_a_mapping() -> None:
+    text = load(
+        ENV, nodes=(), options={"auto-discovery": "asg:tag=k8s.io/cluster-autoscaler/enabled,team=ml"}
+    )
+    assert dict(text.discovery_tags) == {"k8s.io/cluster-autoscaler/enabled": "", "team": "ml"}
+    assert text.groups == ()
+    mapping = load(ENV, options={"auto-discovery": {"tags": {"k8s.io/cluster-autoscaler/c1": None}}})
+    assert dict(mapping.discovery_tags) == {"k8s.io/cluster-autoscaler/c1": ""} and len(mapping.groups) == 1
+    for bad in ("mig:tag=x", "asg:label=x", {"labels": {"a": "b"}}, "asg:tag="):
+        assert error(ENV, options={"auto-discovery": bad}).key == "alicloud.auto-discovery"

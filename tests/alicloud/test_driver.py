@@ -21,6 +21,15 @@ def pool(driver, gid):
 def test_listing_one_group_call_and_one_instance_call_per_group(emulator: AliCloudEmulator) -> None:
     driver = make_driver(emulator)
     emulator.clear_log()
+    driver.list_pools()  # the first listing also loads each group's template (configuration, type, zone)
+    assert set(emulator.actions()) == {
+        "DescribeScalingGroups",
+        "DescribeScalingInstances",
+        "DescribeScalingConfigurations",
+        "DescribeInstanceTypes",
+        "DescribeVSwitches",
+    }
+    emulator.clear_log()
     pools = driver.list_pools()
     assert [p.config.id for p in pools] == [GROUP_A, GROUP_B, GPU_GROUP]
     assert sorted(emulator.actions()) == ["DescribeScalingGroups"] + ["DescribeScalingInstances"] * 3
@@ -149,13 +158,10 @@ def test_remove_in_batches_of_twenty(emulator: AliCloudEmulator, emu_clock: Manu
 
 def test_templates_from_configuration_and_catalogue(emulator: AliCloudEmulator) -> None:
     driver = make_driver(emulator)
-    driver.list_pools()
+    assert driver.template(GROUP_A) is None  # nothing is known before the first listing
     emulator.clear_log()
-    driver.refresh_catalog()
-    assert (
-        sorted(emulator.actions())
-        == ["DescribeInstanceTypes"] + ["DescribeScalingConfigurations"] * 3 + ["DescribeVSwitches"] * 3
-    )
+    driver.list_pools()
+    assert emulator.actions().count("DescribeVSwitches") == 3  # one per group's first vSwitch
     a = driver.template(GROUP_A)
     assert a is not None and (a.instance_type, a.region, a.arch) == ("ecs.g7.xlarge", REGION, "amd64")
     assert a.capacity == {"cpu": "4", "memory": "16384Mi", "ephemeral-storage": "100Gi"}
@@ -167,8 +173,8 @@ def test_templates_from_configuration_and_catalogue(emulator: AliCloudEmulator) 
     assert gpu.labels[GPU_LABEL] == "NVIDIA-A10" and driver.gpu_types() == ["NVIDIA-A10"]
     assert gpu.zone == "cn-hangzhou-i"  # no instance yet: the zone comes from its vSwitch
     emulator.clear_log()
-    driver.refresh_catalog()
-    assert "DescribeVSwitches" not in emulator.actions()  # a vSwitch's zone is looked up once
+    driver.refresh_catalog()  # the TTL passed: configurations and types again, vSwitch zones are kept
+    assert sorted(emulator.actions()) == ["DescribeInstanceTypes"] + ["DescribeScalingConfigurations"] * 3
     assert gpu_label_value("NVIDIA V100 SXM2") == "NVIDIA-V100-SXM2"
 
 
@@ -180,3 +186,29 @@ def test_nodes_match_by_alicloud_scheme_or_ack_node_name(emulator: AliCloudEmula
     assert (
         driver.machine_of(NodeRef(provider_id="cn-hangzhou.i-bp1abc")) is None
     )  # the plain form matches directly
+
+
+def test_groups_discovered_by_tag_on_every_listing(emulator: AliCloudEmulator) -> None:
+    enabled = {"TagKey": "k8s.io/cluster-autoscaler/enabled", "TagValue": ""}
+    for gid, tags in (
+        ("asg-bp1disco00000000001", [enabled, {"TagKey": "cluster", "TagValue": "c1"}]),
+        ("asg-bp1disco00000000002", [enabled, {"TagKey": "cluster", "TagValue": "c2"}]),
+    ):
+        emulator.add_group({"ScalingGroupId": gid, "MinSize": 1, "MaxSize": 7, "Tags": tags})
+    options = {"auto-discovery": "asg:tag=k8s.io/cluster-autoscaler/enabled,cluster=c1"}
+    driver = make_driver(emulator, nodes=(NodesSpec(2, 9, GROUP_A),), options=options)
+    driver.list_pools()
+    emulator.clear_log()
+    pools = {p.config.id: p for p in driver.list_pools()}
+    assert sorted(pools) == sorted([GROUP_A, "asg-bp1disco00000000001"])
+    found = pools["asg-bp1disco00000000001"].config
+    assert (found.min_size, found.max_size, found.name) == (1, 7, "asg-bp1disco00000000001")
+    assert (pools[GROUP_A].config.min_size, pools[GROUP_A].config.max_size) == (2, 9)  # --nodes wins
+    # one discovery listing, one by id for the --nodes group without the tags
+    assert emulator.actions().count("DescribeScalingGroups") == 2
+    emulator.groups["asg-bp1disco00000000002"]["Tags"][1]["TagValue"] = "c1"  # tagged later
+    emulator.groups["asg-bp1disco00000000001"]["Tags"] = []  # untagged
+    assert sorted(g.id for g in driver.groups()) == sorted(pools)
+    driver.list_pools()
+    assert sorted(g.id for g in driver.groups()) == sorted([GROUP_A, "asg-bp1disco00000000002"])
+    assert driver.template("asg-bp1disco00000000002") is None  # no configuration seeded for it

@@ -221,3 +221,39 @@ def test_a_bad_signature_is_unavailable_without_the_secret(emulator: AliCloudEmu
         details = err.value.details() or ""
         assert "SignatureDoesNotMatch" in details and wrong not in details and SK not in details
         assert "string to sign" not in details and "\n" not in details
+
+
+def test_discovered_groups_appear_in_node_groups(emulator: AliCloudEmulator) -> None:
+    tag = {"TagKey": "k8s.io/cluster-autoscaler/enabled", "TagValue": ""}
+    emulator.groups[GROUP_B]["Tags"] = [tag]
+    ctx_env = dict(ENV)
+    provider = build_provider(
+        "alicloud",
+        ctx_for(
+            emulator,
+            ctx_env,
+            nodes=(),
+            options={"auto-discovery": "asg:tag=k8s.io/cluster-autoscaler/enabled"},
+        ),
+    )
+    handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=provider)
+    ch = channel(handle)
+    try:
+        s = stub(ch)
+        refresh(s)
+        groups = {
+            g.id: (g.minSize, g.maxSize) for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
+        }
+        assert groups == {GROUP_B: (0, 30)}  # the group's own ESS bounds
+        emulator.groups[GROUP_A]["Tags"] = [tag]
+        refresh(s)
+        assert {g.id for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups} == {
+            GROUP_A,
+            GROUP_B,
+        }
+        assert len(instances(s, GROUP_A)) == 2
+        tpl = s.NodeGroupTemplateNodeInfo(pb.NodeGroupTemplateNodeInfoRequest(id=GROUP_A), timeout=5)
+        assert tpl.nodeBytes  # its template was loaded on the listing that found it
+    finally:
+        ch.close()
+        handle.stop(grace=2)

@@ -290,6 +290,29 @@ class AliClient:
             groups.extend(g for g in _list(data.get("ScalingGroups")) if isinstance(g, dict))
         return groups
 
+    def discover_scaling_groups(self, tags: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every active group carrying all these tags (an empty value matches any), 50 a page."""
+        out: list[dict[str, Any]] = []
+        page = 1
+        tag_params: dict[str, str] = {}
+        for n, (key, value) in enumerate(sorted(tags.items()), 1):
+            tag_params[f"Tags.{n}.Key"] = key
+            if value:
+                tag_params[f"Tags.{n}.Value"] = value
+        while True:
+            data = self.call(
+                "ess",
+                "DescribeScalingGroups",
+                {"RegionId": self.region, "PageNumber": page, "PageSize": GROUP_PAGE_SIZE, **tag_params},
+                read=True,
+                urgent=True,
+            )
+            items = [g for g in _list(data.get("ScalingGroups")) if isinstance(g, dict)]
+            out.extend(items)
+            if not items or len(out) >= _int(data.get("TotalCount"), len(out)):
+                return out
+            page += 1
+
     def describe_scaling_instances(self, group_id: str) -> list[dict[str, Any]]:
         """Every instance of the group in every lifecycle state, 100 a page."""
         out: list[dict[str, Any]] = []

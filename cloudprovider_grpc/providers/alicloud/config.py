@@ -65,6 +65,7 @@ _TOP_KEYS = frozenset(
         "sts-endpoint",
         "metadata-endpoint",
         "remove-policy",
+        "auto-discovery",
         "reserved",
         "connect-timeout",
         "read-timeout",
@@ -131,6 +132,9 @@ class AliConfig:
     emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
     #: True when the groups are the emulator's demo groups (no --nodes with --emulate)
     demo_groups: bool = False
+    #: groups discovered on every listing by these ESS tags (an empty value matches any value);
+    #: empty: only the --nodes groups (in-tree)
+    discovery_tags: Mapping[str, str] = field(default_factory=dict)
 
 
 def _norm(key: object) -> str:
@@ -283,11 +287,14 @@ def load_config(ctx: ProviderContext) -> AliConfig:
                 name=spec.name,
             )
         )
+    discovery = _discovery(opts.get("auto-discovery"))
     demo = False
-    if not groups:
+    if not groups and not discovery:
         if not ctx.emulate:
             raise ConfigError(
-                "nodes", "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree"
+                "nodes",
+                "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree, "
+                "or alicloud.auto-discovery",
             )
         from cloudprovider_grpc.providers.alicloud.emulator_seed import DEMO_GROUPS
 
@@ -353,7 +360,36 @@ def load_config(ctx: ProviderContext) -> AliConfig:
         catalog_ttl=_float(opts.get("catalog-ttl", 3600.0), "alicloud.catalog-ttl"),
         emulator=_emulator_options(opts.get("emulator") or {}),
         demo_groups=demo,
+        discovery_tags=discovery,
     )
+
+
+_TAG_KEY_RE = re.compile(r"^[^\s=,][^=,]{0,127}$")
+
+
+def _discovery(value: Any) -> dict[str, str]:
+    """`asg:tag=<key>[=<value>],...` (CA's AWS auto-discovery format) or `{tags: {key: value}}`."""
+    where = "alicloud.auto-discovery"
+    if value in (None, "", {}):
+        return {}
+    tags: dict[str, str] = {}
+    if isinstance(value, str):
+        kind, _, rest = value.strip().partition(":")
+        if kind != "asg" or not rest.startswith("tag="):
+            raise ConfigError(where, f"{value!r} is not asg:tag=<key>[=<value>],...")
+        for item in rest.removeprefix("tag=").split(","):
+            key, _, tag_value = item.strip().partition("=")
+            tags[key] = tag_value
+    elif isinstance(value, Mapping) and set(value) == {"tags"} and isinstance(value["tags"], Mapping):
+        tags = {str(k): "" if v is None else str(v) for k, v in value["tags"].items()}
+    else:
+        raise ConfigError(where, "expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
+    if not tags or len(tags) > 20:
+        raise ConfigError(where, "give 1 to 20 tags")
+    for key in tags:
+        if not _TAG_KEY_RE.match(key):
+            raise ConfigError(where, f"{key!r} is not a tag key")
+    return tags
 
 
 def _emulator_options(value: Any) -> EmulatorOptions:

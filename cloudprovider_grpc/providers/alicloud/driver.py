@@ -124,7 +124,9 @@ class AliCloudDriver(PoolDriver):
         self.client = client
         self.id_prefix = f"{config.region}." if config.region else ""
         self._lock = threading.Lock()
-        self._groups = {g.id: g for g in config.groups}
+        #: the --nodes groups (bounds from the flag) and, with discovery, the groups found by tag
+        self._static = {g.id: g for g in config.groups}
+        self._groups = dict(self._static)
         #: from the last listing: group id -> its ESS record, and the zones its instances are in
         self._records: dict[str, dict[str, Any]] = {}
         self._zones: dict[str, Counter[str]] = {}
@@ -139,7 +141,8 @@ class AliCloudDriver(PoolDriver):
 
     # ------------------------------------------------------------------ groups and listing
     def groups(self) -> list[GroupConfig]:
-        return list(self.config.groups)
+        with self._lock:
+            return list(self._groups.values())
 
     def _region(self) -> str:
         region = self.client.region
@@ -147,10 +150,39 @@ class AliCloudDriver(PoolDriver):
             self.id_prefix = f"{region}."
         return region
 
+    def _list_groups(self) -> dict[str, dict[str, Any]]:
+        """ESS records of our groups: the --nodes ids, plus (with discovery) every group with the
+        tags, whose bounds are its own MinSize/MaxSize unless --nodes names it. One call per 20
+        static ids or per 50 discovered groups."""
+        tags = self.config.discovery_tags
+        records: dict[str, dict[str, Any]] = {}
+        groups = dict(self._static)
+        if tags:
+            for r in self.client.discover_scaling_groups(tags):
+                have = {str(t.get("TagKey")): str(t.get("TagValue") or "") for t in r.get("Tags") or []}
+                gid = str(r.get("ScalingGroupId") or "")
+                if not gid or not all(k in have and (not v or have[k] == v) for k, v in tags.items()):
+                    continue  # the filter is ESS's; checked again so a looser answer adds nothing
+                records[gid] = r
+                if gid not in groups:
+                    lo, hi = int(r.get("MinSize") or 0), int(r.get("MaxSize") or 0)
+                    name = str(r.get("ScalingGroupName") or gid)
+                    groups[gid] = GroupConfig(gid, lo, hi, debug=f"{gid} ({lo}:{hi}) discovered", name=name)
+        missing = [gid for gid in self._static if gid not in records]
+        if missing:
+            records.update(
+                (str(r.get("ScalingGroupId")), r) for r in self.client.describe_scaling_groups(missing)
+            )
+        with self._lock:
+            self._groups = groups
+        return records
+
     def list_pools(self) -> list[Pool]:
         region = self._region()
-        wanted = list(self._groups)
-        records = {str(r.get("ScalingGroupId")): r for r in self.client.describe_scaling_groups(wanted)}
+        records = self._list_groups()
+        with self._lock:
+            current = dict(self._groups)
+        wanted = list(current)
         # one instance listing per group, several at a time: a Refresh over many groups must stay
         # within CA's deadline (each call is a round trip to the region's endpoint)
         listed = [gid for gid in wanted if gid in records]
@@ -165,7 +197,7 @@ class AliCloudDriver(PoolDriver):
             results = [self._instances_of(gid) for gid in listed]
         by_group = dict(zip(listed, results, strict=True))
         pools: list[Pool] = []
-        for gid, group in self._groups.items():
+        for gid, group in current.items():
             record = records.get(gid)
             if record is None:
                 err = CloudError(
@@ -197,6 +229,13 @@ class AliCloudDriver(PoolDriver):
             live = sum(1 for m in machines if m.state != InstanceState.DELETING)
             failure = self._last_failure(gid) if desired > live else None
             pools.append(Pool(group, desired, machines, failure=failure))
+        with self._lock:
+            unshaped = {gid: records[gid] for gid in current if gid in records and gid not in self._shapes}
+        if unshaped:  # first sight of these groups (startup, or discovered): their templates now
+            try:
+                self._load_shapes(unshaped)
+            except CloudError as err:
+                log.warning("alicloud: templates of %s unavailable: %s", sorted(unshaped), err.message)
         return pools
 
     def _instances_of(self, gid: str) -> list[dict[str, Any]] | CloudError:
@@ -295,22 +334,22 @@ class AliCloudDriver(PoolDriver):
 
     # ------------------------------------------------------------------ catalogue and templates
     def refresh_catalog(self) -> None:
-        """Reload each group's active configuration and the instance types they name. A group
-        whose configuration cannot be read keeps its previous shape."""
+        """Reload every listed group's active configuration and the instance types they name (the
+        machinery calls this when the catalogue TTL has passed). Groups not listed yet get theirs
+        on the listing that first sees them. A group whose configuration cannot be read keeps its
+        previous shape."""
         with self._lock:
             records = dict(self._records)
-        missing = [gid for gid in self._groups if gid not in records]
-        if missing:
-            for r in self.client.describe_scaling_groups(missing):
-                records[str(r.get("ScalingGroupId"))] = r
+        self._load_shapes(records)
+
+    def _load_shapes(self, records: Mapping[str, Mapping[str, Any]]) -> None:
         configs: dict[str, dict[str, Any]] = {}
-        for gid in self._groups:
-            record = records.get(gid)
-            if record is None:
-                continue
+        for gid, record in records.items():
             config = self._configuration(gid, record)
             if config is not None:
                 configs[gid] = config
+        if not configs:
+            return
         types = {t for c in configs.values() for t in self._type_candidates(c)}
         catalogue = {str(t.get("InstanceTypeId")): t for t in self.client.describe_instance_types(types)}
         zones = {gid: self._first_vswitch_zone(records[gid]) for gid in configs}

@@ -661,6 +661,10 @@ class AliCloudEmulator(EmulatorServer):
             raise AcsError(400, "InvalidParameter", "At most 20 scaling group ids or names may be given.")
         number, size = self._page(params, 10, 50)
         groups = sorted(self.groups.values(), key=lambda g: g["ScalingGroupId"])
+        wanted_tags = self._tag_filter(params)
+        if wanted_tags:
+            # [reconstruction] every given tag must be on the group; a tag without Value matches any value
+            groups = [g for g in groups if self._has_tags(g, wanted_tags)]
         if ids or names:
             # ids and names of inactive groups are left out without an error (vendor doc)
             groups = [
@@ -675,6 +679,20 @@ class AliCloudEmulator(EmulatorServer):
         )
         body.update({"TotalCount": len(groups), "PageNumber": number, "PageSize": size})
         return body
+
+    @staticmethod
+    def _tag_filter(params: Mapping[str, str]) -> dict[str, str | None]:
+        tags: dict[str, str | None] = {}
+        for key, value in params.items():
+            base, _, field_name = key.rpartition(".")
+            if base.startswith("Tags.") and field_name == "Key":
+                tags[value] = params.get(f"{base}.Value")
+        return tags
+
+    @staticmethod
+    def _has_tags(group: Mapping[str, Any], wanted: Mapping[str, str | None]) -> bool:
+        have = {str(t.get("TagKey")): str(t.get("TagValue") or "") for t in group.get("Tags") or []}
+        return all(k in have and (v is None or have[k] == v) for k, v in wanted.items())
 
     def _describe_instances(self, params: dict[str, str], version: str) -> dict[str, Any]:
         gid = params.get("ScalingGroupId", "")
