@@ -72,6 +72,7 @@ TARGETS = {
     "sim-pools": ["--config", str(ROOT / "tests" / "conformance" / "sim-pools.yaml")],
     "vultr-emulate": ["--config", str(ROOT / "tests" / "conformance" / "vultr-emulate.yaml")],
     "exoscale-emulate": ["--config", str(ROOT / "tests" / "conformance" / "exoscale-emulate.yaml")],
+    "alicloud-emulate": ["--config", str(ROOT / "tests" / "conformance" / "alicloud-emulate.yaml")],
 }
 
 

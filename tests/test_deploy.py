@@ -66,6 +66,7 @@ OVERLAYS = {
     "cherry-standalone": "providers/cherry/standalone",
     "vultr": "providers/vultr",
     "vultr-standalone": "providers/vultr/standalone",
+    "alicloud": "providers/alicloud",
 }
 #: the Cherry overlays and the layout each one patches
 CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
@@ -645,11 +646,11 @@ def test_check_config_accepts_manifest_args(
         pytest.importorskip(
             "cloudprovider_grpc.providers.cherry", reason="the Cherry backend (issue 3) has not landed"
         )
-    if overlay in VULTR_OVERLAYS:
-        pytest.importorskip("cloudprovider_grpc.providers.pools", reason="the pool machinery has not landed")
     secrets = cherry_example_secrets if overlay in CHERRY_OVERLAYS else []
     if overlay in VULTR_OVERLAYS:
         secrets = load_documents(VULTR_EXAMPLE_SECRETS)
+    if overlay == "alicloud":
+        secrets = load_documents(MANIFESTS / "providers/alicloud/secrets.example.yaml")
     mat, _ = materialize_ours(rendered[overlay], tmp_path / "pod", secrets)
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"

@@ -53,6 +53,7 @@ class Request:
     client: str
     params: dict[str, str] = field(default_factory=dict)
     principal: Any = None
+    raw_query: str = ""  # as sent, for emulators that verify signatures over it
 
     def arg(self, name: str, default: str | None = None) -> str | None:
         values = self.query.get(name)
@@ -288,6 +289,7 @@ class EmulatorServer:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
         req = Request(h.command, split.path, parse_qs(split.query), h.headers, body, h.client_address[0])
+        req.raw_query = split.query
         fault = self.faults.choose(req.method)
         kind = fault[0] if fault else None
         if kind == "throttle" or self._throttled(req.client):

@@ -506,6 +506,9 @@ class PoolProvider(GroupProvider[_PoolState]):
                 return Resolved.PLACEHOLDER, pid
             if pid in state.tombstones:
                 return Resolved.GONE, None
+            mid = self.driver.machine_of(node)  # the driver's fallback, as NodeGroupForNode uses it
+            if mid and mid in state.machines:
+                return Resolved.MACHINE, state.machines[mid]
             return Resolved.FOREIGN, None
         for m in state.machines.values():  # no providerID: match the machine by its name
             if node.name and m.name == node.name:

@@ -27,6 +27,7 @@ BACKENDS: dict[str, str] = {
     "cherry": "cloudprovider_grpc.providers.cherry",
     "vultr": "cloudprovider_grpc.providers.vultr",
     "exoscale": "cloudprovider_grpc.providers.exoscale",
+    "alicloud": "cloudprovider_grpc.providers.alicloud",
 }
 
 _NODES_RE = re.compile(r"^(\d+):(\d+):([A-Za-z0-9][A-Za-z0-9._\-/]*)$")

@@ -16,6 +16,7 @@ ELSEWHERE = {
     "burst-pools": "tests/simulator/test_pool_mode.py",
     "vultr-burst": "tests/vultr/test_simulate.py",
     "exoscale-sks": "tests/exoscale/test_simulate.py",
+    "alicloud-gpu": "tests/alicloud/test_scenario.py",
 }
 
 

@@ -52,6 +52,13 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         secret_env=("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"),
         shape="pools",
     ),
+    BackendUnderTest(
+        "alicloud",
+        ("--provider", "alicloud", "--emulate"),
+        secret_env=("ACCESS_KEY_SECRET",),
+        shape="pools",
+        extra_env={"ACCESS_KEY_ID": "LTAI5tProbeAccessKey0001", "REGION_ID": "cn-hangzhou"},
+    ),
 )
 
 
