@@ -96,7 +96,11 @@ class SpcClient:
         body = {"size": size, "node_count": count, "node_pool": pool_pk}
         try:
             reply = self.http.request(
-                "POST", f"{self.cluster}/nodepools/{pool_pk}/add", operation="add_nodes", json_body=body, ok=(200, 201)
+                "POST",
+                f"{self.cluster}/nodepools/{pool_pk}/add",
+                operation="add_nodes",
+                json_body=body,
+                ok=(200, 201),
             )
         except CloudError as err:
             raise classify_add_error(err) from err
@@ -117,7 +121,9 @@ class SpcClient:
         """Raise CloudError (permanent, the API's reason) when the API refuses to delete the node,
         MachineGone when it no longer exists."""
         try:
-            reply = self.http.request("GET", f"{self.cluster}/nodes/{node_pk}/can_delete", operation="can_delete")
+            reply = self.http.request(
+                "GET", f"{self.cluster}/nodes/{node_pk}/can_delete", operation="can_delete"
+            )
         except CloudError as err:
             if err.status == 404:
                 raise MachineGone(f"spc node {node_pk} not found") from err

@@ -194,7 +194,13 @@ def read_pools_file(path: Path, where: str) -> tuple[Mapping[str, Any], ...]:
                 raise ConfigError(where, f"{path}: item {i} has no {key!r}")
         if pool.get("autoscaled"):
             lo, hi = pool.get("min_count"), pool.get("max_count")
-            if not isinstance(lo, int) or not isinstance(hi, int) or isinstance(lo, bool) or lo < 0 or lo > hi:
+            if (
+                not isinstance(lo, int)
+                or not isinstance(hi, int)
+                or isinstance(lo, bool)
+                or lo < 0
+                or lo > hi
+            ):
                 raise ConfigError(
                     where, f"{path}: pool {pool['instance_id']!r} needs 0 <= min_count <= max_count"
                 )
@@ -233,7 +239,9 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
     token = header_safe_secret(env.get("CLUSTER_API_TOKEN", ""), "CLUSTER_API_TOKEN")
     if not token:
         if not ctx.emulate:
-            raise ConfigError("CLUSTER_API_TOKEN", "is required and missing (Secret stackpointio, key api-token)")
+            raise ConfigError(
+                "CLUSTER_API_TOKEN", "is required and missing (Secret stackpointio, key api-token)"
+            )
         token = EMULATOR_DEFAULT_TOKEN
 
     url_key = next((k for k in ("SPC_API_BASE_URL", "SPC_BASE_API_URL") if env.get(k, "").strip()), "")
@@ -293,7 +301,9 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
     emu = {_norm(k): v for k, v in emu_opt.items()}
     for k in emu:
         if k not in _EMULATOR_KEYS:
-            raise ConfigError(f"spc.emulator.{k}", f"unknown option (known: {', '.join(sorted(_EMULATOR_KEYS))})")
+            raise ConfigError(
+                f"spc.emulator.{k}", f"unknown option (known: {', '.join(sorted(_EMULATOR_KEYS))})"
+            )
     defaults = EmulatorOptions()
     emulator = EmulatorOptions(
         draft_seconds=_float(emu.get("draft-seconds", defaults.draft_seconds), "spc.emulator.draft-seconds"),
@@ -308,7 +318,9 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
         ),
         pool_cpu_memory=bool(emu.get("pool-cpu-memory", False)),
         rate_limit=(
-            _float(emu["rate-limit"], "spc.emulator.rate-limit", allow_zero=False) if emu.get("rate-limit") else None
+            _float(emu["rate-limit"], "spc.emulator.rate-limit", allow_zero=False)
+            if emu.get("rate-limit")
+            else None
         ),
     )
     retries = opts.get("retries", 4)

@@ -114,11 +114,19 @@ class SpcDriver(MachineDriver):
                 continue
             found[gid] = pool
             debug = f"spc pool {pool.get('pk')} {pool.get('name') or ''} ({pool.get('instance_size') or '?'})"
-            discovered.append(GroupConfig(gid, lo, hi, debug=debug.replace("  ", " "), name=str(pool["instance_id"])))
+            discovered.append(
+                GroupConfig(gid, lo, hi, debug=debug.replace("  ", " "), name=str(pool["instance_id"]))
+            )
         groups = [g for g in narrow_groups(discovered, self.config.narrow) if g.id not in self._gen1]
         for g1 in self._gen1.values():
             groups.append(
-                GroupConfig(g1.group_id, g1.min_size, g1.max_size, debug=f"spc gen 1 group ({g1.size})", name=g1.pool_id)
+                GroupConfig(
+                    g1.group_id,
+                    g1.min_size,
+                    g1.max_size,
+                    debug=f"spc gen 1 group ({g1.size})",
+                    name=g1.pool_id,
+                )
             )
         groups.sort(key=lambda g: g.id)
         with self._lock:
@@ -189,7 +197,9 @@ class SpcDriver(MachineDriver):
             handle=str(node.get("pk")),
         )
 
-    def _group_of_node(self, node: Mapping[str, Any], groups: set[str], pool_groups: dict[int, str]) -> str | None:
+    def _group_of_node(
+        self, node: Mapping[str, Any], groups: set[str], pool_groups: dict[int, str]
+    ) -> str | None:
         if str(node.get("role") or "").lower() == "master":
             return None
         gid = str(node.get("group_name") or "")
@@ -251,7 +261,12 @@ class SpcDriver(MachineDriver):
             raise CloudError("spc add: the answer lists no new node", transient=True, code="BAD_RESPONSE")
         node = next((n for n in nodes if n.get("group_name") == group), nodes[0])
         if node.get("group_name") != group:
-            log.warning("spc: new node %s has group_name %r, expected %r", node.get("pk"), node.get("group_name"), group)
+            log.warning(
+                "spc: new node %s has group_name %r, expected %r",
+                node.get("pk"),
+                node.get("group_name"),
+                group,
+            )
         with self._lock:
             return self._machine(node, group, self._clock())
 

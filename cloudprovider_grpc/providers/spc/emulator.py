@@ -68,7 +68,11 @@ class SpcEmulator(EmulatorServer):
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        kwargs: dict[str, Any] = {"faults": faults, "rate_limit_per_s": rate_limit_per_s, "state_file": state_file}
+        kwargs: dict[str, Any] = {
+            "faults": faults,
+            "rate_limit_per_s": rate_limit_per_s,
+            "state_file": state_file,
+        }
         if clock is not None:
             kwargs["clock"] = clock
         super().__init__(host, port, **kwargs)
@@ -115,11 +119,20 @@ class SpcEmulator(EmulatorServer):
 
     def add_org(self, org: int, name: str = "") -> None:
         with self.lock:
-            self.orgs.setdefault(org, {"pk": org, "name": name or f"Organization {org}", "slug": f"org-{org}"})
+            self.orgs.setdefault(
+                org, {"pk": org, "name": name or f"Organization {org}", "slug": f"org-{org}"}
+            )
 
     def add_cluster(
-        self, org: int, cluster: int, *, provider: str = seed.DEMO_PROVIDER, region: str = seed.DEMO_REGION,
-        zone: str = seed.DEMO_ZONE, master_size: str = seed.DEMO_MASTER_SIZE, name: str = "",
+        self,
+        org: int,
+        cluster: int,
+        *,
+        provider: str = seed.DEMO_PROVIDER,
+        region: str = seed.DEMO_REGION,
+        zone: str = seed.DEMO_ZONE,
+        master_size: str = seed.DEMO_MASTER_SIZE,
+        name: str = "",
     ) -> dict[str, Any]:
         """A running cluster with its initial master node (which can never be deleted)."""
         with self.lock:
@@ -147,8 +160,18 @@ class SpcEmulator(EmulatorServer):
             return record
 
     def add_pool(
-        self, cluster: int, *, name: str, size: str, min_count: int = 0, max_count: int = 0,
-        autoscaled: bool = True, running: int = 0, labels: str = "", gpu_size: str = "", gpu_count: int | None = None,
+        self,
+        cluster: int,
+        *,
+        name: str,
+        size: str,
+        min_count: int = 0,
+        max_count: int = 0,
+        autoscaled: bool = True,
+        running: int = 0,
+        labels: str = "",
+        gpu_size: str = "",
+        gpu_count: int | None = None,
         is_default: bool = False,
     ) -> dict[str, Any]:
         """A node pool with `running` nodes already running."""
@@ -196,14 +219,24 @@ class SpcEmulator(EmulatorServer):
                 return
             self.add_cluster(org, cluster, name="Demo Cluster")
             for name, size, lo, hi, running, autoscaled in seed.DEMO_POOLS:
-                self.add_pool(cluster, name=name, size=size, min_count=lo, max_count=hi, autoscaled=autoscaled, running=running)
+                self.add_pool(
+                    cluster,
+                    name=name,
+                    size=size,
+                    min_count=lo,
+                    max_count=hi,
+                    autoscaled=autoscaled,
+                    running=running,
+                )
 
     # ------------------------------------------------------------------ inspection
     def node_records(self, cluster: int | None = None) -> list[dict[str, Any]]:
         """Every node as the API shows it now (also ones being deleted), sorted by pk."""
         with self.lock:
             self._purge()
-            return [self._node_json(n) for _, n in sorted(self.nodes.items()) if cluster in (None, n["cluster"])]
+            return [
+                self._node_json(n) for _, n in sorted(self.nodes.items()) if cluster in (None, n["cluster"])
+            ]
 
     def pool_nodes(self, pool_pk: int) -> list[dict[str, Any]]:
         return [n for n in self.node_records() if n["pool"] == pool_pk]
@@ -288,8 +321,14 @@ class SpcEmulator(EmulatorServer):
 
     # ------------------------------------------------------------------ the state machine
     def _new_node(
-        self, cluster: dict[str, Any], pool: dict[str, Any] | None, size: str, *, role: str = "worker",
-        ready: bool = False, initial: bool = False,
+        self,
+        cluster: dict[str, Any],
+        pool: dict[str, Any] | None,
+        size: str,
+        *,
+        role: str = "worker",
+        ready: bool = False,
+        initial: bool = False,
     ) -> dict[str, Any]:
         pk = self.next_node_pk
         self.next_node_pk += 1
@@ -313,13 +352,17 @@ class SpcEmulator(EmulatorServer):
             "role": role,
             "group_name": f"autoscaling-{pool['instance_id']}" if pool else "",
             "platform": cluster["platform"],
-            "image": "ami-0a7d051a1c4b54f65" if cluster["provider"] == "aws" else f"{cluster['platform']}-stable",
+            "image": "ami-0a7d051a1c4b54f65"
+            if cluster["provider"] == "aws"
+            else f"{cluster['platform']}-stable",
             "channel": cluster["channel"],
             "etcd_state": "kube_etcd",
             "root_disk_size": 50,
             "gpu_instance_size": pool.get("gpu_instance_size", "") if pool else "",
             "gpu_core_count": pool.get("gpu_core_count") if pool else None,
-            "location": f"{cluster['region']}:{cluster['zone']}" if cluster["provider"] == "aws" else cluster["region"],
+            "location": f"{cluster['region']}:{cluster['zone']}"
+            if cluster["provider"] == "aws"
+            else cluster["region"],
             "zone": cluster["zone"],
             "provider_subnet_id": pool.get("provider_subnet_id", "") if pool else "",
             "provider_subnet_cidr": pool.get("provider_subnet_cidr", "") if pool else "",
@@ -329,7 +372,9 @@ class SpcEmulator(EmulatorServer):
             "_fail": fail,
             "_stuck": stuck,
             "_initial": initial,
-            "_provider_node_id": seed.aws_instance_id(cluster["pk"], pk) if cluster["provider"] == "aws" else str(pk * 7919),
+            "_provider_node_id": seed.aws_instance_id(cluster["pk"], pk)
+            if cluster["provider"] == "aws"
+            else str(pk * 7919),
         }
         self.nodes[pk] = node
         if pool is not None:
@@ -401,7 +446,9 @@ class SpcEmulator(EmulatorServer):
 
     def _list_clusters(self, req: Request) -> Response:
         org = self._org(req)
-        return Response(200, [self._cluster_json(c) for _, c in sorted(self.clusters.items()) if c["org"] == org])
+        return Response(
+            200, [self._cluster_json(c) for _, c in sorted(self.clusters.items()) if c["org"] == org]
+        )
 
     def _get_cluster(self, req: Request) -> Response:
         return Response(200, self._cluster_json(self._cluster(req)))
@@ -464,7 +511,9 @@ class SpcEmulator(EmulatorServer):
         hi = self._count(body, "max_count") if "max_count" in body else pool["max_count"]
         if autoscaled and not 0 <= lo <= hi:
             raise HttpProblem(400, "min_count must be between 0 and max_count.")
-        pool.update(autoscaled=autoscaled, min_count=lo if autoscaled else 0, max_count=hi if autoscaled else 0)
+        pool.update(
+            autoscaled=autoscaled, min_count=lo if autoscaled else 0, max_count=hi if autoscaled else 0
+        )
         pool["updated"] = _iso(self.clock())
         return Response(200, self._pool_json(pool))
 
@@ -476,12 +525,18 @@ class SpcEmulator(EmulatorServer):
         if not size:
             raise HttpProblem(400, "size: This field is required.")
         if size != pool["instance_size"]:
-            raise HttpProblem(400, f"size {size!r} does not match the node pool's instance size {pool['instance_size']!r}.")
+            raise HttpProblem(
+                400, f"size {size!r} does not match the node pool's instance size {pool['instance_size']!r}."
+            )
         if self.node_limit is not None:
-            used = sum(1 for n in self.nodes.values() if n["cluster"] == cluster["pk"] and n["_deleting_at"] is None)
+            used = sum(
+                1 for n in self.nodes.values() if n["cluster"] == cluster["pk"] and n["_deleting_at"] is None
+            )
             if used + count > self.node_limit:
                 raise HttpProblem(
-                    400, f"InstanceLimitExceeded: the provider allows {self.node_limit} nodes in this cluster ({used} used)."
+                    400,
+                    f"InstanceLimitExceeded: the provider allows {self.node_limit} nodes "
+                    f"in this cluster ({used} used).",
                 )
         created = [self._new_node(cluster, pool, size) for _ in range(count)]
         return Response(201, [self._node_json(n) for n in created])
@@ -512,7 +567,9 @@ class SpcEmulator(EmulatorServer):
     def _list_nodes(self, req: Request) -> Response:
         cluster = self._cluster(req)
         self._purge()
-        return Response(200, [self._node_json(n) for _, n in sorted(self.nodes.items()) if n["cluster"] == cluster["pk"]])
+        return Response(
+            200, [self._node_json(n) for _, n in sorted(self.nodes.items()) if n["cluster"] == cluster["pk"]]
+        )
 
     def _get_node(self, req: Request) -> Response:
         cluster = self._cluster(req)

@@ -44,7 +44,9 @@ def provider_instances(provider: str) -> list[dict[str, Any]]:
     whose `config` maps each instance size to {cpu, memory, name}."""
     from cloudprovider_grpc.providers.spc.machines_table import MACHINE_SPECS
 
-    family = {"aws": "aws", "gce": "gce", "gke": "gce", "do": "digitalocean", "azure": "azure"}.get(provider, provider)
+    family = {"aws": "aws", "gce": "gce", "gke": "gce", "do": "digitalocean", "azure": "azure"}.get(
+        provider, provider
+    )
     config = {
         size: {"cpu": spec.cpu, "memory": spec.memory_mb, "name": size}
         for size, spec in MACHINE_SPECS.items()

@@ -96,7 +96,12 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
     if config is not None:
         token, org, cluster, emu = config.token, config.org_id, config.cluster_id, config.emulator
     else:
-        token, org, cluster, emu = EMULATOR_DEFAULT_TOKEN, EMULATOR_DEFAULT_ORG, EMULATOR_DEFAULT_CLUSTER, EmulatorOptions()
+        token, org, cluster, emu = (
+            EMULATOR_DEFAULT_TOKEN,
+            EMULATOR_DEFAULT_ORG,
+            EMULATOR_DEFAULT_CLUSTER,
+            EmulatorOptions(),
+        )
     emulator = _emulator(token, org, cluster, emu, address, state_file)
     started = emulator.start()
     assert isinstance(started, SpcEmulator)
