@@ -10,7 +10,7 @@ import pytest
 from cloudprovider_grpc.simulator import load_scenario, parse_scenario, run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
-TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
+TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero", "spc-seed-log"}  # spc: tests/spc
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,20 @@ _EMULATOR_KEYS = frozenset(
         "deleting-seconds",
         "pool-cpu-memory",
         "rate-limit",
+        "pools",
+    }
+)
+_EMULATOR_POOL_KEYS = frozenset(
+    {
+        "name",
+        "instance-size",
+        "min-count",
+        "max-count",
+        "running",
+        "autoscaled",
+        "labels",
+        "gpu-instance-size",
+        "gpu-core-count",
     }
 )
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
@@ -96,6 +110,21 @@ class Gen1Group:
 
 
 @dataclass(frozen=True)
+class EmulatorPool:
+    """One node pool of the emulated cluster (`spc.emulator.pools`)."""
+
+    name: str
+    instance_size: str
+    min_count: int = 0
+    max_count: int = 0
+    running: int = 0
+    autoscaled: bool = True
+    labels: str = ""
+    gpu_instance_size: str = ""
+    gpu_core_count: int | None = None
+
+
+@dataclass(frozen=True)
 class EmulatorOptions:
     """How `--emulate` runs the emulated SPC API (providers/spc/emulator.py). Seconds per state;
     the fork's logs show minutes in reality (a 1-node scale-up took about 15 min, §B5)."""
@@ -107,6 +136,8 @@ class EmulatorOptions:
     #: include `cpu`/`memory` in pool JSON (the documented pool JSON has neither, §B2)
     pool_cpu_memory: bool = False
     rate_limit: float | None = None
+    #: the emulated cluster's pools; empty: the demo cluster's two autoscaled AWS pools
+    pools: tuple[EmulatorPool, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -205,6 +236,54 @@ def read_pools_file(path: Path, where: str) -> tuple[Mapping[str, Any], ...]:
                     where, f"{path}: pool {pool['instance_id']!r} needs 0 <= min_count <= max_count"
                 )
     return tuple(data)
+
+
+def _emulator_pools(value: Any, where: str) -> tuple[EmulatorPool, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(
+            where, "expected a list of pools ({name, instance-size, min-count, max-count, running})"
+        )
+    out: list[EmulatorPool] = []
+    for i, item in enumerate(value):
+        w = f"{where}[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(w, "expected a mapping")
+        pool = {_norm(k): v for k, v in item.items()}
+        for k in pool:
+            if k not in _EMULATOR_POOL_KEYS:
+                raise ConfigError(
+                    f"{w}.{k}", f"unknown key (known: {', '.join(sorted(_EMULATOR_POOL_KEYS))})"
+                )
+        size = str(pool.get("instance-size") or "").strip()
+        if not size:
+            raise ConfigError(f"{w}.instance-size", "missing")
+        counts: dict[str, int] = {}
+        for k in ("min-count", "max-count", "running"):
+            v = pool.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"{w}.{k}", f"expected a non-negative integer, got {v!r}")
+            counts[k] = v
+        if counts["min-count"] > counts["max-count"]:
+            raise ConfigError(
+                f"{w}.min-count", f"{counts['min-count']} is above max-count {counts['max-count']}"
+            )
+        gpus = pool.get("gpu-core-count")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+            raise ConfigError(f"{w}.gpu-core-count", f"expected a non-negative integer, got {gpus!r}")
+        out.append(
+            EmulatorPool(
+                name=str(pool.get("name") or f"Pool {i + 1}"),
+                instance_size=size,
+                min_count=counts["min-count"],
+                max_count=counts["max-count"],
+                running=counts["running"],
+                autoscaled=bool(pool.get("autoscaled", True)),
+                labels=str(pool.get("labels") or ""),
+                gpu_instance_size=str(pool.get("gpu-instance-size") or ""),
+                gpu_core_count=gpus,
+            )
+        )
+    return tuple(out)
 
 
 def _nodes(ctx: ProviderContext) -> tuple[tuple[Gen1Group, ...], tuple[tuple[int, int, str], ...]]:
@@ -322,6 +401,7 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
             if emu.get("rate-limit")
             else None
         ),
+        pools=_emulator_pools(emu["pools"], "spc.emulator.pools") if "pools" in emu else (),
     )
     retries = opts.get("retries", 4)
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:

@@ -254,12 +254,14 @@ class SpcEmulator(EmulatorServer):
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
+        """The saved cloud replaces the seeded one (a node deleted before a restart stays deleted);
+        tokens seeded from the configuration are kept."""
         for t, orgs in data.get("tokens", {}).items():
             self.tokens.setdefault(str(t), set()).update(int(o) for o in orgs)
-        self.orgs.update({int(o["pk"]): dict(o) for o in data.get("orgs", [])})
-        self.clusters.update({int(c["pk"]): dict(c) for c in data.get("clusters", [])})
-        self.pools.update({int(p["pk"]): dict(p) for p in data.get("pools", [])})
-        self.nodes.update({int(n["pk"]): dict(n) for n in data.get("nodes", [])})
+        self.orgs = {int(o["pk"]): dict(o) for o in data.get("orgs", [])} or self.orgs
+        self.clusters = {int(c["pk"]): dict(c) for c in data.get("clusters", [])}
+        self.pools = {int(p["pk"]): dict(p) for p in data.get("pools", [])}
+        self.nodes = {int(n["pk"]): dict(n) for n in data.get("nodes", [])}
         self.next_pool_pk = max(self.next_pool_pk, int(data.get("next_pool_pk", 0)))
         self.next_node_pk = max(self.next_node_pk, int(data.get("next_node_pk", 0)))
 

@@ -63,7 +63,23 @@ def _emulator(
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
     )
-    emulator.seed_demo(org, cluster)
+    if emu.pools:
+        emulator.add_cluster(org, cluster, name="Emulated Cluster")
+        for p in emu.pools:
+            emulator.add_pool(
+                cluster,
+                name=p.name,
+                size=p.instance_size,
+                min_count=p.min_count,
+                max_count=p.max_count,
+                autoscaled=p.autoscaled,
+                running=p.running,
+                labels=p.labels,
+                gpu_size=p.gpu_instance_size,
+                gpu_count=p.gpu_core_count,
+            )
+    else:
+        emulator.seed_demo(org, cluster)
     return emulator
 
 
