@@ -69,6 +69,7 @@ def _unavailable(reason: str) -> None:
 TARGETS = {
     "sim-demo": [],
     "cherry-emulate": ["--config", str(ROOT / "tests" / "conformance" / "cherry-emulate.yaml")],
+    "spc-emulate": ["--config", str(ROOT / "tests" / "conformance" / "spc-emulate.yaml")],
 }
 
 

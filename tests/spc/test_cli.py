@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -167,3 +168,15 @@ def test_a_secret_never_reaches_the_output(secret: str) -> None:
     }
     out = cli("check-config", "--provider", "spc", env=env)
     assert out.returncode == 2 and "s3cr3t" not in out.stdout + out.stderr
+
+
+def test_the_example_configuration_is_valid() -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        "CLUSTER_API_TOKEN": "t",
+        "SPC_API_BASE_URL": "https://api.stackpoint.io",
+        "ORGANIZATION_ID": "4",
+        "CLUSTER_ID": "12",
+    }
+    out = cli("check-config", "--config", str(root / "examples" / "spc.yaml"), env=env)
+    assert out.returncode == 0 and "configuration OK: provider spc" in out.stdout, out.stderr

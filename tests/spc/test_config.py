@@ -138,6 +138,8 @@ def test_node_pools_file_replaces_the_listing(tmp_path: Path) -> None:
     ]
     f.write_text(json.dumps(pools))
     assert load_config(spc_ctx(options={"node-pools-file": str(f)})).pools_override == tuple(pools)
+    env = {**spc_ctx().env, "SPC_NODE_POOLS_FILE": str(f)}
+    assert load_config(spc_ctx(env=env)).pools_override == tuple(pools)
     # an optional ConfigMap that is not there: the API is listed, as in the fork
     assert load_config(spc_ctx(options={"node-pools-file": str(tmp_path / "absent")})).pools_override is None
     for text, problem in (

@@ -39,6 +39,7 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         ("--provider", "cherry", "--emulate"),
         secret_env=("CHERRY_AUTH_TOKEN", "BOOTSTRAP_TOKEN_SECRET"),
     ),
+    BackendUnderTest("spc", ("--provider", "spc", "--emulate"), secret_env=("CLUSTER_API_TOKEN",)),
 )
 
 

@@ -10,7 +10,8 @@ In-tree (fork) facts (StackPointCloud/autoscaler `stackpointio-1.1.0.c`, `spc_ma
 - the base URL has no version prefix (`https://api.stackpoint.io`); paths are appended to it;
 - node groups are discovered from the cluster's node pools with `autoscaled: true`; the optional
   ConfigMap `stackpoint-node-pools` (key `nodepools`, a JSON array of node-pool objects) replaces
-  the pool listing. We read it as a file (`node-pools-file`, mounted from that ConfigMap);
+  the pool listing. We read it as a file mounted from that ConfigMap, named by `SPC_NODE_POOLS_FILE`
+  or `spc.node-pools-file` (new);
 - gen 1 (`spc-autoscaler-0.4.x`) took `--nodes=<min>:<max>:<instance size>[:<id>]`, group id
   `autoscaling-<id>` (`default` when omitted). Accepted too. A `--nodes MIN:MAX:NAME` whose NAME is
   not an instance size narrows the discovered groups instead (by group id, pool instance_id or
@@ -350,11 +351,14 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
             raise ConfigError(env_key, f"is required and missing (Secret stackpointio, key {secret_key})")
 
     pools_override = None
-    if opts.get("node-pools-file"):
-        path = Path(str(opts["node-pools-file"]))
+    pools_file, pools_where = env.get("SPC_NODE_POOLS_FILE", "").strip(), "SPC_NODE_POOLS_FILE"
+    if not pools_file and opts.get("node-pools-file"):
+        pools_file, pools_where = str(opts["node-pools-file"]), "spc.node-pools-file"
+    if pools_file:
+        path = Path(pools_file)
         # the fork used the ConfigMap only "if it exists"; a mounted optional ConfigMap may be absent
         if path.exists():
-            pools_override = read_pools_file(path, "spc.node-pools-file")
+            pools_override = read_pools_file(path, pools_where)
 
     gen1, narrow = _nodes(ctx)
 
