@@ -133,6 +133,10 @@ class GroupProvider(CloudProvider, Generic[S]):
         """The shape's one listing call (raise Unavailable when nothing could be listed)."""
         raise NotImplementedError
 
+    def _configs(self, listing: Any) -> Sequence[GroupConfig]:
+        """The group set after a listing (drivers that discover groups update it while listing)."""
+        return self.driver.groups()
+
     def _apply(self, listing: Any, started: float) -> None:
         """Fold a listing into the group states (under the lock)."""
         raise NotImplementedError
@@ -172,7 +176,7 @@ class GroupProvider(CloudProvider, Generic[S]):
         started = self._clock()
         listing = self._list()
         with self._lock:
-            self._sync_groups(self.driver.groups())
+            self._sync_groups(self._configs(listing))
             self._apply(listing, started)
             self._expire(self._clock())
             self._reindex()
