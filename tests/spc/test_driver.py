@@ -49,6 +49,19 @@ def test_groups_are_the_autoscaled_pools_discovered_on_every_listing(emulator: S
     assert p2 not in ids and len(ids) == 2 and ids[0] == p1
 
 
+def test_a_narrowing_spec_that_names_no_pool_is_logged_once(
+    emulator: SpcEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    driver = make_driver(emulator, nodes=(NodesSpec(0, 3, "autoscaling-typo"),))
+    assert not caplog.records  # nothing is known before the first listing: no false alarm
+    driver.list_machines()
+    driver.list_machines()
+    assert driver.groups() == []
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "spc: --nodes 0:3:autoscaling-typo names no autoscaled node pool of the cluster"
+    ]
+
+
 def test_narrowing_and_gen1_groups(emulator: SpcEmulator) -> None:
     p1, p2 = pools(emulator)
     driver = make_driver(emulator, nodes=(NodesSpec(0, 3, p2), NodesSpec.parse("0:5:t2.medium:legacy")))

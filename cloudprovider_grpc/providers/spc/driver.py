@@ -94,14 +94,16 @@ class SpcDriver(MachineDriver):
         self._by_spc_instance: dict[str, str] = {}
         self._pk_by_id: dict[str, int] = {}
         self._listed = False
-        self._apply_pools(config.pools_override or ())
+        self._unmatched: set[str] = set()
+        self._apply_pools(config.pools_override or (), listed=config.pools_override is not None)
 
     def __repr__(self) -> str:
         return f"SpcDriver(client={self.client!r})"
 
     # ------------------------------------------------------------------ groups
-    def _apply_pools(self, pools: Sequence[Mapping[str, Any]]) -> None:
-        """Discover the groups from a pool listing (or the override file)."""
+    def _apply_pools(self, pools: Sequence[Mapping[str, Any]], *, listed: bool = True) -> None:
+        """Discover the groups from a pool listing (or the override file); `listed` False for the
+        empty set known before the first listing."""
         found: dict[str, Mapping[str, Any]] = {}
         discovered: list[GroupConfig] = []
         for pool in pools:
@@ -117,6 +119,10 @@ class SpcDriver(MachineDriver):
             discovered.append(
                 GroupConfig(gid, lo, hi, debug=debug.replace("  ", " "), name=str(pool["instance_id"]))
             )
+        for spec in self.config.narrow if listed else ():
+            if not any(spec[2] in (g.id, g.name) for g in discovered) and spec[2] not in self._unmatched:
+                self._unmatched.add(spec[2])  # logged once: a typo in --nodes must not go unnoticed
+                log.warning("spc: --nodes %s:%s:%s names no autoscaled node pool of the cluster", *spec)
         groups = [g for g in narrow_groups(discovered, self.config.narrow) if g.id not in self._gen1]
         for g1 in self._gen1.values():
             groups.append(
