@@ -167,3 +167,26 @@ def test_state_survives_a_restart(tmp_path: Path) -> None:
     with second:
         assert second.node_records(CLUSTER) == before
         assert requests.get(url(second, "nodes"), headers=H, timeout=5).status_code == 200
+
+
+#: field names of the NKS SDK's fixtures (NetApp/nks-sdk-go nks/mock_data/nodes.json, nodepools.json):
+#: SPC has no SDK on PyPI to drive the emulator with (research note §B6), so its shapes are held to these
+NKS_NODE_FIELDS = {
+    "pk", "cluster", "pool", "pool_name", "instance_id", "provider_node_id", "role", "group_name",
+    "private_ip", "public_ip", "platform", "image", "channel", "etcd_state", "root_disk_size",
+    "gpu_instance_size", "gpu_core_count", "location", "zone", "provider_subnet_id",
+    "provider_subnet_cidr", "size", "state", "is_failed", "created", "updated",
+}  # fmt: skip
+NKS_POOL_FIELDS = {
+    "pk", "cluster", "name", "instance_id", "instance_size", "platform", "channel", "root_disk_size",
+    "zone", "provider_subnet_id", "provider_subnet_cidr", "node_count", "autoscaled", "min_count",
+    "max_count", "network_components", "gpu_instance_size", "gpu_core_count", "labels", "role", "state",
+    "is_default", "config", "created", "updated",
+}  # fmt: skip
+
+
+def test_objects_have_exactly_the_fields_of_the_nks_fixtures(emulator: SpcEmulator) -> None:
+    for node in requests.get(url(emulator, "nodes"), headers=H, timeout=5).json():
+        assert set(node) == NKS_NODE_FIELDS
+    for pool in requests.get(url(emulator, "nodepools"), headers=H, timeout=5).json():
+        assert set(pool) == NKS_POOL_FIELDS
