@@ -95,6 +95,7 @@ class SpcDriver(MachineDriver):
         self._pk_by_id: dict[str, int] = {}
         self._listed = False
         self._unmatched: set[str] = set()
+        self._warned: set[tuple[str, int | None, int | None]] = set()
         self._apply_pools(config.pools_override or (), listed=config.pools_override is not None)
 
     def __repr__(self) -> str:
@@ -112,7 +113,9 @@ class SpcDriver(MachineDriver):
             gid = GROUP_PREFIX + str(pool["instance_id"])
             lo, hi = _int(pool.get("min_count")), _int(pool.get("max_count"))
             if lo is None or hi is None or lo < 0 or lo > hi:
-                log.warning("spc: pool %s has invalid min_count/max_count %r/%r; ignored", gid, lo, hi)
+                if (gid, lo, hi) not in self._warned:  # once, not on every Refresh
+                    self._warned.add((gid, lo, hi))
+                    log.warning("spc: pool %s has invalid min_count/max_count %r/%r; ignored", gid, lo, hi)
                 continue
             found[gid] = pool
             debug = f"spc pool {pool.get('pk')} {pool.get('name') or ''} ({pool.get('instance_size') or '?'})"

@@ -98,7 +98,9 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
         if emulator is not None:
             emulator.stop()
         raise
-    return BuiltDriver(driver, catalog_ttl=3600.0, on_stop=emulator.stop if emulator is not None else None)
+    # the catalogue is static (the SDK's machine table); the TTL only bounds how long a template built
+    # from a pool's JSON (labels, GPUs) is reused after the pool changes
+    return BuiltDriver(driver, catalog_ttl=300.0, on_stop=emulator.stop if emulator is not None else None)
 
 
 def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) -> SpcEmulator:
