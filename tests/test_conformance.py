@@ -73,6 +73,7 @@ TARGETS = {
     "vultr-emulate": ["--config", str(ROOT / "tests" / "conformance" / "vultr-emulate.yaml")],
     "exoscale-emulate": ["--config", str(ROOT / "tests" / "conformance" / "exoscale-emulate.yaml")],
     "alicloud-emulate": ["--config", str(ROOT / "tests" / "conformance" / "alicloud-emulate.yaml")],
+    "spc-emulate": ["--config", str(ROOT / "tests" / "conformance" / "spc-emulate.yaml")],
 }
 
 

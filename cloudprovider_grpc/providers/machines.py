@@ -482,11 +482,14 @@ class MachineProvider(GroupProvider[_GroupState]):
                     return Resolved.GONE, None
             if pid in state.tombstones:
                 return Resolved.GONE, None
-            return Resolved.FOREIGN, None
-        # no providerID: match the machine by its name (hostname)
-        for m in state.machines.values():
-            if node.name and m.name == node.name:
-                return Resolved.MACHINE, m
+        else:  # no providerID: match the machine by its name (hostname)
+            for m in state.machines.values():
+                if node.name and m.name == node.name:
+                    return Resolved.MACHINE, m
+        # the driver's label fallback (SPC's stackpoint.io/instance_id when the id cannot be derived)
+        mid = self.driver.machine_of(node)
+        if mid is not None and mid in state.machines:
+            return Resolved.MACHINE, state.machines[mid]
         return Resolved.FOREIGN, None
 
     # ------------------------------------------------------------------ journal

@@ -17,6 +17,7 @@ ELSEWHERE = {
     "vultr-burst": "tests/vultr/test_simulate.py",
     "exoscale-sks": "tests/exoscale/test_simulate.py",
     "alicloud-gpu": "tests/alicloud/test_scenario.py",
+    "spc-seed-log": "tests/spc/test_scenario.py",
 }
 
 

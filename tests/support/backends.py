@@ -59,6 +59,7 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         shape="pools",
         extra_env={"ACCESS_KEY_ID": "LTAI5tProbeAccessKey0001", "REGION_ID": "cn-hangzhou"},
     ),
+    BackendUnderTest("spc", ("--provider", "spc", "--emulate"), secret_env=("CLUSTER_API_TOKEN",)),
 )
 
 
