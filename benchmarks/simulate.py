@@ -93,7 +93,7 @@ def bench_decision() -> None:
     for _ in range(3):
         ctx = ExpanderContext(random.Random(0), datetime(2026, 1, 1, tzinfo=UTC))
         started = time.perf_counter()
-        plan = plan_scale_up(pod_groups, groups, opts, Chain("least-waste"), ctx, 0, 0, 0, StaticFitCache())
+        plan = plan_scale_up(pod_groups, groups, opts, Chain("least-waste"), ctx, 0, {}, StaticFitCache())
         elapsed = time.perf_counter() - started
         best = elapsed if best is None else min(best, elapsed)
     print(

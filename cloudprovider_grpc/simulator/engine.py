@@ -39,6 +39,7 @@ from typing import Any
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
+from cloudprovider_grpc.simulator import limits
 from cloudprovider_grpc.simulator.backoff import Backoff
 from cloudprovider_grpc.simulator.client import CAClient, GroupInfo, GroupOptions, InstanceInfo, RpcError
 from cloudprovider_grpc.simulator.clock import VirtualClock
@@ -161,8 +162,10 @@ class Simulation:
         self.tl: dict[str, Any] = {"t": [], "nodes": {}, "target": {}, "pending": []}
         self._last_no_scale_up: tuple[Any, ...] | None = None
         self._last_cooldown = ""
-        self._min_size_logged: set[str] = set()
+        self._skip_logged: set[tuple[str, str]] = set()
         self._group_ids: list[str] = []
+        self._bounds: dict[str, dict[str, int]] = {}
+        self._seen_targets: dict[str, int] = {}  # target sizes as CA last knew them, for the timeline
         self._unknown_overrides: set[str] = set()
 
     # ------------------------------------------------------------------ driver
@@ -194,6 +197,8 @@ class Simulation:
             return
         groups = self._override(self.client.node_groups())
         self._group_ids = [g.id for g in groups]
+        for g in groups:
+            self._bounds[g.id] = {"min_size": g.min_size, "max_size": g.max_size}
         # CA reads these to recognise GPU nodes; its client caches them after the first success
         self.client.gpu_label()
         self.client.gpu_types()
@@ -213,7 +218,7 @@ class Simulation:
         targets: dict[str, int] = {}
         for g in groups:
             try:
-                targets[g.id] = self.client.target_size(g.id)
+                targets[g.id] = self._seen_targets[g.id] = self.client.target_size(g.id)
             except RpcError as exc:
                 self.rec.line(f"Failed to get target size of node group {g.id}: {exc}")
         registered = Counter(gid for gid in node_group.values() if gid)
@@ -534,16 +539,25 @@ class Simulation:
                     f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
                 )
             )
-        cores = sum(n.shape.capacity.get(CPU, 0) for n in self.world.nodes.values())
-        memory = sum(n.shape.capacity.get(MEMORY, 0) for n in self.world.nodes.values())
+        # every node counts against the limits, in a group or not, and so do upcoming nodes (as
+        # CA <= 1.34 counted them through target sizes; current CA counts ready nodes only)
+        gpu_label = self.client.gpu_label()
+        shapes = [n.shape for n in self.world.nodes.values()]
         for gid, n in upcoming.items():
             if n and gid in templates:
-                cores += templates[gid].capacity.get(CPU, 0) * n
-                memory += templates[gid].capacity.get(MEMORY, 0) * n
+                shapes.extend([templates[gid]] * n)
         cluster_nodes = len(self.world.nodes) + sum(upcoming.values())
         ctx = ExpanderContext(self.rng, now, len(self.world.nodes), self.pricing, self.s.priorities)
         plan = plan_scale_up(
-            pod_groups, views, self.o, self.chain, ctx, cluster_nodes, cores, memory, self.fits
+            pod_groups,
+            views,
+            self.o,
+            self.chain,
+            ctx,
+            cluster_nodes,
+            limits.usage(shapes, gpu_label),
+            self.fits,
+            gpu_label,
         )
         pending = sum(pg.count for pg in pod_groups)
         if not plan.increases:
@@ -599,6 +613,7 @@ class Simulation:
                 )
                 continue
             any_ok = True
+            self._seen_targets[gid] = view.target + delta
             self.requests[gid] = _ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
             self.invalid.add(gid)
             self.last_scale_up = t
@@ -704,6 +719,8 @@ class Simulation:
             return
         self._last_cooldown = ""
         mins = {g.id: g.min_size for g in groups}
+        gpu_label = self.client.gpu_label()
+        used = limits.usage((n.shape for n in self.world.nodes.values()), gpu_label)
         removals, skipped = select_removals(
             t,
             result.unneeded,
@@ -712,12 +729,29 @@ class Simulation:
             mins,
             self.o.max_scale_down_parallelism,
             self.o.max_drain_parallelism,
+            quota=limits.Tracker.for_scale_down(self.o.resource_limits(), used),
+            totals=lambda name: limits.node_totals(self.world.nodes[name].shape, gpu_label),
         )
         for s in skipped:
-            if s.reason == "NodeGroupMinSizeReached" and s.node not in self._min_size_logged:
-                self._min_size_logged.add(s.node)
+            if (s.node, s.reason) in self._skip_logged:
+                continue
+            if s.reason == "NodeGroupMinSizeReached":
+                self._skip_logged.add((s.node, s.reason))
                 self.rec.line(
                     f"Skipping {s.node} from delete consideration - the node group min size reached"
+                )
+            elif s.reason == "MinimalResourceLimitExceeded":
+                self._skip_logged.add((s.node, s.reason))
+                self.rec.line(f"Skipping scale down of {s.node} in this batch - would violate minimum limits")
+                self.rec.decide(
+                    "scale-down-blocked",
+                    group=node_group.get(s.node) or "",
+                    node=s.node,
+                    reason="MinimalResourceLimitExceeded",
+                    inputs={
+                        "limits": dict(self.o.resource_limits().minimum),
+                        "usage": dict(sorted(used.items())),
+                    },
                 )
         for r in removals:
             node = self.world.nodes[r.node]
@@ -746,6 +780,7 @@ class Simulation:
             self.last_delete = t
             self.invalid.add(r.group)
             targets[r.group] -= 1
+            self._seen_targets[r.group] = targets[r.group]
             self.removed_ids.add(node.provider_id)
             self._drop_node(node, t)
             self.rec.decide(
@@ -782,13 +817,20 @@ class Simulation:
 
     # ------------------------------------------------------------------ output
     def _sample(self, t: float) -> None:
+        """One timeline column: ready nodes and CA's target size per group, pending pods.
+
+        A group that appears later gets zeros (nodes) and None (target: not known yet) before."""
         tl = self.tl
         tl["t"].append(t)
-        counts = Counter(n.group for n in self.world.nodes.values())
+        cols = len(tl["t"])
+        counts = Counter(node.group for node in self.world.nodes.values())
         for gid in sorted(set(self._group_ids) | set(tl["nodes"])):
-            series = tl["nodes"].setdefault(gid, [0] * (len(tl["t"]) - 1))
+            series = tl["nodes"].setdefault(gid, [0] * (cols - 1))
             series.append(counts.get(gid, 0))
+            target = tl["target"].setdefault(gid, [None] * (cols - 1))
+            target.append(self._seen_targets.get(gid))
         tl["pending"].append(len(self.world.pending))
+        tl["groups"] = {gid: dict(b) for gid, b in sorted(self._bounds.items())}
 
     def _cost(self, end: float) -> dict[str, Any] | None:
         for pid in sorted(self.lifetimes):

@@ -18,6 +18,9 @@ Modelled on sigs-CA `pkg/core/scaledown/`:
   group); nodes found unremovable are not rechecked for `unremovable-node-recheck-timeout`.
 - budgets (`budgets/budgets.go`): at most `max-scale-down-parallelism` removals per pass, of which
   at most `max-drain-parallelism` non-empty; the group size guard keeps every group above MinSize.
+- limits (`unneeded/nodes.go` unremovableReason, `pkg/resourcequotas`): no removal may take the
+  cluster below the minimum of `--cores-total`, `--memory-total` or `--gpu-total`
+  (MinimalResourceLimitExceeded); see `limits.py`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count
+from cloudprovider_grpc.simulator.limits import Tracker
 from cloudprovider_grpc.simulator.model import (
     CPU,
     GPU_RESOURCE,
@@ -292,8 +296,12 @@ def select_removals(
     max_parallelism: int,
     max_drain_parallelism: int,
     in_flight: int = 0,
+    quota: Tracker | None = None,
+    totals: Callable[[str], Mapping[str, int]] | None = None,
 ) -> tuple[list[Removal], list[Unremovable]]:
-    """Which unneeded nodes to delete this loop: timers, MinSize guard and budgets (empty first)."""
+    """Which unneeded nodes to delete this loop: timers, MinSize guard, the cluster-wide minimum
+    resource limits (`quota`: headroom above the minima, `totals`: what a node counts, by node
+    name) and budgets (empty first), in the order of unneeded/nodes.go unremovableReason."""
     chosen: list[Removal] = []
     skipped: list[Unremovable] = []
     remaining_size = dict(group_sizes)
@@ -306,6 +314,9 @@ def select_removals(
             continue
         if remaining_size.get(u.group, 0) - 1 < group_min.get(u.group, 0):
             skipped.append(Unremovable(u.node, "NodeGroupMinSizeReached"))
+            continue
+        if quota is not None and totals is not None and quota.consume(totals(u.node)).allowed < 1:
+            skipped.append(Unremovable(u.node, "MinimalResourceLimitExceeded"))
             continue
         if budget <= 0 or (not u.empty and drain_budget <= 0):
             skipped.append(Unremovable(u.node, "ScaleDownBudgetExhausted"))

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from cloudprovider_grpc.simulator.estimator import PodGroup, estimate
 from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext, Option
 from cloudprovider_grpc.simulator.fit import static_reason
+from cloudprovider_grpc.simulator.limits import Tracker, node_totals
 from cloudprovider_grpc.simulator.model import CPU, MEMORY, NodeShape, PodShape
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
-
-GIB = 1024**3
 
 # labels that never make groups dissimilar (compare_nodegroups.go BasicIgnoredLabels)
 IGNORED_LABELS = frozenset(
@@ -73,6 +72,10 @@ class ScaleUpPlan:
     reason: str = ""
     pods_triggered: int = 0
     pods_remaining: int = 0
+
+
+def _flag(resource: str) -> str:
+    return {CPU: "cores-total", MEMORY: "memory-total"}.get(resource, f"gpu-total {resource}")
 
 
 def within_ratio(a: int, b: int, ratio: float) -> bool:
@@ -128,16 +131,15 @@ def plan_scale_up(
     chain: Chain,
     ctx: ExpanderContext,
     cluster_nodes: int,
-    cluster_cores_milli: int,
-    cluster_memory: int,
+    usage: Mapping[str, int],
     fits: Callable[[PodShape, NodeShape], bool],
+    gpu_label: str | None = None,
 ) -> ScaleUpPlan:
+    """`usage`: what the cluster's nodes (plus upcoming ones) count against the resource limits
+    (`limits.usage`); `gpu_label`: the cloud's GPU label, for `--gpu-total`."""
     plan = ScaleUpPlan()
     total_pods = sum(g.count for g in pod_groups)
-    _, cores_hi = opts.limits("cores_total")
-    _, mem_hi = opts.limits("memory_total")
-    cores_left = cores_hi * 1000 - cluster_cores_milli
-    mem_left = mem_hi * GIB - cluster_memory
+    quota = Tracker.for_scale_up(opts.resource_limits(), usage)
     valid: list[GroupView] = []
     for g in groups:
         if g.backed_off:
@@ -146,8 +148,8 @@ def plan_scale_up(
             plan.skipped[g.id] = "max limit reached"
         elif g.template is None:
             plan.skipped[g.id] = "no template"
-        elif g.template.capacity.get(CPU, 0) > cores_left or g.template.capacity.get(MEMORY, 0) > mem_left:
-            plan.skipped[g.id] = "exceeded quota: cores-total/memory-total"
+        elif exceeded := quota.check(node_totals(g.template, gpu_label), 1).exceeded:
+            plan.skipped[g.id] = "exceeded quota: " + "/".join(_flag(r) for r in exceeded)
         else:
             valid.append(g)
     for gid, why in plan.skipped.items():
@@ -213,11 +215,7 @@ def plan_scale_up(
         new_nodes = min(new_nodes, cluster_room)
     tpl = group.template
     assert tpl is not None
-    per_cpu, per_mem = tpl.capacity.get(CPU, 0), tpl.capacity.get(MEMORY, 0)
-    quota_nodes = min(
-        cores_left // per_cpu if per_cpu else new_nodes,
-        mem_left // per_mem if per_mem else new_nodes,
-    )
+    quota_nodes = quota.check(node_totals(tpl, gpu_label), new_nodes).allowed
     if quota_nodes < new_nodes:
         plan.lines.append(f"Capping scale-up size due to lack of resources: {new_nodes} -> {quota_nodes}")
         new_nodes = quota_nodes

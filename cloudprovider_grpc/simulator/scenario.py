@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from cloudprovider_grpc.k8s.quantity import parse_quantity
+from cloudprovider_grpc.simulator.limits import Limits
 
 SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
 
@@ -220,6 +221,9 @@ class AutoscalerOptions(_Strict):
     max_nodes_total: int = Field(0, ge=0, alias="max-nodes-total")
     cores_total: str = Field("0:320000", alias="cores-total")
     memory_total: str = Field("0:6400000", alias="memory-total")
+    #: "<gpu_type>:<min>:<max>", repeatable like the flag; the type is the value of the cloud's GPU
+    #: label (GPULabel RPC) on a node
+    gpu_total: list[str] = Field(default_factory=list, alias="gpu-total")
     max_node_provision_time: Duration = Field(900.0, alias="max-node-provision-time")
     max_nodes_per_scaleup: int = Field(1000, ge=1, alias="max-nodes-per-scaleup")
     balance_similar_node_groups: bool = Field(False, alias="balance-similar-node-groups")
@@ -275,6 +279,22 @@ class AutoscalerOptions(_Strict):
     def limits(self, name: str) -> tuple[int, int]:
         lo, hi = getattr(self, name).split(":")
         return int(lo), int(hi)
+
+    @field_validator("gpu_total")
+    @classmethod
+    def _gpu_limits(cls, value: list[str]) -> list[str]:
+        seen = set()
+        for spec in value:
+            m = re.fullmatch(r"([^:\s]+):(\d+):(\d+)", spec.strip())
+            if not m or int(m.group(2)) > int(m.group(3)):
+                raise ValueError(f"{spec!r} is not <gpu_type>:<min>:<max> with min <= max")
+            if m.group(1) in seen:
+                raise ValueError(f"gpu type {m.group(1)!r} is limited twice")
+            seen.add(m.group(1))
+        return [v.strip() for v in value]
+
+    def resource_limits(self) -> Limits:
+        return Limits.from_flags(self.limits("cores_total"), self.limits("memory_total"), self.gpu_total)
 
 
 class Scenario(_Strict):
