@@ -140,7 +140,7 @@ class ScaleDownPlanner:
         self.unremovable_until: dict[str, float] = {}
         self.current: dict[str, Unneeded] = {}
         self._fits = StaticFitCache()
-        self._util: dict[str, tuple[tuple[int, bool], tuple[float, str]]] = {}
+        self._util: dict[str, tuple[int, GroupScaleDownOptions, float, str, Unremovable | None]] = {}
 
     def update(
         self,
@@ -153,6 +153,8 @@ class ScaleDownPlanner:
         `destinations` are all ready, schedulable nodes the evicted pods may move to."""
         unremovable: list[Unremovable] = []
         underutilized: list[tuple[Node, float, str]] = []
+        group_opts: dict[str, GroupScaleDownOptions] = {}
+        util_cache = self._util
         for node in candidates:
             if node.to_be_deleted:
                 continue
@@ -162,19 +164,27 @@ class ScaleDownPlanner:
             if self.unremovable_until.get(node.name, -1.0) > now:
                 unremovable.append(Unremovable(node.name, "RecentlyUnremovable"))
                 continue
-            opts = options(node.group)
-            key = (node.version, opts.ignore_daemonsets_utilization)
-            cached = self._util.get(node.name)
-            if cached is not None and cached[0] == key:
-                util, res = cached[1]
+            opts = group_opts.get(node.group)
+            if opts is None:
+                opts = group_opts[node.group] = options(node.group)
+            # the verdict only changes when the node's pods or its group's options do: a day of
+            # 500 busy nodes re-judges only the nodes whose pods changed
+            cached = util_cache.get(node.name)
+            if cached is not None and cached[0] == node.version and cached[1] == opts:
+                _, _, util, res, verdict = cached
             else:
                 util, res = utilization(node, opts.ignore_daemonsets_utilization)
-                self._util[node.name] = (key, (util, res))
-            threshold = opts.gpu_utilization_threshold if res == GPU_RESOURCE else opts.utilization_threshold
-            if util > threshold:
-                unremovable.append(
-                    Unremovable(node.name, "NotUnderutilized", f"{res} {util:.3f} > {threshold}")
+                threshold = (
+                    opts.gpu_utilization_threshold if res == GPU_RESOURCE else opts.utilization_threshold
                 )
+                verdict = (
+                    Unremovable(node.name, "NotUnderutilized", f"{res} {util:.3f} > {threshold}")
+                    if util > threshold
+                    else None
+                )
+                util_cache[node.name] = (node.version, opts, util, res, verdict)
+            if verdict is not None:
+                unremovable.append(verdict)
                 continue
             underutilized.append((node, util, res))
 
