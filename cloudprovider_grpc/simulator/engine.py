@@ -28,6 +28,7 @@ groups, PDB budgets and pod affinity are not modelled.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import time
@@ -49,10 +50,12 @@ from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count, resource
 from cloudprovider_grpc.simulator.model import (
     CPU,
     MEMORY,
+    TO_BE_DELETED_TAINT,
     Node,
     NodeShape,
     PodShape,
     Resources,
+    Taint,
     add_into,
     node_name_for,
     pod_proto,
@@ -66,13 +69,13 @@ from cloudprovider_grpc.simulator.scaledown import (
 )
 from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
 from cloudprovider_grpc.simulator.scenario import Scenario
-from cloudprovider_grpc.simulator.world import World
+from cloudprovider_grpc.simulator.world import World, static_shape
 
 RUNNING, CREATING, DELETING = 1, 2, 3
 INSTANCES_CACHE_REFRESH = 120.0  # node_instances_cache.go background refresh interval
 ERROR_CLASS = {1: "OutOfResource", 99: "OtherError"}
 STABILIZATION_POD = {CPU: "500m", MEMORY: "500Mi"}  # price.go priceStabilizationPod
-SCALE_DOWN_UNREADY_TIME = 1200.0  # --scale-down-unready-time default (nodes here are never unready)
+MAX_NODE_STARTUP_TIME = 900.0  # clusterstate.go MaxNodeStartupTime
 
 
 @dataclass
@@ -167,6 +170,16 @@ class Simulation:
         self._bounds: dict[str, dict[str, int]] = {}
         self._seen_targets: dict[str, int] = {}  # target sizes as CA last knew them, for the timeline
         self._unknown_overrides: set[str] = set()
+        self._events = sorted(scenario.node_events, key=lambda e: e.at)
+        self._events_done: set[int] = set()
+        self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
+        self._healthy = True
+        for sn in scenario.static_nodes:
+            shape = static_shape(sn)
+            for i in range(sn.count):
+                name = sn.name if sn.count == 1 else f"{sn.name}-{i}"
+                node = self.world.register(name, f"static://{name}", shape, 0.0)
+                node.annotations.update(sn.annotations)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Report:
@@ -188,6 +201,10 @@ class Simulation:
     def run_once(self, t: float) -> None:
         w = self.world
         w.apply_controllers(t)
+        self._node_events(t)
+        self._readiness(t)
+        if not self._initialized:
+            self._clean_up_taints()
         try:
             self.client.refresh()
         except RpcError as exc:
@@ -227,7 +244,15 @@ class Simulation:
         if self._fix_node_group_sizes(groups, targets, registered, t):
             w.schedule(t)
             return
-        upcoming = {gid: max(0, targets[gid] - registered[gid]) for gid in targets}
+        if not self._cluster_healthy(t):
+            w.schedule(t)
+            return
+        # clusterstate.go calculateUpcomingNodesInNodeGroup: target - (ready + unready); nodes still
+        # starting (NotReady for less than MaxNodeStartupTime since registering) stay upcoming
+        started = Counter(
+            gid for name, gid in node_group.items() if gid and not self._not_started(w.nodes[name], t)
+        )
+        upcoming = {gid: max(0, targets[gid] - started[gid]) for gid in targets}
         pod_groups = self._unschedulable(t, templates, upcoming)
         scaled_up = False
         if pod_groups:
@@ -237,6 +262,105 @@ class Simulation:
         if self.o.scale_down_enabled:
             self._scale_down(groups, targets, node_group, t, scaled_up)
         w.schedule(t)
+
+    # ------------------------------------------------------------------ node state
+    def _not_started(self, node: Node, t: float) -> bool:
+        """clusterstate.go updateReadinessStats: NotReady and registered less than
+        MaxNodeStartupTime (15m) ago."""
+        return not node.ready and t - node.registered < MAX_NODE_STARTUP_TIME
+
+    def _readiness(self, t: float) -> None:
+        """Kubelets turn Ready `node_ready_delay` after registering, unless an event decides."""
+        delay = self.s.node_ready_delay
+        for node in self.world.nodes.values():
+            ready = node.ready_override if node.ready_override is not None else t - node.registered >= delay
+            if ready != node.ready:
+                node.ready = ready
+                node.version += 1
+                self.rec.line(f"world: node {node.name} is {'Ready' if ready else 'NotReady'}")
+
+    def _node_events(self, t: float) -> None:
+        """Apply the scenario's due node events to nodes that exist (later ones wait for theirs)."""
+        for i, ev in enumerate(self._events):
+            if ev.at > t:
+                break
+            if i in self._events_done or ev.node not in self.world.nodes:
+                continue
+            self._events_done.add(i)
+            node = self.world.nodes[ev.node]
+            if ev.ready is not None:
+                node.ready_override = ev.ready
+            if ev.annotations:
+                node.annotations.update(ev.annotations)
+                self.rec.line(f"world: node {node.name} annotated {dict(sorted(ev.annotations.items()))}")
+            if ev.taints or ev.remove_taints:
+                drop = set(ev.remove_taints) | {x.key for x in ev.taints}
+                kept = tuple(x for x in node.shape.taints if x.key not in drop)
+                added = tuple(Taint(x.key, x.value, x.effect) for x in ev.taints)
+                node.shape = dataclasses.replace(node.shape, taints=kept + added)
+                node.version += 1
+                node.to_be_deleted = any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints)
+                self.rec.line(f"world: node {node.name} taints now {[x.key for x in node.shape.taints]}")
+            if ev.delete:
+                self._outside_delete(node)
+
+    def _outside_delete(self, node: Node) -> None:
+        """Someone else (an operator, a CA that died mid-deletion) deletes the node's machine through
+        the cloud; the call goes over the simulator's own connection, not CA's."""
+        group = self.wclient.node_group_for_node(node.name, node.provider_id, node.shape.labels)
+        if group is None:
+            self.rec.line(f"world: cannot delete {node.name}: it is in no node group")
+            return
+        ref = pb.ExternalGrpcNode(providerID=node.provider_id, name=node.name, labels=dict(node.shape.labels))
+        try:
+            self.wclient.delete_nodes(group.id, [ref])
+        except RpcError as exc:
+            self.rec.line(f"world: deleting {node.name} failed: {exc.details}")
+            return
+        taints = tuple(x for x in node.shape.taints if x.key != TO_BE_DELETED_TAINT)
+        node.shape = dataclasses.replace(
+            node.shape, taints=(*taints, Taint(TO_BE_DELETED_TAINT, "", "NoSchedule"))
+        )
+        node.to_be_deleted = True
+        self.invalid.add(group.id)
+        self.rec.line(f"world: deletion of {node.name} in progress (started outside this CA)")
+
+    def _clean_up_taints(self) -> None:
+        """static_autoscaler.go cleanUpIfRequired: on its first loop CA removes ToBeDeleted taints a
+        previous run left on nodes of its node groups (their deletions may still finish)."""
+        self._initialized = True
+        for node in self.world.nodes.values():
+            if not node.group or not any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints):
+                continue
+            kept = tuple(x for x in node.shape.taints if x.key != TO_BE_DELETED_TAINT)
+            node.shape = dataclasses.replace(node.shape, taints=kept)
+            node.to_be_deleted = False
+            node.version += 1
+            self.rec.line(f"Removed ToBeDeleted taint from node {node.name} (left by a previous run)")
+
+    def _cluster_healthy(self, t: float) -> bool:
+        """clusterstate.go IsClusterHealthy: too many unready nodes stop the loop (static_autoscaler
+        "Cluster is not ready for autoscaling"), and the unneeded timers start over."""
+        nodes = self.world.nodes.values()
+        unready = sum(1 for n in nodes if not n.ready and not self._not_started(n, t))
+        healthy = not (
+            unready > self.o.ok_total_unready_count
+            and unready > self.o.max_total_unready_percentage / 100.0 * len(self.world.nodes)
+        )
+        if healthy != self._healthy:
+            self._healthy = healthy
+            if not healthy:
+                self.rec.line("Cluster is not ready for autoscaling")
+                self.rec.decide(
+                    "cluster-unhealthy",
+                    reason=f"{unready} of {len(self.world.nodes)} nodes unready",
+                    inputs={"unready": unready, "nodes": len(self.world.nodes)},
+                )
+            else:
+                self.rec.line("Cluster is ready for autoscaling again")
+        if not healthy:
+            self.planner.clear()
+        return healthy
 
     def _override(self, groups: list[GroupInfo]) -> list[GroupInfo]:
         """Apply the scenario's `node_groups` bounds to CA's view of the groups."""
@@ -290,7 +414,7 @@ class Simulation:
                 if shape is None:
                     continue
                 name = node_name_for(inst.id)
-                self.world.register(name, inst.id, shape, t)
+                self.world.register(name, inst.id, shape, t, ready=self.s.node_ready_delay <= 0)
                 self.lifetimes[inst.id] = {
                     "group": g.id,
                     "name": name,
@@ -326,7 +450,7 @@ class Simulation:
         found: dict[str, NodeShape] = {}
         for node in self.world.nodes.values():
             gid = node_group.get(node.name)
-            if gid and gid not in found and not node.to_be_deleted:
+            if gid and gid not in found and not node.to_be_deleted and node.ready:
                 found[gid] = node.shape
         out: dict[str, NodeShape] = {}
         for g in groups:
@@ -637,7 +761,7 @@ class Simulation:
             o.scale_down_utilization_threshold,
             o.scale_down_gpu_utilization_threshold,
             o.scale_down_unneeded_time,
-            SCALE_DOWN_UNREADY_TIME,
+            o.scale_down_unready_time,
             o.max_node_provision_time,
             False,
             o.ignore_daemonsets_utilization,
@@ -667,6 +791,7 @@ class Simulation:
                     got.scale_down_gpu_utilization_threshold,
                     got.scale_down_unneeded_time,
                     got.ignore_daemonsets_utilization,
+                    got.scale_down_unready_time,
                 )
             return hit
 
@@ -675,10 +800,12 @@ class Simulation:
             gid = node_group.get(n.name)
             if gid is None or gid not in targets or n.to_be_deleted:
                 continue
+            if not n.ready and not self.o.scale_down_unready_enabled:
+                continue
             if targets[gid] <= gmap[gid].min_size:
                 continue
             candidates.append(n)
-        destinations = [n for n in self.world.nodes.values() if not n.to_be_deleted]
+        destinations = [n for n in self.world.nodes.values() if n.schedulable]
         result = self.planner.update(t, candidates, destinations, group_opts)
         for u in result.newly_unneeded:
             self.rec.line(f"Node {u.node} - {u.resource} utilization {u.utilization:.6f}")
@@ -731,6 +858,7 @@ class Simulation:
             self.o.max_drain_parallelism,
             quota=limits.Tracker.for_scale_down(self.o.resource_limits(), used),
             totals=lambda name: limits.node_totals(self.world.nodes[name].shape, gpu_label),
+            unready_time=lambda gid: group_opts(gid).unready_time,
         )
         for s in skipped:
             if (s.node, s.reason) in self._skip_logged:

@@ -15,7 +15,8 @@ Modelled on sigs-CA `pkg/core/scaledown/`:
   on the remaining nodes; nodes found removable in the same pass are taken out of the snapshot and
   their pods' new homes are reserved, so the whole unneeded set can go together.
 - timers (`unneeded/nodes.go`): a node must stay unneeded for `scale-down-unneeded-time` (per
-  group); nodes found unremovable are not rechecked for `unremovable-node-recheck-timeout`.
+  group), an unready node for `scale-down-unready-time`; nodes found unremovable are not
+  rechecked for `unremovable-node-recheck-timeout`. Only Ready nodes receive moved pods.
 - budgets (`budgets/budgets.go`): at most `max-scale-down-parallelism` removals per pass, of which
   at most `max-drain-parallelism` non-empty; the group size guard keeps every group above MinSize.
 - limits (`unneeded/nodes.go` unremovableReason, `pkg/resourcequotas`): no removal may take the
@@ -51,6 +52,7 @@ class GroupScaleDownOptions:
     gpu_utilization_threshold: float = 0.5
     unneeded_time: float = 600.0
     ignore_daemonsets_utilization: bool = False
+    unready_time: float = 1200.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Unneeded:
     resource: str
     empty: bool
     pods_to_move: list[str] = field(default_factory=list)
+    ready: bool = True  # unready nodes wait scale-down-unready-time instead of the unneeded time
 
 
 @dataclass
@@ -223,7 +226,16 @@ class ScaleDownPlanner:
             removed.add(node.name)
             since = self.unneeded_since.get(node.name, now)
             found.append(
-                Unneeded(node.name, node.group, since, util, res, not pods, sorted(p.name for p in pods))
+                Unneeded(
+                    node.name,
+                    node.group,
+                    since,
+                    util,
+                    res,
+                    not pods,
+                    sorted(p.name for p in pods),
+                    node.ready,
+                )
             )
 
         return self._finish(found, unremovable)
@@ -281,6 +293,12 @@ class ScaleDownPlanner:
             moved_in.setdefault(dest_name, []).extend([shape] * n)
         return True
 
+    def clear(self) -> None:
+        """Forget every unneeded timer (CA's CleanUpUnneededNodes, e.g. while the cluster is
+        unhealthy)."""
+        self.unneeded_since.clear()
+        self.current.clear()
+
     def forget(self, node_name: str) -> None:
         self._util.pop(node_name, None)
         self.unneeded_since.pop(node_name, None)
@@ -308,6 +326,7 @@ def select_removals(
     in_flight: int = 0,
     quota: Tracker | None = None,
     totals: Callable[[str], Mapping[str, int]] | None = None,
+    unready_time: Callable[[str], float] | None = None,
 ) -> tuple[list[Removal], list[Unremovable]]:
     """Which unneeded nodes to delete this loop: timers, MinSize guard, the cluster-wide minimum
     resource limits (`quota`: headroom above the minima, `totals`: what a node counts, by node
@@ -320,7 +339,9 @@ def select_removals(
     ordered = sorted(unneeded, key=lambda u: (not u.empty, u.since, u.node))
     for u in ordered:
         waited = now - u.since
-        if waited < unneeded_time(u.group):
+        # unneeded/nodes.go lookupAndSetRemovalThreshold: unready nodes use the unready time
+        threshold = unneeded_time(u.group) if u.ready or unready_time is None else unready_time(u.group)
+        if waited < threshold:
             continue
         if remaining_size.get(u.group, 0) - 1 < group_min.get(u.group, 0):
             skipped.append(Unremovable(u.node, "NodeGroupMinSizeReached"))

@@ -121,6 +121,40 @@ class NodeSelectorRequirement(_Strict):
         return self
 
 
+class PodAffinityTerm(_Strict):
+    """A required pod (anti-)affinity term: pods with these labels (matchLabels, same namespace)
+    in the same domain of `topology_key` (kubernetes.io/hostname: the node; a zone label: the
+    zone)."""
+
+    label_selector: dict[str, str] = Field(min_length=1)
+    topology_key: str = Field(min_length=1)
+
+
+class TopologySpread(_Strict):
+    """A topology spread constraint. Only DoNotSchedule filters nodes (ScheduleAnyway only scores,
+    so the scheduler and CA may place pods regardless); `label_selector` defaults to the pod's
+    own labels."""
+
+    max_skew: int = Field(ge=1)
+    topology_key: str = Field(min_length=1)
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
+    label_selector: dict[str, str] | None = None
+    min_domains: int = Field(1, ge=1)
+
+
+class PodDisruptionBudget(_Strict):
+    """A PDB over the workload's pods; give exactly one of the two."""
+
+    min_available: int | None = Field(None, ge=0)
+    max_unavailable: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> PodDisruptionBudget:
+        if (self.min_available is None) == (self.max_unavailable is None):
+            raise ValueError("give exactly one of min_available and max_unavailable")
+        return self
+
+
 class Container(_Strict):
     name: str = "main"
     requests: ResourceList = Field(default_factory=dict)
@@ -155,7 +189,15 @@ class Workload(_Strict):
     priority: int = 0
     annotations: dict[str, str] = Field(default_factory=dict)
     local_storage: bool = False
-    pdb: bool = False
+    #: true: a PDB exists (what skip-nodes-with-system-pods asks of kube-system pods) without
+    #: limiting evictions; {min_available: N} or {max_unavailable: N}: a budget drains must respect
+    pdb: bool | PodDisruptionBudget = False
+    #: pod labels (default {app: <name>}), what affinity terms and spread constraints select
+    labels: dict[str, str] = Field(default_factory=dict)
+    host_ports: list[int] = Field(default_factory=list)
+    pod_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    pod_anti_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    topology_spread: list[TopologySpread] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> Workload:
@@ -165,6 +207,8 @@ class Workload(_Strict):
             raise ValueError("'end' must be after 'start'")
         if self.run_time is not None and self.kind != "Job":
             raise ValueError("'run_time' applies to kind Job only")
+        if any(not 1 <= p <= 65535 for p in self.host_ports):
+            raise ValueError("host_ports must be between 1 and 65535")
         times = [s.at for s in self.schedule]
         if times != sorted(times):
             raise ValueError("'schedule' steps must be in time order")
@@ -174,6 +218,9 @@ class Workload(_Strict):
         if self.requests is not None:
             return [dict(self.requests)]
         return [dict(c.requests) for c in self.containers]
+
+    def pod_labels(self) -> dict[str, str]:
+        return dict(self.labels) if self.labels else {"app": self.name}
 
     def replicas_at(self, t: float) -> int:
         """Desired replicas at virtual second t (0 outside [start, end))."""
@@ -208,6 +255,41 @@ class GroupOverride(_Strict):
         if self.min_size is not None and self.max_size is not None and self.min_size > self.max_size:
             raise ValueError(f"min_size {self.min_size} is above max_size {self.max_size}")
         return self
+
+
+class NodeTaint(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class StaticNode(_Strict):
+    """Nodes that belong to no node group (NodeGroupForNode answers none): CA never scales or
+    removes them, but pods run on them and they count against the cluster-wide limits and
+    max-nodes-total. `count` > 1 names them NAME-0, NAME-1, ..."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    count: int = Field(1, ge=1)
+    capacity: ResourceList = Field(default_factory=lambda: {"cpu": "4", "memory": "16Gi"})
+    pods: int = Field(110, ge=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[NodeTaint] = Field(default_factory=list)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class NodeEvent(_Strict):
+    """Something that happens to a registered node at `at` (or as soon as it registers after
+    that): it turns NotReady or Ready again, gets annotations or taints, or someone else (an
+    operator, a previous CA instance) starts deleting it through the cloud. Node names are
+    the ones the simulator gives registered machines (`general-0`, ...) or static node names."""
+
+    at: Duration = 0.0
+    node: str = Field(min_length=1)
+    ready: bool | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
+    taints: list[NodeTaint] = Field(default_factory=list)
+    remove_taints: list[str] = Field(default_factory=list)
+    delete: bool = False
 
 
 EXPANDERS = ("random", "most-pods", "least-waste", "least-nodes", "price", "priority")
@@ -254,6 +336,10 @@ class AutoscalerOptions(_Strict):
     ignore_daemonsets_utilization: bool = Field(False, alias="ignore-daemonsets-utilization")
     skip_nodes_with_system_pods: bool = Field(True, alias="skip-nodes-with-system-pods")
     skip_nodes_with_local_storage: bool = Field(True, alias="skip-nodes-with-local-storage")
+    scale_down_unready_time: Duration = Field(1200.0, alias="scale-down-unready-time")
+    scale_down_unready_enabled: bool = Field(True, alias="scale-down-unready-enabled")
+    max_total_unready_percentage: float = Field(45.0, ge=0, le=100, alias="max-total-unready-percentage")
+    ok_total_unready_count: int = Field(3, ge=0, alias="ok-total-unready-count")
 
     @field_validator("expander")
     @classmethod
@@ -315,6 +401,10 @@ class Scenario(_Strict):
     priorities: dict[int, list[str]] = Field(default_factory=dict)
     daemonsets: list[DaemonSet] = Field(default_factory=list)
     workloads: list[Workload] = Field(default_factory=list)
+    #: how long a registered node stays NotReady before its kubelet reports Ready
+    node_ready_delay: Duration = 0.0
+    static_nodes: list[StaticNode] = Field(default_factory=list)
+    node_events: list[NodeEvent] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _checks(self) -> Scenario:
