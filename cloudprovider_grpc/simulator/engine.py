@@ -47,6 +47,7 @@ from cloudprovider_grpc.simulator.clock import VirtualClock
 from cloudprovider_grpc.simulator.estimator import PodGroup
 from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext
 from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count, resources_fit, static_fit
+from cloudprovider_grpc.simulator.interpod import HOSTNAME, Placement
 from cloudprovider_grpc.simulator.model import (
     CPU,
     MEMORY,
@@ -174,6 +175,7 @@ class Simulation:
         self._events_done: set[int] = set()
         self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
         self._healthy = True
+        self._interpod = any(c.shape.interpod for c in self.world.controllers)
         for sn in scenario.static_nodes:
             shape = static_shape(sn)
             for i in range(sn.count):
@@ -337,6 +339,13 @@ class Simulation:
             node.to_be_deleted = False
             node.version += 1
             self.rec.line(f"Removed ToBeDeleted taint from node {node.name} (left by a previous run)")
+
+    def _placement(self) -> Placement | None:
+        """The schedulable nodes and their pods for inter-pod predicates, or None when no
+        workload has such constraints (the common case costs nothing)."""
+        if not self._interpod:
+            return None
+        return Placement.of(n for n in self.world.nodes.values() if n.schedulable)
 
     def _cluster_healthy(self, t: float) -> bool:
         """clusterstate.go IsClusterHealthy: too many unready nodes stop the loop (static_autoscaler
@@ -615,17 +624,34 @@ class Simulation:
             tpl = templates.get(gid)
             if tpl is not None:
                 bins.extend((tpl, dict(self.template_free(tpl))) for _ in range(upcoming[gid]))
+        # pods with inter-pod constraints are tried one by one against the cluster plus the
+        # upcoming nodes (each a fresh hostname), like filter_out_schedulable.go's snapshot
+        view = self._placement() if any(pg.shape.interpod for pg in groups.values()) else None
+        if view is not None:
+            view = view.copy()
+            for i, (tpl, _) in enumerate(bins):
+                view.add_node(
+                    f"upcoming-{tpl.group}-{i}", {**tpl.labels, HOSTNAME: f"upcoming-{tpl.group}-{i}"}
+                )
         absorbed = 0
         for pg in groups.values():
-            for tpl, free in bins:
+            one_by_one = view is not None and view.relevant(pg.shape)
+            for i, (tpl, free) in enumerate(bins):
                 if pg.count == 0:
                     break
                 if not self.fits(pg.shape, tpl):
                     continue
                 n = min(pg.count, fit_count(pg.shape.requests, free))
+                if one_by_one and view is not None:
+                    name = f"upcoming-{tpl.group}-{i}"
+                    k = 0
+                    while k < n and view.allows(pg.shape, name):
+                        view.add_pod(name, pg.shape)
+                        k += 1
+                    n = k
                 if n:
-                    for k, v in pg.shape.requests.items():
-                        free[k] = free.get(k, 0) - v * n
+                    for k2, v in pg.shape.requests.items():
+                        free[k2] = free.get(k2, 0) - v * n
                     pg.count -= n
                     absorbed += n
         if absorbed:
@@ -682,6 +708,7 @@ class Simulation:
             limits.usage(shapes, gpu_label),
             self.fits,
             gpu_label,
+            self._placement(),
         )
         pending = sum(pg.count for pg in pod_groups)
         if not plan.increases:
@@ -806,7 +833,9 @@ class Simulation:
                 continue
             candidates.append(n)
         destinations = [n for n in self.world.nodes.values() if n.schedulable]
-        result = self.planner.update(t, candidates, destinations, group_opts)
+        result = self.planner.update(
+            t, candidates, destinations, group_opts, self.world.pdb_disruptions_allowed(t), self._interpod
+        )
         for u in result.newly_unneeded:
             self.rec.line(f"Node {u.node} - {u.resource} utilization {u.utilization:.6f}")
             self.rec.line(f"Node {u.node} unneeded since {self.rec.stamp(u.since)}")

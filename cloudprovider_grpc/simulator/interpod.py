@@ -61,6 +61,13 @@ class Placement:
                 view.add_pod(n.name, pod.shape)  # type: ignore[attr-defined]
         return view
 
+    def copy(self) -> Placement:
+        other = Placement()
+        other.labels = dict(self.labels)
+        other.pods = {k: Counter(v) for k, v in self.pods.items()}
+        other.anti_holders = self.anti_holders
+        return other
+
     def add_node(self, name: str, labels: Mapping[str, str]) -> None:
         if HOSTNAME not in labels:
             labels = {**labels, HOSTNAME: name}

@@ -10,7 +10,10 @@ Modelled on sigs-CA `pkg/core/scaledown/`:
   from removing a node?"): `safe-to-evict: "false"` blocks; `safe-to-evict: "true"` overrides the
   rules below; pods without a controller, kube-system pods without a PDB (with
   `skip-nodes-with-system-pods`) and pods with local storage (with
-  `skip-nodes-with-local-storage`) block. DaemonSet pods never need moving.
+  `skip-nodes-with-local-storage`) block; so do pods whose PodDisruptionBudget allows fewer
+  disruptions than the node would cause (rules/pdb, NotEnoughPdb), the budget being shared by
+  the nodes of one pass (`pkg/core/scaledown/pdb` RemainingPdbTracker). DaemonSet pods never
+  need moving.
 - rescheduling (`pkg/simulator/cluster.go` SimulateNodeRemoval): the node's movable pods must fit
   on the remaining nodes; nodes found removable in the same pass are taken out of the snapshot and
   their pods' new homes are reserved, so the whole unneeded set can go together.
@@ -30,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count
+from cloudprovider_grpc.simulator.interpod import Placement
 from cloudprovider_grpc.simulator.limits import Tracker
 from cloudprovider_grpc.simulator.model import (
     CPU,
@@ -98,6 +102,20 @@ def blocking_reason(pod: Pod, rules: DrainRules) -> str | None:
     return None
 
 
+def _pdb_blocked(pods: list[Pod], left: Mapping[PodShape, int]) -> str | None:
+    """drainability/rules/pdb: evicting these pods would exceed a PodDisruptionBudget."""
+    counts: dict[PodShape, int] = {}
+    for p in pods:
+        if p.shape in left:
+            counts[p.shape] = counts.get(p.shape, 0) + 1
+    for shape, n in counts.items():
+        if n > left[shape]:
+            return (
+                f"pods of {shape.namespace}/{shape.owner}: NotEnoughPdb ({left[shape]} disruptions allowed)"
+            )
+    return None
+
+
 def movable_pods(node: Node) -> list[Pod]:
     return [p for p in node.pods.values() if not p.shape.is_daemonset]
 
@@ -151,9 +169,14 @@ class ScaleDownPlanner:
         candidates: Sequence[Node],
         destinations: Sequence[Node],
         options: Callable[[str], GroupScaleDownOptions],
+        pdb_left: dict[PodShape, int] | None = None,
+        interpod: bool = False,
     ) -> PassResult:
-        """Find the unneeded nodes among `candidates` (ready nodes of groups above MinSize);
-        `destinations` are all ready, schedulable nodes the evicted pods may move to."""
+        """Find the unneeded nodes among `candidates` (nodes of groups above MinSize);
+        `destinations` are all ready, schedulable nodes the evicted pods may move to.
+        `pdb_left`: disruptions each PDB-covered workload still allows (consumed by the nodes
+        found removable in this pass, like CA's RemainingPdbTracker); `interpod`: some pods have
+        host ports, pod (anti-)affinity or spread constraints, so moves check `interpod.py`."""
         unremovable: list[Unremovable] = []
         underutilized: list[tuple[Node, float, str]] = []
         group_opts: dict[str, GroupScaleDownOptions] = {}
@@ -199,6 +222,10 @@ class ScaleDownPlanner:
         if not underutilized:
             return self._finish([], unremovable)
         free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
+        view: Placement | None = None
+        if interpod:
+            view = Placement.of({n.name: n for n in [*destinations, *candidates]}.values())
+        pdb = dict(pdb_left or {})
         removed: set[str] = set()
         # pods moved onto a node earlier in this pass live there in CA's snapshot: removing that
         # node as well means moving them again
@@ -212,18 +239,21 @@ class ScaleDownPlanner:
                 if non_empty_checked >= self.non_empty_candidates:
                     continue
                 non_empty_checked += 1
-                blocked = self._blocked(pods)
+                blocked = self._blocked(pods) or _pdb_blocked(pods, pdb)
                 if blocked is not None:
                     unremovable.append(Unremovable(node.name, "BlockedByPod", blocked))
                     self.unremovable_until[node.name] = now + self.recheck_timeout
                     continue
                 shapes = [p.shape for p in pods] + extra
-                if not self._reschedule(node, shapes, free, removed, moved_in, destinations):
+                if not self._reschedule(node, shapes, free, removed, moved_in, destinations, view):
                     unremovable.append(Unremovable(node.name, "NoPlaceToMovePods"))
                     if pods:
                         self.unremovable_until[node.name] = now + self.recheck_timeout
                     continue
             removed.add(node.name)
+            for p in pods:
+                if p.shape in pdb:
+                    pdb[p.shape] -= 1
             since = self.unneeded_since.get(node.name, now)
             found.append(
                 Unneeded(
@@ -261,16 +291,25 @@ class ScaleDownPlanner:
         removed: set[str],
         moved_in: dict[str, list[PodShape]],
         destinations: Sequence[Node],
+        view: Placement | None = None,
     ) -> bool:
-        """Place the node's pods elsewhere (first fit in node order); commit only if all fit."""
+        """Place the node's pods elsewhere (first fit in node order); commit only if all fit.
+        With `view`, pods whose fit depends on other pods go one at a time through its
+        predicates, and the view follows every move (undone when the node cannot be emptied)."""
         by_shape: dict[int, tuple[PodShape, int]] = {}
         for shape in shapes:
             _, n = by_shape.get(id(shape), (shape, 0))
             by_shape[id(shape)] = (shape, n + 1)
         tentative: dict[str, Resources] = {}
         landed: list[tuple[str, PodShape, int]] = []
+        saved = None
+        if view is not None:
+            saved = (view.labels.get(node.name), view.pods.get(node.name))
+            view.remove_node(node.name)  # its pods are leaving
+        ok = True
         for shape, count in by_shape.values():
             remaining = count
+            one_by_one = view is not None and view.relevant(shape)
             for dest in destinations:
                 if remaining == 0:
                     break
@@ -280,14 +319,33 @@ class ScaleDownPlanner:
                     continue
                 cur = tentative.get(dest.name) or dict(free[dest.name])
                 n = min(remaining, fit_count(shape.requests, cur))
+                if one_by_one and view is not None:
+                    k = 0
+                    while k < n and view.allows(shape, dest.name):
+                        view.add_pod(dest.name, shape)
+                        k += 1
+                    n = k
+                elif n and view is not None:
+                    view.add_pod(dest.name, shape, n)
                 if n:
-                    for k, v in shape.requests.items():
-                        cur[k] = cur.get(k, 0) - v * n
+                    for k2, v in shape.requests.items():
+                        cur[k2] = cur.get(k2, 0) - v * n
                     tentative[dest.name] = cur
                     landed.append((dest.name, shape, n))
                     remaining -= n
             if remaining:
-                return False
+                ok = False
+                break
+        if not ok:
+            if view is not None and saved is not None:
+                for dest_name, shape, n in landed:
+                    view.remove_pod(dest_name, shape, n)
+                labels, pods = saved
+                if labels is not None:
+                    view.add_node(node.name, labels)
+                    for shape, n in (pods or {}).items():
+                        view.add_pod(node.name, shape, n)
+            return False
         free.update(tentative)
         for dest_name, shape, n in landed:
             moved_in.setdefault(dest_name, []).extend([shape] * n)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from cloudprovider_grpc.simulator.estimator import PodGroup, estimate
 from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext, Option
 from cloudprovider_grpc.simulator.fit import static_reason
+from cloudprovider_grpc.simulator.interpod import Placement
 from cloudprovider_grpc.simulator.limits import Tracker, node_totals
 from cloudprovider_grpc.simulator.model import CPU, MEMORY, NodeShape, PodShape
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
@@ -134,9 +135,11 @@ def plan_scale_up(
     usage: Mapping[str, int],
     fits: Callable[[PodShape, NodeShape], bool],
     gpu_label: str | None = None,
+    context: Placement | None = None,
 ) -> ScaleUpPlan:
     """`usage`: what the cluster's nodes (plus upcoming ones) count against the resource limits
-    (`limits.usage`); `gpu_label`: the cloud's GPU label, for `--gpu-total`."""
+    (`limits.usage`); `gpu_label`: the cloud's GPU label, for `--gpu-total`; `context`: the
+    cluster's nodes and pods for inter-pod predicates in the estimator (`interpod.py`)."""
     plan = ScaleUpPlan()
     total_pods = sum(g.count for g in pod_groups)
     quota = Tracker.for_scale_up(opts.resource_limits(), usage)
@@ -177,7 +180,7 @@ def plan_scale_up(
         limit = min(opts.max_nodes_per_scaleup, room)
         if cluster_room is not None:
             limit = min(limit, max(0, cluster_room))
-        est = estimate(fitting, tpl, g.template_free, max_nodes=limit)
+        est = estimate(fitting, tpl, g.template_free, max_nodes=limit, context=context)
         if est.node_count == 0:
             plan.skipped[g.id] = "estimator placed no pod (pods do not fit an empty template node)"
             continue
@@ -206,8 +209,12 @@ def plan_scale_up(
     if best.debug:  # the limiter cut the estimate: compute the true need for the log
         fitting = [pg for pg in pod_groups if fits(pg.shape, group.template)]  # type: ignore[arg-type]
         needed = estimate(
-            fitting, group.template, group.template_free, max_nodes=opts.max_nodes_per_scaleup
-        ).node_count  # type: ignore[arg-type]
+            fitting,
+            group.template,  # type: ignore[arg-type]
+            group.template_free,
+            max_nodes=opts.max_nodes_per_scaleup,
+            context=context,
+        ).node_count
     plan.needed = needed
     plan.lines.append(f"Estimated {needed} nodes needed in {best.group}")
     if cluster_room is not None and needed > cluster_room:

@@ -182,6 +182,24 @@ class World:
                     self._delete_pod(p)
                     self.completed += 1
 
+    def pdb_disruptions_allowed(self, now: float) -> dict[PodShape, int]:
+        """Per workload with a PDB budget: what the disruption controller would publish as
+        status.disruptionsAllowed = healthy pods (running on a Ready node) - desired healthy
+        (minAvailable, or expected replicas - maxUnavailable), never below 0."""
+        out: dict[PodShape, int] = {}
+        for c in self.controllers:
+            pdb = c.shape.pdb
+            if pdb is None:
+                continue
+            healthy = sum(1 for p in c.pods.values() if p.node is not None and self.nodes[p.node].ready)
+            expected = len(c.pods) if c.workload.kind == "Job" else c.workload.replicas_at(now)
+            if pdb.min_available is not None:
+                desired = pdb.min_available
+            else:
+                desired = expected - (pdb.max_unavailable or 0)
+            out[c.shape] = max(0, healthy - desired)
+        return out
+
     # ---- kubelets
     def register(self, name: str, provider_id: str, shape: NodeShape, now: float, ready: bool = True) -> Node:
         node = Node(name, provider_id, shape, now)
