@@ -203,10 +203,6 @@ class Simulation:
     def run_once(self, t: float) -> None:
         w = self.world
         w.apply_controllers(t)
-        self._node_events(t)
-        self._readiness(t)
-        if not self._initialized:
-            self._clean_up_taints()
         try:
             self.client.refresh()
         except RpcError as exc:
@@ -223,6 +219,10 @@ class Simulation:
         self.client.gpu_types()
         self._list_instances(groups, t)
         self._kubelets(groups, t)
+        self._node_events(t)
+        self._readiness(t)
+        if not self._initialized:
+            self._clean_up_taints()
         w.schedule(t)
         node_group = {
             n.name: (

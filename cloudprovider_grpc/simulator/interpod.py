@@ -69,7 +69,9 @@ class Placement:
         return other
 
     def add_node(self, name: str, labels: Mapping[str, str]) -> None:
-        if HOSTNAME not in labels:
+        # every node is its own hostname domain (the kubelet sets the label to the node name; a
+        # template's value is a placeholder that real nodes do not share)
+        if labels.get(HOSTNAME) != name:
             labels = {**labels, HOSTNAME: name}
         self.labels[name] = labels
         self.pods[name] = Counter()

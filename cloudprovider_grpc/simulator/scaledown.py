@@ -10,10 +10,9 @@ Modelled on sigs-CA `pkg/core/scaledown/`:
   from removing a node?"): `safe-to-evict: "false"` blocks; `safe-to-evict: "true"` overrides the
   rules below; pods without a controller, kube-system pods without a PDB (with
   `skip-nodes-with-system-pods`) and pods with local storage (with
-  `skip-nodes-with-local-storage`) block; so do pods whose PodDisruptionBudget allows fewer
-  disruptions than the node would cause (rules/pdb, NotEnoughPdb), the budget being shared by
-  the nodes of one pass (`pkg/core/scaledown/pdb` RemainingPdbTracker). DaemonSet pods never
-  need moving.
+  `skip-nodes-with-local-storage`) block; so do pods whose PodDisruptionBudget has no disruption
+  left (`pkg/core/scaledown/pdb` CanRemovePods, NotEnoughPdb), the budget being consumed by the
+  nodes found removable earlier in the same pass (RemovePods). DaemonSet pods never need moving.
 - rescheduling (`pkg/simulator/cluster.go` SimulateNodeRemoval): the node's movable pods must fit
   on the remaining nodes; nodes found removable in the same pass are taken out of the snapshot and
   their pods' new homes are reserved, so the whole unneeded set can go together.
@@ -102,17 +101,14 @@ def blocking_reason(pod: Pod, rules: DrainRules) -> str | None:
     return None
 
 
-def _pdb_blocked(pods: list[Pod], left: Mapping[PodShape, int]) -> str | None:
-    """drainability/rules/pdb: evicting these pods would exceed a PodDisruptionBudget."""
-    counts: dict[PodShape, int] = {}
+def pdb_blocked(pods: list[Pod], left: Mapping[PodShape, int]) -> str | None:
+    """pdb/basic.go CanRemovePods: a node whose pods are covered by a PDB with no disruption left
+    cannot be drained (NotEnoughPdb). More pods than disruptions left is only "at risk": CA still
+    drains, evicting one by one (inParallel false), so that does not block here."""
     for p in pods:
-        if p.shape in left:
-            counts[p.shape] = counts.get(p.shape, 0) + 1
-    for shape, n in counts.items():
-        if n > left[shape]:
-            return (
-                f"pods of {shape.namespace}/{shape.owner}: NotEnoughPdb ({left[shape]} disruptions allowed)"
-            )
+        n = left.get(p.shape)
+        if n is not None and n < 1:
+            return f"pod {p.shape.namespace}/{p.name}: NotEnoughPdb"
     return None
 
 
@@ -239,7 +235,7 @@ class ScaleDownPlanner:
                 if non_empty_checked >= self.non_empty_candidates:
                     continue
                 non_empty_checked += 1
-                blocked = self._blocked(pods) or _pdb_blocked(pods, pdb)
+                blocked = self._blocked(pods) or pdb_blocked(pods, pdb)
                 if blocked is not None:
                     unremovable.append(Unremovable(node.name, "BlockedByPod", blocked))
                     self.unremovable_until[node.name] = now + self.recheck_timeout
