@@ -65,6 +65,7 @@ from cloudprovider_grpc.simulator.report import Recorder, Report
 from cloudprovider_grpc.simulator.scaledown import (
     DrainRules,
     GroupScaleDownOptions,
+    Removal,
     ScaleDownPlanner,
     select_removals,
 )
@@ -175,6 +176,7 @@ class Simulation:
         self._events_done: set[int] = set()
         self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
         self._healthy = True
+        self._options_seen: dict[str, GroupOptions] = {}  # the last NodeGroupGetOptions answer per group
         self._interpod = any(c.shape.interpod for c in self.world.controllers)
         for sn in scenario.static_nodes:
             shape = static_shape(sn)
@@ -687,6 +689,7 @@ class Simulation:
                     tpl,
                     self.template_free(tpl) if tpl is not None else {},
                     f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
+                    self._zero_or_max(g.id),
                 )
             )
         # every node counts against the limits, in a group or not, and so do upcoming nodes (as
@@ -782,6 +785,20 @@ class Simulation:
         return any_ok
 
     # ------------------------------------------------------------------ scale-down
+    def _zero_or_max(self, gid: str) -> bool:
+        """The group's zeroOrMaxNodeScaling option. CA reads GetOptions for every group it filters
+        for scale-up; the simulator reuses the group's last answer (scale-down asks every loop a
+        group has nodes) and asks only for a group it has never asked about."""
+        seen = self._options_seen.get(gid)
+        if seen is None:
+            d = self._defaults()
+            try:
+                seen = self.client.options(gid, d) or d
+            except RpcError:
+                return False
+            self._options_seen[gid] = seen
+        return seen.zero_or_max_node_scaling
+
     def _defaults(self) -> GroupOptions:
         o = self.o
         return GroupOptions(
@@ -811,6 +828,7 @@ class Simulation:
                 d = self._defaults()
                 try:
                     got = self.client.options(gid, d) or d
+                    self._options_seen[gid] = got
                 except RpcError:
                     got = d
                 hit = memo[gid] = GroupScaleDownOptions(
@@ -875,6 +893,7 @@ class Simulation:
             return
         self._last_cooldown = ""
         mins = {g.id: g.min_size for g in groups}
+        atomic = {gid for gid, o in self._options_seen.items() if o.zero_or_max_node_scaling}
         gpu_label = self.client.gpu_label()
         used = limits.usage((n.shape for n in self.world.nodes.values()), gpu_label)
         removals, skipped = select_removals(
@@ -888,6 +907,7 @@ class Simulation:
             quota=limits.Tracker.for_scale_down(self.o.resource_limits(), used),
             totals=lambda name: limits.node_totals(self.world.nodes[name].shape, gpu_label),
             unready_time=lambda gid: group_opts(gid).unready_time,
+            atomic=atomic,
         )
         for s in skipped:
             if (s.node, s.reason) in self._skip_logged:
@@ -910,50 +930,69 @@ class Simulation:
                         "usage": dict(sorted(used.items())),
                     },
                 )
+        # one DeleteNodes per node, like CA's actuator; a zero-or-max group's nodes go together in
+        # one call (actuation/group_deletion_scheduler.go batches atomic groups)
+        batches: list[list[Removal]] = []
+        by_group: dict[str, list[Removal]] = {}
         for r in removals:
-            node = self.world.nodes[r.node]
-            util = self.planner.current[r.node]
-            with contextlib.suppress(RpcError):  # CA reads the group's options per node before deleting
-                self.client.options(r.group, self._defaults())
-            node.to_be_deleted = True
-            if r.empty:
-                self.rec.line(f"Scale-down: removing empty node {r.node}")
+            if r.group in atomic:
+                if r.group not in by_group:
+                    by_group[r.group] = []
+                    batches.append(by_group[r.group])
+                by_group[r.group].append(r)
             else:
-                self.rec.line(
-                    f"Scale-down: removing node {r.node}, utilization: {util.utilization:.3f} "
-                    f"({util.resource}), pods to reschedule: {','.join(r.pods_to_move)}"
-                )
-            ref = pb.ExternalGrpcNode(
-                providerID=node.provider_id, name=node.name, labels=dict(node.shape.labels)
-            )
+                batches.append([r])
+        for batch in batches:
+            gid = batch[0].group
+            nodes = [self.world.nodes[r.node] for r in batch]
+            for r, node in zip(batch, nodes, strict=True):
+                util = self.planner.current[r.node]
+                with contextlib.suppress(RpcError):  # CA reads the group's options per node before deleting
+                    self.client.options(r.group, self._defaults())
+                node.to_be_deleted = True
+                if r.empty:
+                    self.rec.line(f"Scale-down: removing empty node {r.node}")
+                else:
+                    self.rec.line(
+                        f"Scale-down: removing node {r.node}, utilization: {util.utilization:.3f} "
+                        f"({util.resource}), pods to reschedule: {','.join(r.pods_to_move)}"
+                    )
+            refs = [
+                pb.ExternalGrpcNode(providerID=n.provider_id, name=n.name, labels=dict(n.shape.labels))
+                for n in nodes
+            ]
             try:
-                self.client.delete_nodes(r.group, [ref])
+                self.client.delete_nodes(gid, refs)
             except RpcError as exc:
-                node.to_be_deleted = False
                 self.last_failure = t
-                self.rec.line(f"Failed to delete {r.node}: {exc.details}")
-                self.rec.decide("scale-down-failed", group=r.group, node=r.node, reason=exc.details)
+                for r, node in zip(batch, nodes, strict=True):
+                    node.to_be_deleted = False
+                    self.rec.line(f"Failed to delete {r.node}: {exc.details}")
+                    self.rec.decide("scale-down-failed", group=r.group, node=r.node, reason=exc.details)
                 continue
             self.last_delete = t
-            self.invalid.add(r.group)
-            targets[r.group] -= 1
-            self._seen_targets[r.group] = targets[r.group]
-            self.removed_ids.add(node.provider_id)
-            self._drop_node(node, t)
-            self.rec.decide(
-                "scale-down",
-                group=r.group,
-                node=r.node,
-                delta=-1,
-                reason="empty" if r.empty else "underutilized",
-                inputs={
-                    "utilization": round(util.utilization, 6),
-                    "resource": util.resource,
-                    "unneeded_for": r.unneeded_for,
-                    "unneeded_time": group_opts(r.group).unneeded_time,
-                    "pods_rescheduled": r.pods_to_move,
-                },
-            )
+            self.invalid.add(gid)
+            for r, node in zip(batch, nodes, strict=True):
+                util = self.planner.current[r.node]
+                targets[r.group] -= 1
+                self._seen_targets[r.group] = targets[r.group]
+                self.removed_ids.add(node.provider_id)
+                self._drop_node(node, t)
+                self.rec.decide(
+                    "scale-down",
+                    group=r.group,
+                    node=r.node,
+                    delta=-1,
+                    reason="empty" if r.empty else "underutilized",
+                    inputs={
+                        "utilization": round(util.utilization, 6),
+                        "resource": util.resource,
+                        "unneeded_for": r.unneeded_for,
+                        "unneeded_time": group_opts(r.group).unneeded_time,
+                        "pods_rescheduled": r.pods_to_move,
+                        **({"zero_or_max": True} if r.group in atomic else {}),
+                    },
+                )
 
     def _drop_node(self, node: Node, t: float) -> None:
         self.world.remove_node(node.name, t)

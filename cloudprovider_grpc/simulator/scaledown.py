@@ -28,7 +28,7 @@ Modelled on sigs-CA `pkg/core/scaledown/`:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count
@@ -369,6 +369,13 @@ class Removal:
     unneeded_for: float
 
 
+def _threshold(
+    u: Unneeded, unneeded_time: Callable[[str], float], unready_time: Callable[[str], float] | None
+) -> float:
+    """unneeded/nodes.go lookupAndSetRemovalThreshold: unready nodes use the unready time."""
+    return unneeded_time(u.group) if u.ready or unready_time is None else unready_time(u.group)
+
+
 def select_removals(
     now: float,
     unneeded: Sequence[Unneeded],
@@ -381,6 +388,7 @@ def select_removals(
     quota: Tracker | None = None,
     totals: Callable[[str], Mapping[str, int]] | None = None,
     unready_time: Callable[[str], float] | None = None,
+    atomic: Collection[str] = (),
 ) -> tuple[list[Removal], list[Unremovable]]:
     """Which unneeded nodes to delete this loop: timers, MinSize guard, the cluster-wide minimum
     resource limits (`quota`: headroom above the minima, `totals`: what a node counts, by node
@@ -391,11 +399,26 @@ def select_removals(
     budget = max(0, max_parallelism - in_flight)
     drain_budget = min(max_drain_parallelism, budget)
     ordered = sorted(unneeded, key=lambda u: (not u.empty, u.since, u.node))
+    # zero-or-max groups go all at once or not at all (processors/nodes/scale_down_set_processor.go
+    # FilterUnremovableNodes: removable only if every node of the group is; budgets.go counts
+    # the group as one unit)
+    for gid in sorted(set(atomic)):
+        members = [u for u in ordered if u.group == gid]
+        if not members:
+            continue
+        ready = [u for u in members if now - u.since >= _threshold(u, unneeded_time, unready_time)]
+        drains = sum(1 for u in ready if not u.empty)
+        if len(ready) == group_sizes.get(gid, -1) and len(ready) <= budget and drains <= drain_budget:
+            for u in ready:
+                chosen.append(Removal(u.node, u.group, u.empty, u.pods_to_move, now - u.since))
+            budget -= len(ready)
+            drain_budget -= drains
+        else:
+            skipped.extend(Unremovable(u.node, "AtomicScaleDownFailed") for u in ready)
+    ordered = [u for u in ordered if u.group not in atomic]
     for u in ordered:
         waited = now - u.since
-        # unneeded/nodes.go lookupAndSetRemovalThreshold: unready nodes use the unready time
-        threshold = unneeded_time(u.group) if u.ready or unready_time is None else unready_time(u.group)
-        if waited < threshold:
+        if waited < _threshold(u, unneeded_time, unready_time):
             continue
         if remaining_size.get(u.group, 0) - 1 < group_min.get(u.group, 0):
             skipped.append(Unremovable(u.node, "NodeGroupMinSizeReached"))

@@ -60,6 +60,7 @@ class GroupView:
     template: NodeShape | None
     template_free: Mapping[str, int] = field(default_factory=dict)
     backed_off: str | None = None  # reason, if backed off
+    zero_or_max: bool = False  # NodeGroupGetOptions zeroOrMaxNodeScaling: scale 0 -> max at once
 
 
 @dataclass
@@ -151,8 +152,16 @@ def plan_scale_up(
             plan.skipped[g.id] = "max limit reached"
         elif g.template is None:
             plan.skipped[g.id] = "no template"
-        elif exceeded := quota.check(node_totals(g.template, gpu_label), 1).exceeded:
+        elif exceeded := quota.check(
+            node_totals(g.template, gpu_label), g.max_size - g.target if g.zero_or_max else 1
+        ).exceeded:
             plan.skipped[g.id] = "exceeded quota: " + "/".join(_flag(r) for r in exceeded)
+        elif (
+            g.zero_or_max
+            and opts.max_nodes_total
+            and cluster_nodes + g.max_size - g.target > opts.max_nodes_total
+        ):
+            plan.skipped[g.id] = "atomic scale-up exceeds cluster node count limit"
         else:
             valid.append(g)
     for gid, why in plan.skipped.items():
@@ -184,8 +193,12 @@ def plan_scale_up(
         if est.node_count == 0:
             plan.skipped[g.id] = "estimator placed no pod (pods do not fit an empty template node)"
             continue
-        opt = Option(g.id, est.node_count, est.placed, tpl)
-        opt.debug = f"limited to {limit}" if est.limited else ""
+        node_count = est.node_count
+        if g.zero_or_max:
+            # orchestrator.go ComputeExpansionOption: the only valid count is the group's max size
+            node_count = g.max_size - g.target
+        opt = Option(g.id, node_count, est.placed, tpl)
+        opt.debug = f"limited to {limit}" if est.limited and not g.zero_or_max else ""
         plan.options.append(opt)
 
     if not plan.options:
@@ -227,7 +240,13 @@ def plan_scale_up(
         plan.lines.append(f"Capping scale-up size due to lack of resources: {new_nodes} -> {quota_nodes}")
         new_nodes = quota_nodes
     similar_groups = [group] + [
-        o for o in valid if o.id != group.id and opts.balance_similar_node_groups and similar(group, o, opts)
+        o
+        for o in valid
+        if o.id != group.id
+        and opts.balance_similar_node_groups
+        and not group.zero_or_max  # orchestrator.go: no balancing for zero-or-max groups
+        and not o.zero_or_max
+        and similar(group, o, opts)
     ]
     if len(similar_groups) > 1:
         plan.lines.append(

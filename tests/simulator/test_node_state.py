@@ -4,7 +4,7 @@ constraints. Each test names the cluster-autoscaler test (or source) it translat
 
 from cloudprovider_grpc.simulator import parse_scenario, run
 from cloudprovider_grpc.simulator.model import Pod, PodShape
-from cloudprovider_grpc.simulator.scaledown import pdb_blocked
+from cloudprovider_grpc.simulator.scaledown import Unneeded, pdb_blocked, select_removals
 
 
 def group(gid, initial=0, lo=0, hi=10, cpu="1", memory="1Gi", **kw):
@@ -228,3 +228,41 @@ def test_host_port_conflict_in_scheduling_and_scale_up():
     r = run(s)
     assert [(d.group, d.delta) for d in kinds(r, "scale-up")] == [("g", 4)]
     assert r.timeline["pending"][-1] == 0
+
+
+def test_atomic_resize_filter():
+    # processors/nodes/scale_down_set_processor_test.go (AtomicResizeFilteringProcessor): a
+    # zero-or-max group's nodes are removed together when all of its target are removable;
+    # otherwise each is AtomicScaleDownFailed. Ordinary groups are unaffected.
+    def u(node, group):
+        return Unneeded(node, group, 0.0, 0.0, "cpu", True)
+
+    unneeded = [u("a-0", "a"), u("a-1", "a"), u("a-2", "a"), u("b-0", "b"), u("b-1", "b"), u("c-0", "c")]
+    chosen, skipped = select_removals(
+        1000.0, unneeded, lambda g: 600.0, {"a": 3, "b": 3, "c": 2}, {}, 10, 1, atomic={"a", "b"}
+    )
+    assert sorted(r.node for r in chosen) == ["a-0", "a-1", "a-2", "c-0"]
+    assert sorted((s.node, s.reason) for s in skipped) == [
+        ("b-0", "AtomicScaleDownFailed"),
+        ("b-1", "AtomicScaleDownFailed"),
+    ]
+
+
+def test_zero_or_max_group_scales_to_max_and_back_to_zero_at_once():
+    # orchestrator.go ComputeExpansionOption (a zero-or-max group's only valid count is its max
+    # size) and the atomic scale-down above, through NodeGroupGetOptions served by the sim cloud:
+    # one pending pod grows "slice" 0 -> 4; when the Job ends, all 4 go in one DeleteNodes call
+    s = scenario(
+        "30m",
+        [group("slice", hi=4, cpu="4", memory="8Gi", options={"zero_or_max_node_scaling": True})],
+        autoscaler={"scale-down-unneeded-time": "2m", "scale-down-delay-after-add": "1m"},
+        workloads=[
+            {"name": "train", "kind": "Job", "run_time": "10m", "requests": {"cpu": "1", "memory": "1Gi"}}
+        ],
+    )
+    r = run(s)
+    assert [(d.group, d.delta) for d in kinds(r, "scale-up")] == [("slice", 4)]
+    downs = kinds(r, "scale-down")
+    assert len(downs) == 4 and len({d.t for d in downs}) == 1
+    assert r.rpc_counts["autoscaler"]["NodeGroupDeleteNodes"] == 1
+    assert r.summary["final_nodes"] == {"slice": 0}
