@@ -8,6 +8,7 @@ figures are kept out on purpose; benchmarks print them instead).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -149,7 +150,9 @@ def marker_events(decisions: list[Decision]) -> dict[str, list[tuple[float, str,
             if names:
                 label += f" ({names[0]})" if len(names) == 1 else f" ({names[0]} … {names[-1]})"
         elif kind == "fix-node-group-size":
-            label = f"{sum(d.delta for d in ds)}"
+            label = f"{sum(d.delta for d in ds)} (size fixed)"
+        elif kind == "scale-up-failed":
+            label = f"{sum(d.delta for d in ds)} failed ({ds[0].reason})"
         else:
             label = kind.removeprefix("scale-up-")
         out.setdefault(group, []).append((t, kind, label))
@@ -182,8 +185,9 @@ def write_timeline(report: Report, path: Path) -> str:
     shared = len(groups) > MAX_PANELS
     rows = (1 if shared else max(1, len(groups))) + 1
     heights = [2.0] * (rows - 1) + [1.4]
+    height = 1.3 + sum(heights)
     fig, axes = plt.subplots(
-        rows, 1, sharex=True, figsize=(12, 1.2 + sum(heights)), gridspec_kw={"height_ratios": heights}
+        rows, 1, sharex=True, figsize=(12, height), gridspec_kw={"height_ratios": heights}
     )
     end = ts[-1] if ts else 0.0
     seen_kinds: dict[str, tuple[str, str]] = {}
@@ -201,7 +205,11 @@ def write_timeline(report: Report, path: Path) -> str:
         if b is not None:
             ax.axhline(b["max_size"], color="0.55", linestyle=":", linewidth=1)
             top = max(top, b["max_size"])
+        near = max(end, 1.0) * 0.04  # labels closer than this in time are stacked upwards
+        last_t, stack = -math.inf, 0
         for t, kind, label in events.get(group, []):
+            stack = stack + 1 if t - last_t < near else 0
+            last_t = t
             marker, colour, legend = MARKERS[kind]
             seen_kinds[legend] = (marker, colour)
             k = min(range(len(ts)), key=lambda j: abs(ts[j] - t)) if ts else 0
@@ -210,7 +218,8 @@ def write_timeline(report: Report, path: Path) -> str:
             ax.annotate(
                 label,
                 (t, y),
-                xytext=(5, 5),
+                # failures below their marker, everything else above; close ones stacked
+                xytext=(5, -14 - 10 * stack) if marker == "X" else (5, 5 + 10 * stack),
                 textcoords="offset points",
                 fontsize=8,
                 color=colour,
@@ -252,12 +261,19 @@ def write_timeline(report: Report, path: Path) -> str:
         for label, (m, c) in seen_kinds.items()
     ]
     start = report.start_time.strftime("%Y-%m-%d %H:%M UTC")
-    fig.suptitle(f"{report.scenario} (seed {report.seed}, {report.provider}), from {start}", fontsize=11)
+    # title and legend take a fixed band of 0.5 in at the top, above every panel
+    fig.suptitle(
+        f"{report.scenario} (seed {report.seed}, {report.provider}), from {start}", fontsize=11, y=0.995
+    )
     if handles:
         fig.legend(
-            handles=handles, loc="upper center", ncol=len(handles), fontsize=8, bbox_to_anchor=(0.5, 0.965)
+            handles=handles,
+            loc="upper center",
+            ncol=len(handles),
+            fontsize=8,
+            bbox_to_anchor=(0.5, 1.0 - 0.3 / height),
         )
-    fig.tight_layout(rect=(0.0, 0.0, 1.0, 0.95))
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.5 / height))
     # no Software entry keeps the PNG bytes independent of the matplotlib version
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
