@@ -16,6 +16,7 @@ without them, against real tools wherever one exists:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -63,10 +64,23 @@ OVERLAYS = {
     "standalone": "standalone",
     "cherry": "providers/cherry",
     "cherry-standalone": "providers/cherry/standalone",
+    "vultr": "providers/vultr",
+    "vultr-standalone": "providers/vultr/standalone",
+    "alicloud": "providers/alicloud",
+    "spc": "providers/spc",
 }
 #: the Cherry overlays and the layout each one patches
 CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
 CHERRY_EXAMPLE_SECRETS = MANIFESTS / "providers/cherry/secrets.example.yaml"
+#: the Vultr overlays and the layout each one patches
+VULTR_OVERLAYS = {"vultr": "sidecar", "vultr-standalone": "standalone"}
+VULTR_EXAMPLE_SECRETS = MANIFESTS / "providers/vultr/secrets.example.yaml"
+#: overlays other than Cherry's whose pod reads an example Secrets file (check-config needs them)
+EXAMPLE_SECRETS = {
+    "spc": MANIFESTS / "providers/spc/secrets.example.yaml",
+    "alicloud": MANIFESTS / "providers/alicloud/secrets.example.yaml",
+    **dict.fromkeys(VULTR_OVERLAYS, VULTR_EXAMPLE_SECRETS),
+}
 # Every Kubernetes schema from 1.33 (native sidecar containers are GA there) to the newest installed.
 SCHEMA_VERSIONS = sorted(
     {v for v in kubernetes_validate.utils.all_versions() if tuple(map(int, v.split(".")[:2])) >= (1, 33)},
@@ -294,7 +308,7 @@ def test_every_manifest_file_parses(path: Path) -> None:
 
 def test_every_resource_file_is_used() -> None:
     """No stray YAML: each file is a kustomization, referenced by one, or the Secrets example."""
-    referenced = {CHERRY_EXAMPLE_SECRETS}
+    referenced = {CHERRY_EXAMPLE_SECRETS, *EXAMPLE_SECRETS.values()}
     for kfile in MANIFESTS.rglob(KUSTOMIZATION_FILE):
         referenced.add(kfile)
         (spec,) = load_documents(kfile)
@@ -583,6 +597,29 @@ def test_cherry_overlay_reuses_in_tree_secrets(
     assert "authtoken" in example["cluster-autoscaler-cherry"]["stringData"]
 
 
+@pytest.mark.parametrize("overlay", VULTR_OVERLAYS)
+def test_vultr_overlay_reuses_the_in_tree_secret(overlay: str, rendered: Rendered) -> None:
+    """The Secret name and key exactly as the in-tree vultr example defines them; the CA container
+    is the base's, and applying the overlay never writes a Secret."""
+    objects = rendered[overlay]
+    view = ContainerView(our_workload(objects), OUR_CONTAINER, objects)
+    args = our_args(objects)
+    assert flag_value(args, "--provider") == "vultr"
+    mount, rel = view.mount_path_of(flag_value(args, "--cloud-config") or "") or ({}, "")
+    source = view.volumes[mount["name"]]["secret"]
+    assert source["secretName"] == "cluster-autoscaler-cloud-config"
+    assert {"key": "cloud-config", "path": rel} in source["items"]
+    ca = container(find(objects, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    assert ca == container(find(rendered[VULTR_OVERLAYS[overlay]], "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    example = {o["metadata"]["name"]: o for o in load_documents(VULTR_EXAMPLE_SECRETS)}
+    assert set(example) == {"cluster-autoscaler-cloud-config"}
+    assert set(json.loads(example["cluster-autoscaler-cloud-config"]["stringData"]["cloud-config"])) == {
+        "cluster_id",
+        "token",
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Our CLI accepts the manifests' arguments and files
 
@@ -617,6 +654,8 @@ def test_check_config_accepts_manifest_args(
             "cloudprovider_grpc.providers.cherry", reason="the Cherry backend (issue 3) has not landed"
         )
     secrets = cherry_example_secrets if overlay in CHERRY_OVERLAYS else []
+    if overlay in EXAMPLE_SECRETS:
+        secrets = load_documents(EXAMPLE_SECRETS[overlay])
     mat, _ = materialize_ours(rendered[overlay], tmp_path / "pod", secrets)
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"
