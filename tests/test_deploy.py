@@ -68,6 +68,8 @@ OVERLAYS = {
     "vultr-standalone": "providers/vultr/standalone",
     "alicloud": "providers/alicloud",
     "spc": "providers/spc",
+    "exoscale": "providers/exoscale",
+    "exoscale-standalone": "providers/exoscale/standalone",
 }
 #: the Cherry overlays and the layout each one patches
 CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
@@ -80,6 +82,9 @@ EXAMPLE_SECRETS = {
     "spc": MANIFESTS / "providers/spc/secrets.example.yaml",
     "alicloud": MANIFESTS / "providers/alicloud/secrets.example.yaml",
     **dict.fromkeys(VULTR_OVERLAYS, VULTR_EXAMPLE_SECRETS),
+    **dict.fromkeys(
+        ("exoscale", "exoscale-standalone"), MANIFESTS / "providers/exoscale/secrets.example.yaml"
+    ),
 }
 # Every Kubernetes schema from 1.33 (native sidecar containers are GA there) to the newest installed.
 SCHEMA_VERSIONS = sorted(
