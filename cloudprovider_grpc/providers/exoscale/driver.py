@@ -510,6 +510,14 @@ class ExoscaleDriver(PoolDriver):
             types = {g.instance_type for g in self._groups.values()}
         self._load_types(types)
 
+    def gpu_types(self) -> list[str]:
+        """The GPU instance-type families of the groups (GetAvailableGPUTypes), from memory."""
+        with self._lock:
+            types = [self._types.get(g.instance_type) for g in self._groups.values()]
+        return sorted(
+            {str(t.get("family")) for t in types if t and isinstance(t.get("gpus"), int) and t["gpus"] > 0}
+        )
+
     def template(self, group: str) -> NodeTemplate | None:
         info = self.group_info(group)
         itype = self._types.get(info.instance_type) if info else None
