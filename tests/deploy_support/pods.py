@@ -15,7 +15,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.deploy_support.kustomize import pod_containers, pod_spec
+import yaml
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    """All non-empty YAML documents of a file."""
+    with path.open() as fh:
+        return [doc for doc in yaml.safe_load_all(fh) if doc is not None]
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod spec inside a workload object, or None for non-workloads."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Pod":
+        return spec
+    template = spec.get("template")
+    if isinstance(template, dict):
+        return template.get("spec")
+    return None
+
+
+def pod_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Init containers (native sidecars included) and containers of a workload, in start order."""
+    spec = pod_spec(obj)
+    if not spec:
+        return []
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
 
 
 def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -113,11 +138,24 @@ class ContainerView:
                 return mount, path[len(prefix) :]
         return None
 
+    def field(self, path: str) -> str:
+        """The downward API's value for a fieldRef the pod uses."""
+        fields = {
+            "metadata.namespace": self.workload["metadata"].get("namespace", ""),
+            "spec.serviceAccountName": (pod_spec(self.workload) or {}).get("serviceAccountName", ""),
+        }
+        if path not in fields:
+            raise ValueError(f"fieldRef {path!r} is not modelled")
+        return str(fields[path])
+
     def env(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for var in self.container.get("env") or []:
             if "value" in var:
                 out[var["name"]] = var["value"]
+                continue
+            if "fieldRef" in var["valueFrom"]:
+                out[var["name"]] = self.field(var["valueFrom"]["fieldRef"]["fieldPath"])
                 continue
             ref = var["valueFrom"]["secretKeyRef"]
             try:
