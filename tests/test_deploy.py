@@ -51,6 +51,7 @@ from cloudprovider_grpc.providers.registry import BACKENDS as REGISTERED_BACKEND
 from tests.deploy_support import crds, dockerfile, issuer
 from tests.deploy_support.layouts import (
     CA_RELEASE,
+    CHART_EXAMPLE_SETTINGS,
     KUSTOMIZATION_FILE,
     MANIFESTS,
     NAMESPACE,
@@ -1010,26 +1011,33 @@ def readme_helm_commands() -> list[list[str]]:
 
 
 def test_readme_helm_commands_are_the_tested_ones() -> None:
-    """Each Helm command of the README installs a chart and values the tests render, with the
-    release names and namespace the tests use, and the official chart's tested version."""
+    """Each Helm command of the README installs exactly a layout the tests render and check: the
+    official chart at the tested version with one of our values files, or our chart with the settings
+    the standalone layouts use; release names and namespace as in the tests."""
     commands = readme_helm_commands()
     assert commands, "README Deploying has no helm install command"
     chart_version = yaml.safe_load((OFFICIAL_CHART / "Chart.yaml").read_text())["version"]
-    values_seen = set()
+    values_seen, providers_seen = set(), set()
     for argv in commands:
         verb_index = argv.index("install") if "install" in argv else argv.index("upgrade")
         release, chart = argv[verb_index + 1 : verb_index + 3]
         assert flag_value(argv, "--namespace") == NAMESPACE, argv
         values = [argv[i + 1] for i, a in enumerate(argv) if a in ("--values", "-f")]
-        for value in values:
-            assert (ROOT / value).is_file(), value
-            values_seen.add(value)
+        settings = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
         if chart == "autoscaler/cluster-autoscaler":
             assert release == CA_RELEASE and flag_value(argv, "--version") == chart_version, argv
-            assert all(v.startswith("deploy/helm/cluster-autoscaler/") for v in values), argv
+            assert len(values) == 1 and not settings, argv
+            path = ROOT / values[0]
+            assert path.parent == OFFICIAL_VALUES and path.is_file(), argv
+            assert path.stem == STANDALONE_VALUES or f"helm-{path.stem}" in LAYOUTS, argv
+            values_seen.add(path.stem)
         else:
             assert chart == "deploy/helm/cloudprovider-grpc" and release == OUR_RELEASE, argv
-    assert {
-        "deploy/helm/cluster-autoscaler/sim.yaml",
-        "deploy/helm/cluster-autoscaler/standalone.yaml",
-    } <= values_seen
+            assert not values, argv
+            provider = next((s.partition("=")[2] for s in settings if s.startswith("provider=")), "sim")
+            rest = tuple(s for s in settings if not s.startswith("provider="))
+            assert rest == CHART_EXAMPLE_SETTINGS.get(provider, ()), (rest, "differs from the tested layout")
+            assert f"chart-{provider}" in LAYOUTS
+            providers_seen.add(provider)
+    assert {"sim", STANDALONE_VALUES} <= values_seen
+    assert "sim" in providers_seen
