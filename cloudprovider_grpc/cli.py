@@ -115,11 +115,11 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     module = backend_module(args.cloud)
     if not hasattr(module, "build_emulator"):
         raise ConfigError("cloud", f"backend {args.cloud!r} has no API emulator")
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before announcing: a SIGTERM right after must stop cleanly
+        signal.signal(sig, lambda *_: done.set())
     emulator = module.build_emulator(settings.provider_context(), args.address, args.state)
     print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
     done.wait()
     emulator.stop()
     return 0

@@ -23,7 +23,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from cloudprovider_grpc import metrics
 from cloudprovider_grpc.config import Settings, TLSSettings
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.contract import CloudProvider
@@ -210,9 +209,6 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     server.start()
     for svc in ("", SERVICE_NAME):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
-    for gid, sizes in provider.sizes().items():
-        metrics.GROUP_TARGET_SIZE.labels(provider.name, gid).set(sizes.target)
-        metrics.GROUP_REGISTERED_SIZE.labels(provider.name, gid).set(sizes.registered)
     log.info(
         "serving externalgrpc on %s (%s), metrics on %s, provider %s with %d node groups",
         settings.address if port == 0 else f"{address.rpartition(':')[0]}:{port}",

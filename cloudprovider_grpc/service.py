@@ -288,7 +288,7 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         resp = pb.NodeGroupNodesResponse()
         for inst in self.provider.nodes(request.id):
             out = resp.instances.add(id=inst.id)
-            out.status.instanceState = int(inst.state)
+            out.status.instanceState = int(inst.state)  # type: ignore[assignment]  # a proto enum field
             if inst.error is not None:
                 out.status.errorInfo.errorCode = inst.error.code
                 out.status.errorInfo.errorMessage = inst.error.message
@@ -325,9 +325,14 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         return pb.NodeGroupAutoscalingOptionsResponse(nodeGroupAutoscalingOptions=options_to_pb(merged))
 
     def _template_bytes(self, group_id: str) -> bytes:
+        """The encoded template node, reused while the provider's template is unchanged.
+
+        The rule: the cached bytes are reused when the provider returns the same template object
+        (the shared machinery caches each group's template until the catalogue reloads) or an equal
+        one (a backend that builds a new object per call); anything else is encoded afresh."""
         template = self.provider.template(group_id)
         cached = self._templates.get(group_id)
-        if cached is not None and cached[0] is template:
+        if cached is not None and (cached[0] is template or cached[0] == template):
             return cached[1]
         try:
             raw = encode_template_node(template, group_id)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 from cloudprovider_grpc.emulator.faults import FaultPlan
@@ -72,7 +72,7 @@ class Response:
     status: int = 200
     body: Any = None
     #: a None value drops a default header (e.g. {"Content-Type": None} for a bare 204)
-    headers: dict[str, str | None] = field(default_factory=dict)
+    headers: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ class EmulatorServer:
         raise HttpProblem(404, f"no such resource: {path}")
 
     # ---- lifecycle ----
-    def start(self) -> EmulatorServer:
+    def start(self) -> Self:
         if self.state_file and self.state_file.exists():
             with self.lock:
                 self.restore(json.loads(self.state_file.read_text()))

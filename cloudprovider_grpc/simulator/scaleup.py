@@ -72,7 +72,6 @@ class ScaleUpPlan:
     lines: list[str] = field(default_factory=list)
     reason: str = ""
     pods_triggered: int = 0
-    pods_remaining: int = 0
 
 
 def within_ratio(a: int, b: int, ratio: float) -> bool:
@@ -133,7 +132,6 @@ def plan_scale_up(
     fits: Callable[[PodShape, NodeShape], bool],
 ) -> ScaleUpPlan:
     plan = ScaleUpPlan()
-    total_pods = sum(g.count for g in pod_groups)
     _, cores_hi = opts.limits("cores_total")
     _, mem_hi = opts.limits("memory_total")
     cores_left = cores_hi * 1000 - cluster_cores_milli
@@ -157,7 +155,6 @@ def plan_scale_up(
     if cluster_room is not None and cluster_room < 1:
         plan.reason = f"max-nodes-total ({opts.max_nodes_total}) reached"
         plan.lines.append(f"Max total nodes in cluster reached: {opts.max_nodes_total}")
-        plan.pods_remaining = total_pods
         return plan
     by_id = {g.id: g for g in valid}
     for g in valid:
@@ -186,7 +183,6 @@ def plan_scale_up(
     if not plan.options:
         plan.reason = "No expansion options"
         plan.lines.append("No expansion options")
-        plan.pods_remaining = total_pods
         return plan
 
     best = chain.best_option(plan.options, ctx)
@@ -194,7 +190,6 @@ def plan_scale_up(
     if best is None or best.node_count <= 0:
         plan.reason = "expander chose no option"
         plan.lines.append("No expansion option chosen by the expanders")
-        plan.pods_remaining = total_pods
         return plan
     plan.best = best
     group = by_id[best.group]
@@ -246,5 +241,4 @@ def plan_scale_up(
             f"Scale-up: setting group {gid} size to {g.target + n} instead of {g.target} (max: {g.max_size})"
         )
     plan.pods_triggered = best.pod_count
-    plan.pods_remaining = total_pods - best.pod_count
     return plan
