@@ -58,7 +58,11 @@ _METADATA: dict[str, Any] = {
 }
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml when PyYAML has it: prometheus-operator's CRDs run to megabytes.
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):
     """PyYAML's safe loader, reading a plain `=` (YAML 1.1's "value" tag; prometheus-operator's CRDs
     have it as an enum member) as the string it is in YAML 1.2, as Go's YAML libraries read it."""
 
@@ -95,32 +99,39 @@ def strict(schema: Any) -> Any:
 
 
 @functools.cache
-def _schemas(group: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> strict JSON Schema, for every served version of the group's CRDs."""
+def _schemas(group: str, kind: str) -> dict[str, dict[str, Any]]:
+    """apiVersion -> strict JSON Schema, for every served version of one kind's published CRD."""
     source = SOURCES[group]
     root = module_dir(source.module, source.version) / source.directory
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[str, dict[str, Any]] = {}
     for path in sorted(root.glob("*.yaml")):
-        for doc in yaml.load_all(path.read_text(), Loader=_Loader):
-            if not doc or doc.get("kind") != "CustomResourceDefinition" or doc["spec"]["group"] != group:
+        text = path.read_text()
+        if f"kind: {kind}\n" not in text:  # parse only the file that can define it
+            continue
+        for doc in yaml.load_all(text, Loader=_Loader):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
-            kind = doc["spec"]["names"]["kind"]
+            if doc["spec"]["group"] != group or doc["spec"]["names"]["kind"] != kind:
+                continue
             for version in doc["spec"]["versions"]:
                 if not version.get("served"):
                     continue
                 schema = strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
                 schema["properties"]["metadata"] = _METADATA
                 schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata"})
-                found[(f"{group}/{version['name']}", kind)] = schema
-    if not found:
-        raise LookupError(f"no CRDs for {group} in {root}")
+                found[f"{group}/{version['name']}"] = schema
     return found
 
 
 def validate(obj: dict[str, Any]) -> None:
     """Raise jsonschema.ValidationError unless obj is valid against its kind's published CRD."""
-    schemas = _schemas(group_of(obj))
-    key = (str(obj.get("apiVersion")), str(obj.get("kind")))
-    if key not in schemas:
-        raise jsonschema.ValidationError(f"{key[0]} {key[1]}: no such kind/version in the published CRDs")
-    jsonschema.Draft7Validator(schemas[key]).validate(obj)
+    api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
+    schemas = _schemas(group_of(obj), kind)
+    if api_version not in schemas:
+        raise jsonschema.ValidationError(f"{api_version} {kind}: no such kind/version in the published CRDs")
+    _validator(api_version, kind).validate(obj)
+
+
+@functools.cache
+def _validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(_schemas(api_version.rpartition("/")[0], kind)[api_version])
