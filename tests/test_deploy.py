@@ -363,7 +363,7 @@ def test_official_chart_is_the_upstream_snapshot() -> None:
     chart = yaml.safe_load((OFFICIAL_CHART / "Chart.yaml").read_text())
     assert (chart["name"], chart["version"]) == ("cluster-autoscaler", "9.59.0")
     assert not list(ROOT.glob("**/charts/cluster-autoscaler/Chart.yaml"))
-    for values in [*official_values_files().values(), OFFICIAL_VALUES / f"{STANDALONE_VALUES}.yaml"]:
+    for values in official_values_paths():
         assert f"chart {chart['version']}" in values.read_text(), f"{values.name} names another chart version"
 
 
@@ -373,6 +373,38 @@ def test_every_registered_backend_has_official_chart_values() -> None:
         set(REGISTERED_BACKENDS) - set(official_values_files())
     )
     assert set(REGISTERED_BACKENDS) <= set(CHART_BACKENDS)
+
+
+def official_values_paths() -> list[Path]:
+    return [*official_values_files().values(), OFFICIAL_VALUES / f"{STANDALONE_VALUES}.yaml"]
+
+
+def unknown_keys(ours: dict[str, Any], defaults: dict[str, Any], where: str = "") -> list[str]:
+    """Keys of our values the chart does not have. Maps the chart leaves free (empty by default,
+    such as podAnnotations, and extraArgs, CA's flags, checked against CA's source elsewhere) are
+    not descended into."""
+    found = []
+    for key, value in ours.items():
+        if key not in defaults:
+            found.append(where + key)
+        elif (
+            isinstance(value, dict)
+            and isinstance(defaults[key], dict)
+            and defaults[key]
+            and key != "extraArgs"
+        ):
+            found += unknown_keys(value, defaults[key], f"{where}{key}.")
+    return found
+
+
+@pytest.mark.parametrize("values", official_values_paths(), ids=lambda p: p.stem)
+def test_official_chart_knows_every_value_we_set(values: Path) -> None:
+    """The official chart has no values schema and ignores a misspelt key: check ours against its
+    values.yaml, then let `helm lint --strict` render it with ours."""
+    defaults = yaml.safe_load((OFFICIAL_CHART / "values.yaml").read_text())
+    assert not unknown_keys(yaml.safe_load(values.read_text()), defaults)
+    out = run([tool(HELM), "lint", "--strict", OFFICIAL_CHART, "--values", values])
+    assert "0 chart(s) failed" in out, out
 
 
 # ---------------------------------------------------------------------------------------------
