@@ -114,18 +114,32 @@ class ContainerView:
     def volume_files(self, volume_name: str) -> dict[str, bytes]:
         """Relative path -> content of what a volume shows inside the container."""
         volume = self.volumes[volume_name]
-        if "configMap" in volume:
-            source, data = (
-                volume["configMap"],
-                config_data(self.objects, "ConfigMap", volume["configMap"]["name"]),
-            )
-        elif "secret" in volume:
-            source, data = volume["secret"], self.secret(volume["secret"]["secretName"])
-        elif "emptyDir" in volume:
+        if "emptyDir" in volume:
             return {}
+        if "projected" in volume:
+            files: dict[str, bytes] = {}
+            for source in volume["projected"]["sources"]:
+                files.update(self._source_files(source))
+            return files
+        return self._source_files(volume)
+
+    def _source_files(self, source: dict[str, Any]) -> dict[str, bytes]:
+        """Files of one volume source (or one source of a projected volume)."""
+        if "configMap" in source:
+            spec, data = (
+                source["configMap"],
+                config_data(self.objects, "ConfigMap", source["configMap"]["name"]),
+            )
+        elif "secret" in source:
+            spec = source["secret"]
+            data = self.secret(spec.get("secretName") or spec["name"])
+        elif "serviceAccountToken" in source:
+            # The kubelet writes a token for the pod's ServiceAccount; any non-empty JWT-shaped text
+            # stands in for it here (no API server signs one in these tests).
+            return {source["serviceAccountToken"]["path"]: b"eyJhbGciOiJSUzI1NiJ9.e30.test-token"}
         else:
-            raise ValueError(f"volume {volume_name!r}: unsupported source {sorted(volume)}")
-        items = source.get("items")
+            raise ValueError(f"unsupported volume source {sorted(source)}")
+        items = spec.get("items")
         if not items:
             return data
         return {item["path"]: data[item["key"]] for item in items}
