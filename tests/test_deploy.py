@@ -75,7 +75,7 @@ from tests.deploy_support.pods import (
     pod_containers,
     pod_spec,
 )
-from tests.deploy_support.tools import helm_template_error, run, tool
+from tests.deploy_support.tools import helm_template, helm_template_error, kustomize_build, run, tool
 from tests.support.gotools import HELM, KUSTOMIZE
 from tests.support.servers import free_port
 
@@ -435,9 +435,8 @@ def test_every_resource_file_is_used() -> None:
     assert not stray, stray
 
 
-def test_rbac_component_renders() -> None:
-    from tests.deploy_support.tools import kustomize_build
-
+def test_rbac_component_renders_and_validates() -> None:
+    """The RBAC component both kustomize layouts include, rendered and validated on its own."""
     objects = kustomize_build(MANIFESTS / "cluster-autoscaler-rbac")
     assert {o["kind"] for o in objects} == {
         "ServiceAccount",
@@ -446,6 +445,9 @@ def test_rbac_component_renders() -> None:
         "Role",
         "RoleBinding",
     }
+    for version in SCHEMA_VERSIONS:
+        for obj in objects:
+            kubernetes_validate.validate(obj, version, strict=True)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -834,8 +836,6 @@ def test_our_chart_optional_objects_switch_off() -> None:
 
 def test_our_chart_release_name_follows_through() -> None:
     """Another release name renames every object, and the server certificate follows the Service."""
-    from tests.deploy_support.tools import helm_template
-
     objects = helm_template(OUR_CHART, release="edge", namespace="autoscaling", set_values=["provider=sim"])
     service = next(o for o in objects if o["kind"] == "Service")
     assert service["metadata"]["name"] == "edge-cloudprovider-grpc"
