@@ -161,12 +161,14 @@ def rendered(name: str) -> Objects:
     return [json.loads(text) for text in _render(name)]
 
 
-def example_secrets(backend: str) -> Objects:
+def example_secrets(layout: str) -> Objects:
     """The example Secrets a cloud's overlay ships (manifests/providers/<cloud>/secrets.example.yaml)."""
-    if backend == "sim":
+    if LAYOUTS[layout].backend == "sim":
         return []
-    path = MANIFESTS / "providers" / backend / "secrets.example.yaml"
-    assert path.is_file(), f"{backend} is registered but ships no {path.relative_to(ROOT)} to test with"
+    path = LAYOUTS[layout].example_secrets_file()
+    assert path.is_file(), (
+        f"{layout}: its cloud is registered but ships no {path.relative_to(ROOT)} to test with"
+    )
     return load_documents(path)
 
 
@@ -425,7 +427,7 @@ def test_every_manifest_file_parses(path: Path) -> None:
 
 def test_every_resource_file_is_used() -> None:
     """No stray YAML: each file is a kustomization, referenced by one, or a Secrets example."""
-    referenced = set(MANIFESTS.glob("providers/*/secrets*.example.yaml"))
+    referenced = set(MANIFESTS.glob("providers/**/secrets*.example.yaml"))
     for kfile in MANIFESTS.rglob(KUSTOMIZATION_FILE):
         referenced.add(kfile)
         (spec,) = load_documents(kfile)
@@ -478,7 +480,9 @@ def test_objects_validate_against_schemas(layout: str, version: str) -> None:
 
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
 @pytest.mark.parametrize(
-    "path", sorted(MANIFESTS.glob("providers/*/secrets*.example.yaml")), ids=lambda p: p.parent.name
+    "path",
+    sorted(MANIFESTS.glob("providers/**/secrets*.example.yaml")),
+    ids=lambda p: str(p.parent.relative_to(MANIFESTS / "providers")),
 )
 def test_example_secrets_validate(path: Path, version: str) -> None:
     for obj in load_documents(path):
@@ -753,7 +757,7 @@ def test_each_cloud_reads_its_in_tree_secrets_unchanged(layout: str) -> None:
 @pytest.mark.parametrize("layout", [n for n in RUNNABLE if LAYOUTS[n].backend != "sim"])
 def test_example_secrets_hold_what_the_layout_reads(layout: str) -> None:
     backend = LAYOUTS[layout].backend
-    secrets = example_secrets(backend)
+    secrets = example_secrets(layout)
     have = {
         (o["metadata"]["name"], k) for o in secrets for k in {**o.get("data", {}), **o.get("stringData", {})}
     }
@@ -880,7 +884,7 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 @pytest.mark.parametrize("layout", RUNNABLE)
 def test_check_config_accepts_layout_args(layout: str, tmp_path: Path) -> None:
     objects = rendered(layout)
-    mat, _ = materialize_ours(objects, tmp_path / "pod", example_secrets(LAYOUTS[layout].backend))
+    mat, _ = materialize_ours(objects, tmp_path / "pod", example_secrets(layout))
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"
     assert "configuration OK" in result.stdout
@@ -892,7 +896,7 @@ def test_cherry_missing_bootstrap_secret_is_reported(layout: str, tmp_path: Path
     without it the pod still starts, and the server refuses the configuration naming the variable."""
     secrets = [
         s
-        for s in example_secrets("cherry")
+        for s in example_secrets(layout)
         if s["metadata"]["name"] != "bootstrap-token-cluster-autoscaler-cherry"
     ]
     mat, _ = materialize_ours(rendered(layout), tmp_path / "pod", secrets)

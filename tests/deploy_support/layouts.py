@@ -45,6 +45,20 @@ class Layout:
     shape: str  # "sidecar" (our server in CA's pod) or "standalone" (own Deployment, mTLS)
     backend: str
     render: Callable[[], Objects]
+    #: the kustomization's directory (kustomize layouts)
+    directory: Path | None = None
+
+    def example_secrets_file(self) -> Path:
+        """The cloud's example Secrets for this layout: the nearest `secrets.example.yaml` from the
+        kustomization up to `manifests/providers/<cloud>/` (a variant such as AliCloud's RRSA ships
+        its own), or the cloud's for Helm layouts."""
+        cloud_dir = MANIFESTS / "providers" / self.backend
+        here = self.directory if self.directory is not None else cloud_dir
+        while here.is_relative_to(cloud_dir):
+            if (here / "secrets.example.yaml").is_file():
+                return here / "secrets.example.yaml"
+            here = here.parent
+        return cloud_dir / "secrets.example.yaml"
 
     def __str__(self) -> str:
         return self.name
@@ -64,7 +78,7 @@ def kustomize_layouts() -> list[Layout]:
             backend, shape, name = "sim", rel.parts[0], rel.parts[0]
         else:
             continue
-        found.append(Layout(name, "kustomize", shape, backend, _kustomize(directory)))
+        found.append(Layout(name, "kustomize", shape, backend, _kustomize(directory), directory))
     return found
 
 
@@ -101,8 +115,12 @@ def _standalone(backend: str) -> Callable[[], Objects]:
 #: server has node groups to serve, like the per-cloud values files.
 CHART_EXAMPLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "cherry": ("clusterName=cluster1", "nodes={0:10:pool1,0:10:pool2}"),
-    "exoscale": ("nodes={1:10:nodepool1}",),
-    "alicloud": ("nodes={1:10:asg-bp1example0000000001}",),
+    "exoscale": (
+        "nodes={1:10:workers}",
+        "extraEnv[0].name=EXOSCALE_SKS_CLUSTER",
+        "extraEnv[0].value=my-cluster",
+    ),
+    "alicloud": ("nodes={1:10:asg-bp1example0000000001,0:4:asg-bp1examplegpu00000001}",),
 }
 
 

@@ -125,20 +125,23 @@ class ContainerView:
 
     def _source_files(self, source: dict[str, Any]) -> dict[str, bytes]:
         """Files of one volume source (or one source of a projected volume)."""
-        if "configMap" in source:
-            spec, data = (
-                source["configMap"],
-                config_data(self.objects, "ConfigMap", source["configMap"]["name"]),
-            )
-        elif "secret" in source:
-            spec = source["secret"]
-            data = self.secret(spec.get("secretName") or spec["name"])
-        elif "serviceAccountToken" in source:
+        if "serviceAccountToken" in source:
             # The kubelet writes a token for the pod's ServiceAccount; any non-empty JWT-shaped text
             # stands in for it here (no API server signs one in these tests).
             return {source["serviceAccountToken"]["path"]: b"eyJhbGciOiJSUzI1NiJ9.e30.test-token"}
+        if "configMap" in source:
+            spec, kind = source["configMap"], "ConfigMap"
+        elif "secret" in source:
+            spec, kind = source["secret"], "Secret"
         else:
             raise ValueError(f"unsupported volume source {sorted(source)}")
+        name = spec.get("secretName") or spec["name"]
+        try:
+            data = config_data(self.objects, kind, name) if kind == "ConfigMap" else self.secret(name)
+        except LookupError:
+            if spec.get("optional"):
+                return {}  # the kubelet mounts an empty directory for a missing optional source
+            raise
         items = spec.get("items")
         if not items:
             return data
@@ -197,4 +200,9 @@ class ContainerView:
                 mapped = str(mounts[hit[0]["mountPath"]] / hit[1])
                 arg = f"{flag}={mapped}" if eq else mapped
             args.append(arg)
-        return Materialized(args=args, env=self.env(), root=root, mounts=mounts)
+        # Paths under a mount, in arguments (above) and in environment values, point into the root.
+        env = {}
+        for name, value in self.env().items():
+            hit = self.mount_path_of(value) if value.startswith("/") else None
+            env[name] = str(mounts[hit[0]["mountPath"]] / hit[1]) if hit else value
+        return Materialized(args=args, env=env, root=root, mounts=mounts)

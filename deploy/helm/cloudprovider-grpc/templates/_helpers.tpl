@@ -57,3 +57,8 @@ kind: Issuer
 group: cert-manager.io
 {{- end -}}
 {{- end -}}
+
+{{/* Volume name and directory of one `backends.<provider>.files` entry: its flag or variable. */}}
+{{- define "cloudprovider-grpc.fileName" -}}
+{{- default .env .flag | trimPrefix "--" | lower | replace "_" "-" -}}
+{{- end -}}
