@@ -8,10 +8,10 @@ binaries, one directory per tool and version so a version bump never reuses a st
 
 from __future__ import annotations
 
-import json
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
