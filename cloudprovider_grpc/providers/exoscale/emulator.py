@@ -150,6 +150,8 @@ class ExoscaleEmulator(EmulatorServer):
         self.observer: Observer | None = None
         #: the next N changes (PUT) are carried out but answered 502, as a gateway losing the answer
         self.lose_next_answers = 0
+        #: pool ids whose member listing answers 503 (one broken pool beside healthy ones)
+        self.broken_pools: set[str] = set()
 
         self._operation_routes: list[tuple[str, re.Pattern[str], str]] = []
         v = self.prefix.rstrip("/")
@@ -699,6 +701,8 @@ class ExoscaleEmulator(EmulatorServer):
         manager_id = req.arg("manager-id")
         if manager_id is not None:
             _check_uuid(manager_id, "manager-id")
+            if manager_id in self.broken_pools:
+                raise HttpProblem(503, f"Instance Pool {manager_id} is temporarily unavailable")
         rows = [
             self._instance_json(i)
             for i in self.instances.values()
