@@ -212,3 +212,26 @@ def test_groups_discovered_by_tag_on_every_listing(emulator: AliCloudEmulator) -
     driver.list_pools()
     assert sorted(g.id for g in driver.groups()) == sorted([GROUP_A, "asg-bp1disco00000000002"])
     assert driver.template("asg-bp1disco00000000002") is None  # no configuration seeded for it
+
+
+def test_a_newer_scale_out_hides_an_older_failure(emulator: AliCloudEmulator, emu_clock: ManualClock) -> None:
+    driver = make_driver(emulator)
+    emulator.fail_next_scale_out(GROUP_B, "Rejected", "QuotaExceed.ElasticQuota", "quota reached")
+    driver.set_size(GROUP_B, 1)
+    emu_clock.advance(6)
+    failure = pool(driver, GROUP_B).failure
+    assert failure is not None and failure.code == "QuotaExceed.ElasticQuota"
+    assert failure.error_class == ErrorClass.OUT_OF_RESOURCES and "Rejected" in failure.message
+    driver.set_size(GROUP_B, 2)  # CA asks again: the new activity runs
+    assert pool(driver, GROUP_B).failure is None
+    emu_clock.advance(31)
+    listed = pool(driver, GROUP_B)
+    assert listed.failure is None and len(listed.machines) == 2
+
+
+def test_an_activity_ess_forgot_is_not_pending_forever(emulator: AliCloudEmulator) -> None:
+    driver = make_driver(emulator)
+    op = driver.set_size(GROUP_B, 1)
+    assert op is not None
+    emulator.activities.clear()
+    assert driver.poll(op).state == OperationState.SUCCEEDED

@@ -262,10 +262,10 @@ class AliCloudDriver(PoolDriver):
         except CloudError as err:
             log.warning("alicloud: scaling activities of %s unavailable: %s", gid, err.message)
             return None
-        for act in activities:  # newest first
-            if not _ours(act) or act.get("StatusCode") == "InProgress":
-                continue
-            return activity_error(act) if act.get("StatusCode") in _FAILED_ACTIVITY else None
+        for act in activities:  # newest first; only CA's own count, ESS's retries do not
+            if _ours(act):
+                # a newer scale-out of ours still running or successful hides an older failure
+                return activity_error(act) if act.get("StatusCode") in _FAILED_ACTIVITY else None
         return None
 
     # ------------------------------------------------------------------ changes
@@ -323,10 +323,13 @@ class AliCloudDriver(PoolDriver):
             str(a.get("ScalingActivityId")): a
             for a in self.client.describe_scaling_activities(operation.group, ids)
         }
-        if any(found.get(a, {}).get("StatusCode", "InProgress") == "InProgress" for a in ids):
+        if any(found.get(a, {}).get("StatusCode") == "InProgress" for a in ids):
             return OperationStatus(OperationState.PENDING)
         for a in ids:
-            act = found[a]
+            act = found.get(a)
+            if act is None:  # ESS no longer lists it: nothing to report, the listing decides
+                log.info("alicloud: scaling activity %s of %s is not listed any more", a, operation.group)
+                continue
             status = act.get("StatusCode")
             if status in ("Failed", "Rejected") or (status == "Warning" and operation.kind == "scale"):
                 return OperationStatus(OperationState.FAILED, activity_error(act))
