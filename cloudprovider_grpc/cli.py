@@ -21,7 +21,7 @@ EXIT_CONFIG = 2
 
 def _add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML config file (env CLOUDPROVIDER_GRPC_CONFIG)")
-    p.add_argument("--provider", help="backend: sim (default), cherry")
+    p.add_argument("--provider", help="backend: sim (default), cherry, alicloud")
     p.add_argument("--address", help="gRPC listen address HOST:PORT (default :8086)")
     p.add_argument("--metrics-address", help="metrics and /healthz HTTP address (default :8087)")
     p.add_argument(

@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import requests
 
@@ -113,12 +113,13 @@ class AcsV3Auth(SecretAuth):
 
     def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
         cred = self.source.get()
-        parts = urlsplit(r.url or "")
+        parts = urlsplit(str(r.url or ""))
         query = parse_qsl(parts.query, keep_blank_values=True)
         action = next((v for k, v in query if k == "Action"), "")
         version = next((v for k, v in query if k == "Version"), "")
         query = [(k, v) for k, v in query if k not in ("Action", "Version")]
-        r.url = urlunsplit(parts._replace(query=urlencode(query, quote_via=_quote)))
+        encoded = "&".join(f"{signing.percent_encode(k)}={signing.percent_encode(v)}" for k, v in query)
+        r.url = urlunsplit((parts.scheme, parts.netloc, parts.path, encoded, parts.fragment))
         body = r.body if isinstance(r.body, bytes) else (r.body or "").encode()
         headers = {
             "host": parts.netloc,
@@ -147,10 +148,6 @@ class AcsV3Auth(SecretAuth):
         r.headers.update(headers)
         r.headers["Authorization"] = auth.header()
         return r
-
-
-def _quote(value: str, safe: str = "", encoding: str | None = None, errors: str | None = None) -> str:
-    return signing.percent_encode(value)
 
 
 class AliClient:

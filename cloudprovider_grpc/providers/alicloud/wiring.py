@@ -166,7 +166,8 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     emulator = None
     endpoint = ""
     if ctx.emulate:
-        emulator = _emulator_for(config, config.emulator, "127.0.0.1:0", None).start()
+        emulator = _emulator_for(config, config.emulator, "127.0.0.1:0", None)
+        emulator.start()
         endpoint = emulator.base_url
     try:
         driver = AliCloudDriver(config, make_client(config, endpoint))
@@ -190,4 +191,6 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
         log.warning("alicloud emulator: configuration incomplete (%s); seeding the demo region", exc)
         config = None
     emu = config.emulator if config else EmulatorOptions()
-    return _emulator_for(config, emu, address, state_file, dict(ctx.env)).start()
+    emulator = _emulator_for(config, emu, address, state_file, dict(ctx.env))
+    emulator.start()
+    return emulator
