@@ -11,17 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.deploy_support.pods import load_documents
 from tests.deploy_support.tools import kustomize_build as render
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ROOT / "manifests" / "providers" / "alicloud"
-
-
-def load_documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
 
 
 def ours(objects: list[dict[str, Any]]) -> dict[str, Any]:
