@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cloudprovider_grpc.clouderrors import ErrorClass
+from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
+from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
 from cloudprovider_grpc.providers.alicloud.driver import GPU_LABEL, gpu_label_value
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
@@ -135,12 +136,32 @@ def test_remove_lowers_desired_and_reports_each_refused_instance(
     assert outcome.operation is not None and outcome.operation.kind == "remove"
     record = emulator.group_record(GROUP_A)
     assert record["DesiredCapacity"] == 2 and record["RemovingCapacity"] == 2
-    # sent again (a lost answer): the same ClientToken gets the same answer, nothing more is removed
-    again = driver.remove_machines(GROUP_A, [refused, *gone])
-    assert again.operation == outcome.operation and emulator.group_record(GROUP_A)["DesiredCapacity"] == 2
     emu_clock.advance(11)
     assert driver.poll(outcome.operation).state == OperationState.SUCCEEDED
     assert {m.handle for m in pool(driver, GROUP_A).machines} == {keep.handle, refused.handle}
+    # unprotected later, the same instance goes on the next request (a new ClientToken, not a replay)
+    emulator.set_lifecycle(refused.handle, "InService")
+    retry = driver.remove_machines(GROUP_A, [refused])
+    assert not retry.failed and emulator.group_record(GROUP_A)["DesiredCapacity"] == 1
+
+
+def test_a_removal_whose_answer_was_lost_is_not_repeated(
+    emulator: AliCloudEmulator, emu_clock: ManualClock
+) -> None:
+    driver = make_driver(emulator)
+    victim = pool(driver, GROUP_A).machines[0]
+    emulator.set_faults(FaultPlan(rate=1.0, kinds=("drop",), methods=frozenset({"POST"})))
+    try:
+        driver.remove_machines(GROUP_A, [victim])
+        raise AssertionError("a dropped answer must raise")
+    except CloudError as err:
+        assert err.transient and err.status is None  # processed, but we cannot know
+    assert emulator.group_record(GROUP_A)["DesiredCapacity"] == 1  # it did happen
+    emulator.set_faults(None)
+    again = driver.remove_machines(GROUP_A, [victim])  # the machinery's retry: same ClientToken
+    assert not again.failed and again.operation is not None
+    assert emulator.group_record(GROUP_A)["DesiredCapacity"] == 1  # not removed twice
+    assert len(emulator.activity_records(GROUP_A)) == 1
 
 
 def test_remove_in_batches_of_twenty(emulator: AliCloudEmulator, emu_clock: ManualClock) -> None:

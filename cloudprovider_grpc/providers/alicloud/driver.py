@@ -131,6 +131,8 @@ class AliCloudDriver(PoolDriver):
         self._records: dict[str, dict[str, Any]] = {}
         self._zones: dict[str, Counter[str]] = {}
         self._shapes: dict[str, _Shape] = {}
+        #: removal batch -> how many of its requests ESS has answered (see _remove_token)
+        self._remove_attempts: dict[str, int] = {}
         #: vSwitch id -> zone (a vSwitch never changes zone, so this is never reloaded)
         self._vswitch_zones: dict[str, str] = {}
         self._pool_lock = threading.Lock()
@@ -281,17 +283,20 @@ class AliCloudDriver(PoolDriver):
         for n, batch in enumerate(batches):
             by_instance = {m.handle or m.id.rpartition(".")[2]: m for m in batch}
             ids = sorted(by_instance)
-            # the same batch sent again (after a lost answer) gets the first call's answer
-            token = "ca-" + hashlib.sha256(f"{group}|{','.join(ids)}".encode()).hexdigest()[:40]
+            key = f"{group}|{','.join(ids)}"
+            token = self._remove_token(key)
             try:
                 answer = self.client.remove_instances(
                     group, ids, remove_policy=self.config.remove_policy, client_token=token
                 )
             except CloudError as err:
+                if err.status is not None:
+                    self._remove_answered(key)  # ESS answered: a later request is a new one
                 if n == 0 and not activities:
                     raise  # nothing happened yet: the machinery retries the whole call
                 failed.update({m.id: err for m in batch})
                 continue
+            self._remove_answered(key)
             if answer.get("ScalingActivityId"):
                 activities.append(str(answer["ScalingActivityId"]))
             for item in answer.get("IgnoredInstances") or []:
@@ -314,6 +319,21 @@ class AliCloudDriver(PoolDriver):
                 )
         operation = Operation(group, "remove", ",".join(activities)) if activities else None
         return RemoveOutcome(failed=failed, operation=operation)
+
+    def _remove_token(self, key: str) -> str:
+        """The ClientToken of a removal batch: the same while its outcome is unknown (a timeout, a
+        dropped connection), so the machinery's retry gets the first call's answer instead of a
+        second removal; a new one once ESS has answered, so removing the same instances again later
+        (after a refusal) is a new request rather than a replay of the old answer."""
+        with self._lock:
+            attempt = self._remove_attempts.get(key, 0)
+        return "ca-" + hashlib.sha256(f"{key}|{attempt}".encode()).hexdigest()[:40]
+
+    def _remove_answered(self, key: str) -> None:
+        with self._lock:
+            self._remove_attempts[key] = self._remove_attempts.pop(key, 0) + 1
+            while len(self._remove_attempts) > 1024:  # oldest first
+                del self._remove_attempts[next(iter(self._remove_attempts))]
 
     def poll(self, operation: Operation) -> OperationStatus:
         ids = [a for a in operation.ref.split(",") if a]
