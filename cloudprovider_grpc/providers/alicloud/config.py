@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cloudprovider_grpc import secrets
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -153,7 +154,9 @@ def _norm(key: object) -> str:
 
 
 def _secret(value: str, key: str) -> str:
-    """Stripped of surrounding whitespace (a Secret file's trailing newline) and header-safe."""
+    """Stripped of surrounding whitespace (a Secret file's trailing newline), header-safe, and
+    registered so no log line, status message or metric can carry it (cloudprovider_grpc.secrets)."""
+    secrets.register(value)
     value = value.strip()
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise ConfigError(key, "contains control characters (a line break inside the value?)")
