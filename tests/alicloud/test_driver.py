@@ -256,3 +256,40 @@ def test_an_activity_ess_forgot_is_not_pending_forever(emulator: AliCloudEmulato
     assert op is not None
     emulator.activities.clear()
     assert driver.poll(op).state == OperationState.SUCCEEDED
+
+
+def test_launch_template_groups(emulator: AliCloudEmulator) -> None:
+    base = {"SystemDisk": {"Size": 60}, "Tags": {"InstanceTag": [{"Key": "pool", "Value": "lt"}]}}
+    emulator.add_launch_template(
+        "lt-bp1test0000000001",
+        {**base, "InstanceType": "ecs.c7.large"},
+        {**base, "InstanceType": "ecs.r7.xlarge", "ZoneId": "cn-hangzhou-j"},
+        default=1,
+    )
+    for gid, version, overrides in (
+        ("asg-bp1ltdefault0000001", "Default", []),
+        ("asg-bp1ltlatest00000001", "Latest", []),
+        ("asg-bp1ltoverride000001", "1", [{"InstanceType": "ecs.g7.2xlarge", "WeightedCapacity": 1}]),
+    ):
+        emulator.add_group(
+            {
+                "ScalingGroupId": gid,
+                "LaunchTemplateId": "lt-bp1test0000000001",
+                "LaunchTemplateVersion": version,
+                "LaunchTemplateOverrides": overrides,
+                "MaxSize": 5,
+            }
+        )
+    nodes = tuple(
+        NodesSpec(0, 5, g)
+        for g in ("asg-bp1ltdefault0000001", "asg-bp1ltlatest00000001", "asg-bp1ltoverride000001")
+    )
+    driver = make_driver(emulator, nodes=nodes)
+    driver.list_pools()
+    default = driver.template("asg-bp1ltdefault0000001")
+    assert default is not None and default.instance_type == "ecs.c7.large"
+    assert default.labels == {"pool": "lt"} and default.capacity["ephemeral-storage"] == "60Gi"
+    latest = driver.template("asg-bp1ltlatest00000001")
+    assert latest is not None and (latest.instance_type, latest.zone) == ("ecs.r7.xlarge", "cn-hangzhou-j")
+    override = driver.template("asg-bp1ltoverride000001")
+    assert override is not None and override.instance_type == "ecs.g7.2xlarge"  # the override comes first

@@ -433,6 +433,39 @@ class AliClient:
                     break
         return out
 
+    def launch_template_data(self, template_id: str, version: str) -> dict[str, Any] | None:
+        """`LaunchTemplateData` of a launch template version as ESS names it: a number, `Default` or
+        `Latest` (ECS DescribeLaunchTemplateVersions, DetailFlag true); None when not found."""
+        params: dict[str, Any] = {
+            "RegionId": self.region,
+            "LaunchTemplateId": template_id,
+            "DetailFlag": True,
+        }
+        if version.isdigit():
+            params["LaunchTemplateVersion"] = [version]
+        elif version.lower() == "default" or not version:
+            params["DefaultVersion"] = True
+        best: dict[str, Any] | None = None
+        page = 1
+        while True:  # "Latest": the highest version number over every page
+            data = self.call(
+                "ecs",
+                "DescribeLaunchTemplateVersions",
+                {**params, "PageNumber": page, "PageSize": 50},
+                read=True,
+            )
+            wrapped = data.get("LaunchTemplateVersionSets")
+            items = wrapped.get("LaunchTemplateVersionSet") if isinstance(wrapped, dict) else wrapped
+            sets = [v for v in _list(items) if isinstance(v, dict)]
+            for v in sets:
+                if best is None or _int(v.get("VersionNumber"), 0) > _int(best.get("VersionNumber"), 0):
+                    best = v
+            if not sets or page * 50 >= _int(data.get("TotalCount"), 0):
+                break
+            page += 1
+        found = best.get("LaunchTemplateData") if best else None
+        return found if isinstance(found, dict) else None
+
     # ------------------------------------------------------------------ VPC
     def vswitch_zone(self, vswitch_id: str) -> str:
         """The zone of a vSwitch (VPC DescribeVSwitches 2016-04-28, one id per call); "" if unknown."""

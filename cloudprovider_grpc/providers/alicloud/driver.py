@@ -403,11 +403,8 @@ class AliCloudDriver(PoolDriver):
 
     def _configuration(self, gid: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
         active = str(record.get("ActiveScalingConfigurationId") or "")
-        if not active:
-            overrides = [o for o in record.get("LaunchTemplateOverrides") or [] if isinstance(o, dict)]
-            types = [str(o["InstanceType"]) for o in overrides if o.get("InstanceType")]
-            if types:
-                return {"InstanceTypes": types, "Tags": []}
+        if not active and record.get("LaunchTemplateId"):
+            return self._launch_template_configuration(gid, record)
         try:
             configs = self.client.describe_scaling_configurations(gid, [active] if active else [])
         except CloudError as err:
@@ -419,6 +416,36 @@ class AliCloudDriver(PoolDriver):
             )
             return None
         return configs[0]
+
+    def _launch_template_configuration(self, gid: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A launch-template group's shape in scaling-configuration terms: the template version's
+        instance type, instance tags, system disk and zone; the group's LaunchTemplateOverrides
+        instance types come first (ESS tries them in order)."""
+        template_id = str(record["LaunchTemplateId"])
+        try:
+            data = self.client.launch_template_data(
+                template_id, str(record.get("LaunchTemplateVersion") or "")
+            )
+        except CloudError as err:
+            log.warning("alicloud: launch template %s of %s unavailable: %s", template_id, gid, err.message)
+            data = None
+        data = data or {}
+        overrides = [o for o in record.get("LaunchTemplateOverrides") or [] if isinstance(o, dict)]
+        types = [str(o["InstanceType"]) for o in overrides if o.get("InstanceType")]
+        if data.get("InstanceType"):
+            types.append(str(data["InstanceType"]))
+        if not types:
+            log.warning("alicloud: launch template %s of %s names no instance type", template_id, gid)
+            return None
+        tags = data.get("Tags") or {}
+        tag_list = tags.get("InstanceTag") if isinstance(tags, dict) else tags
+        disk = data.get("SystemDisk") or {}
+        return {
+            "InstanceTypes": list(dict.fromkeys(types)),
+            "Tags": [t for t in tag_list or [] if isinstance(t, dict)],
+            "SystemDiskSize": disk.get("Size") if isinstance(disk, dict) else None,
+            "ZoneId": data.get("ZoneId") or "",
+        }
 
     @staticmethod
     def _type_candidates(config: Mapping[str, Any]) -> list[str]:
