@@ -69,6 +69,10 @@ class AcsError(HttpProblem):
 _MESSAGES: dict[str, tuple[int, str]] = {
     "AuthenticationFail.OIDCToken.Invalid": (400, "The OIDC token is invalid or expired."),
     "EntityNotExist.Role": (404, "The specified Role not exists."),
+    "Forbidden.Unauthorized": (
+        403,
+        "A required authorization for the specified action is not supplied.",
+    ),
     "IncompleteSignature": (400, "The request signature does not conform to Aliyun standards."),
     "IncorrectCapacity.MinSize": (
         400,
@@ -205,6 +209,8 @@ class AliCloudEmulator(EmulatorServer):
         self.activities: dict[str, dict[str, Any]] = {}
         #: group id -> outcomes for its next scale-out activities: (StatusCode, ErrorCode, ErrorMessage)
         self.next_outcomes: dict[str, list[tuple[str, str, str]]] = {}
+        #: actions the caller's RAM policy does not allow (403 Forbidden.Unauthorized)
+        self.denied_actions: set[str] = set()
         #: instance id -> (Code, Message) RemoveInstances answers for it (injected refusals)
         self.remove_refusals: dict[str, tuple[str, str]] = {}
         self._nonces: dict[str, float] = {}
@@ -424,6 +430,8 @@ class AliCloudEmulator(EmulatorServer):
             self._tick()
             if action != "AssumeRoleWithOIDC":
                 self._authenticate(req, params)
+            if action in self.denied_actions:
+                raise _fail("Forbidden.Unauthorized")
             body = handler(params, version)
             body.setdefault("RequestId", str(uuid.uuid4()).upper())
             return Response(200, body)
