@@ -123,7 +123,7 @@ def test_yaml_options_are_validated() -> None:
     ).emulator.instance_types
     assert dict(types) == {GROUP_A: "ecs.g7.2xlarge"}
     config = load(ENV, options={"remove-policy": "recycle", "reserved": {"cpu": "100m"}, "catalog-ttl": 60})
-    assert (config.remove_policy, dict(config.reserved), config.catalog_ttl) == (
+    assert (config.remove_policy, dict(config.reserved), config.tuning.catalog_ttl) == (
         "recycle",
         {"cpu": "100m"},
         60.0,

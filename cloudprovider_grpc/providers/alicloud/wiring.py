@@ -45,7 +45,7 @@ EMULATOR_ROLE = "KubernetesWorkerRole-emulated"
 
 def make_credentials(config: AliConfig, sts_url: str = "", metadata_url: str = "") -> CredentialSource:
     creds = config.credentials
-    timeout = (config.connect_timeout, config.read_timeout)
+    timeout = (config.tuning.connect_timeout, config.tuning.read_timeout)
     if creds.mode == "access-key":
         return StaticCredentials(creds.access_key_id, creds.access_key_secret)
     if creds.mode == "rrsa":
@@ -69,10 +69,7 @@ def make_client(config: AliConfig, endpoint: str = "") -> AliClient:
         ess_url=endpoint or config.ess_endpoint,
         ecs_url=endpoint or config.ecs_endpoint,
         vpc_url=endpoint or config.vpc_endpoint,
-        timeout=(config.connect_timeout, config.read_timeout),
-        retries=config.retries,
-        rate_limit_per_s=config.rate_limit,
-        max_elapsed=config.retry_budget,
+        **config.tuning.client_kwargs(),
     )
 
 
@@ -176,7 +173,7 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
             emulator.stop()
         raise
     return BuiltDriver(
-        driver, catalog_ttl=config.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
     )
 
 
