@@ -138,7 +138,10 @@ def check_token(token: str, where: str) -> str:
     return token
 
 
-def _read_cloud_config(path: Path) -> dict[str, str]:
+def _read_cloud_config(path: Path, warnings: list[str]) -> dict[str, str]:
+    """The in-tree file, decoded as Go's `json.Unmarshal` into its struct does: keys match
+    case-insensitively, unknown keys are ignored (we say so in a warning), `null` is empty, any other
+    non-string value is an error."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -155,12 +158,18 @@ def _read_cloud_config(path: Path) -> dict[str, str]:
     if not isinstance(data, dict):
         raise ConfigError("cloud-config", f"{path} must hold a JSON object")
     out: dict[str, str] = {}
-    for key, value in data.items():
+    for raw_key, value in data.items():
+        key = raw_key.lower()
         if key not in _FILE_KEYS:
-            raise ConfigError(f"cloud-config {key}", f"unknown key (known: {', '.join(sorted(_FILE_KEYS))})")
+            warnings.append(
+                f"cloud-config: ignoring unknown key {raw_key!r} (known: {', '.join(sorted(_FILE_KEYS))})"
+            )
+            continue
+        if value is None:
+            value = ""
         if not isinstance(value, str):
             raise ConfigError(f"cloud-config {key}", f"expected a string, got {type(value).__name__}")
-        out[key] = value
+        out[key] = value  # a repeated key: the later one wins, as in Go
     return out
 
 
@@ -263,7 +272,8 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
     for key in opts:
         if key not in _TOP_KEYS:
             raise ConfigError(f"vultr.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
-    file = _read_cloud_config(ctx.cloud_config) if ctx.cloud_config is not None else {}
+    warnings: list[str] = []
+    file = _read_cloud_config(ctx.cloud_config, warnings) if ctx.cloud_config is not None else {}
     env = ctx.env
 
     cluster_where = "vultr.cluster_id" if opts.get("cluster_id") else "cloud-config cluster_id"
@@ -296,7 +306,6 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
     else:
         api_url = DEFAULT_API_URL
 
-    warnings: list[str] = []
     for spec in ctx.nodes:
         if spec.min_size < VKE_MIN_POOL_NODES:
             warnings.append(
