@@ -71,6 +71,9 @@ TARGETS = {
     "cherry-emulate": ["--config", str(ROOT / "tests" / "conformance" / "cherry-emulate.yaml")],
     "sim-pools": ["--config", str(ROOT / "tests" / "conformance" / "sim-pools.yaml")],
     "vultr-emulate": ["--config", str(ROOT / "tests" / "conformance" / "vultr-emulate.yaml")],
+    "exoscale-emulate": ["--config", str(ROOT / "tests" / "conformance" / "exoscale-emulate.yaml")],
+    "alicloud-emulate": ["--config", str(ROOT / "tests" / "conformance" / "alicloud-emulate.yaml")],
+    "spc-emulate": ["--config", str(ROOT / "tests" / "conformance" / "spc-emulate.yaml")],
 }
 
 

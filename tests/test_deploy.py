@@ -66,6 +66,8 @@ OVERLAYS = {
     "cherry-standalone": "providers/cherry/standalone",
     "vultr": "providers/vultr",
     "vultr-standalone": "providers/vultr/standalone",
+    "alicloud": "providers/alicloud",
+    "spc": "providers/spc",
 }
 #: the Cherry overlays and the layout each one patches
 CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
@@ -73,6 +75,12 @@ CHERRY_EXAMPLE_SECRETS = MANIFESTS / "providers/cherry/secrets.example.yaml"
 #: the Vultr overlays and the layout each one patches
 VULTR_OVERLAYS = {"vultr": "sidecar", "vultr-standalone": "standalone"}
 VULTR_EXAMPLE_SECRETS = MANIFESTS / "providers/vultr/secrets.example.yaml"
+#: overlays other than Cherry's whose pod reads an example Secrets file (check-config needs them)
+EXAMPLE_SECRETS = {
+    "spc": MANIFESTS / "providers/spc/secrets.example.yaml",
+    "alicloud": MANIFESTS / "providers/alicloud/secrets.example.yaml",
+    **dict.fromkeys(VULTR_OVERLAYS, VULTR_EXAMPLE_SECRETS),
+}
 # Every Kubernetes schema from 1.33 (native sidecar containers are GA there) to the newest installed.
 SCHEMA_VERSIONS = sorted(
     {v for v in kubernetes_validate.utils.all_versions() if tuple(map(int, v.split(".")[:2])) >= (1, 33)},
@@ -300,7 +308,7 @@ def test_every_manifest_file_parses(path: Path) -> None:
 
 def test_every_resource_file_is_used() -> None:
     """No stray YAML: each file is a kustomization, referenced by one, or the Secrets example."""
-    referenced = {CHERRY_EXAMPLE_SECRETS}
+    referenced = {CHERRY_EXAMPLE_SECRETS, *EXAMPLE_SECRETS.values()}
     for kfile in MANIFESTS.rglob(KUSTOMIZATION_FILE):
         referenced.add(kfile)
         (spec,) = load_documents(kfile)
@@ -645,11 +653,9 @@ def test_check_config_accepts_manifest_args(
         pytest.importorskip(
             "cloudprovider_grpc.providers.cherry", reason="the Cherry backend (issue 3) has not landed"
         )
-    if overlay in VULTR_OVERLAYS:
-        pytest.importorskip("cloudprovider_grpc.providers.pools", reason="the pool machinery has not landed")
     secrets = cherry_example_secrets if overlay in CHERRY_OVERLAYS else []
-    if overlay in VULTR_OVERLAYS:
-        secrets = load_documents(VULTR_EXAMPLE_SECRETS)
+    if overlay in EXAMPLE_SECRETS:
+        secrets = load_documents(EXAMPLE_SECRETS[overlay])
     mat, _ = materialize_ours(rendered[overlay], tmp_path / "pod", secrets)
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"

@@ -90,6 +90,11 @@ class ContainerView:
         """Relative path -> content of what a volume shows inside the container."""
         volume = self.volumes[volume_name]
         if "configMap" in volume:
+            if volume["configMap"].get("optional") and not any(
+                o["kind"] == "ConfigMap" and o["metadata"]["name"] == volume["configMap"]["name"]
+                for o in self.objects
+            ):
+                return {}  # an optional ConfigMap that does not exist mounts as an empty directory
             source, data = (
                 volume["configMap"],
                 config_data(self.objects, "ConfigMap", volume["configMap"]["name"]),

@@ -46,6 +46,20 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
     BackendUnderTest(
         "vultr", ("--provider", "vultr", "--emulate"), secret_env=("VULTR_API_KEY",), shape="pools"
     ),
+    BackendUnderTest(
+        "exoscale",
+        ("--provider", "exoscale", "--emulate"),
+        secret_env=("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"),
+        shape="pools",
+    ),
+    BackendUnderTest(
+        "alicloud",
+        ("--provider", "alicloud", "--emulate"),
+        secret_env=("ACCESS_KEY_SECRET",),
+        shape="pools",
+        extra_env={"ACCESS_KEY_ID": "LTAI5tProbeAccessKey0001", "REGION_ID": "cn-hangzhou"},
+    ),
+    BackendUnderTest("spc", ("--provider", "spc", "--emulate"), secret_env=("CLUSTER_API_TOKEN",)),
 )
 
 
