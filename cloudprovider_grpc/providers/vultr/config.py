@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
+from cloudprovider_grpc.secrets import read_secret
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,6 @@ _EMULATOR_POOL_KEYS = frozenset(
 #: cluster ids go into URL paths; VKE's are UUIDs, anything else could escape the path
 _CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
-#: visible ASCII only: a token is sent in an HTTP header
-_HEADER_SAFE_RE = re.compile(r"^[\x21-\x7e]+$")
 
 
 @dataclass(frozen=True)
@@ -127,15 +126,6 @@ class VultrConfig:
 
 def _norm(key: object) -> str:
     return str(key).strip().lower().replace("-", "_")
-
-
-def check_token(token: str, where: str) -> str:
-    """The token stripped of surrounding whitespace (a Secret file's trailing newline), and safe to
-    put in an Authorization header. The message never quotes the token."""
-    token = token.strip()
-    if token and not _HEADER_SAFE_RE.match(token):
-        raise ConfigError(where, "contains spaces or characters not allowed in an HTTP header")
-    return token
 
 
 def _read_cloud_config(path: Path, warnings: list[str]) -> dict[str, str]:
@@ -286,10 +276,10 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
     if not _CLUSTER_ID_RE.match(cluster_id):
         raise ConfigError(cluster_where, f"{cluster_id!r} is not a VKE cluster id (a UUID)")
 
-    if env.get(TOKEN_ENV, "").strip():
-        token = check_token(env[TOKEN_ENV], TOKEN_ENV)
-    else:
-        token = check_token(file.get("token", ""), "cloud-config token")
+    # Both sources go through the shared secret reader: stripped, header-safe, masked in every log.
+    token = ctx.secret(TOKEN_ENV) or read_secret(
+        {"cloud-config token": file.get("token", "")}, "cloud-config token"
+    )
     if not token:
         if not ctx.emulate:
             raise ConfigError(
