@@ -70,7 +70,7 @@ def test_yaml_cluster_id_and_tuning_keys() -> None:
             options={"cluster_id": CLUSTER, "read-timeout": 2.5, "page_size": 7, "reserved": {"cpu": "100m"}},
         )
     )
-    assert (cfg.cluster_id, cfg.read_timeout, cfg.page_size, dict(cfg.reserved)) == (
+    assert (cfg.cluster_id, cfg.tuning.read_timeout, cfg.page_size, dict(cfg.reserved)) == (
         CLUSTER, 2.5, 7, {"cpu": "100m"},
     )  # fmt: skip
 
@@ -159,10 +159,10 @@ def test_each_malformed_file_gives_one_line_naming_the_key(
     ("change", "key"),
     [
         ({"options": {"bogus": 1}}, "vultr.bogus"),
-        ({"options": {"read_timeout": 0}}, "vultr.read_timeout"),
+        ({"options": {"read_timeout": 0}}, "vultr.read-timeout"),
         ({"options": {"retries": -1}}, "vultr.retries"),
-        ({"options": {"page_size": 0}}, "vultr.page_size"),
-        ({"options": {"rate_limit": "fast"}}, "vultr.rate_limit"),
+        ({"options": {"page_size": 0}}, "vultr.page-size"),
+        ({"options": {"rate_limit": "fast"}}, "vultr.rate-limit"),
         ({"options": {"reserved": {"cpu": "lots"}}}, "vultr.reserved.cpu"),
         ({"options": {"emulator": {"speed": 1}}}, "vultr.emulator.speed"),
         ({"options": {"emulator": {"pools": [{"label": "a"}]}}}, "vultr.emulator.pools[0].plan"),
