@@ -113,6 +113,7 @@ class VultrDriver(PoolDriver):
         lo, hi = pool.get("min_nodes"), pool.get("max_nodes")
         lo = lo if isinstance(lo, int) and not isinstance(lo, bool) else VKE_MIN_POOL_NODES
         hi = hi if isinstance(hi, int) and not isinstance(hi, bool) else lo
+        hi = max(hi, lo)  # a pool edited to min > max: never offer CA an impossible range
         label = str(pool.get("label") or "")
         return GroupConfig(
             id=str(pool["id"]),
