@@ -69,6 +69,10 @@ def _unavailable(reason: str) -> None:
 TARGETS = {
     "sim-demo": [],
     "cherry-emulate": ["--config", str(ROOT / "tests" / "conformance" / "cherry-emulate.yaml")],
+    "sim-pools": ["--config", str(ROOT / "tests" / "conformance" / "sim-pools.yaml")],
+    "vultr-emulate": ["--config", str(ROOT / "tests" / "conformance" / "vultr-emulate.yaml")],
+    "exoscale-emulate": ["--config", str(ROOT / "tests" / "conformance" / "exoscale-emulate.yaml")],
+    "alicloud-emulate": ["--config", str(ROOT / "tests" / "conformance" / "alicloud-emulate.yaml")],
     "spc-emulate": ["--config", str(ROOT / "tests" / "conformance" / "spc-emulate.yaml")],
 }
 

@@ -16,6 +16,7 @@ without them, against real tools wherever one exists:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -63,12 +64,18 @@ OVERLAYS = {
     "standalone": "standalone",
     "cherry": "providers/cherry",
     "cherry-standalone": "providers/cherry/standalone",
+    "vultr": "providers/vultr",
+    "vultr-standalone": "providers/vultr/standalone",
+    "alicloud": "providers/alicloud",
     "spc": "providers/spc",
 }
 #: the Cherry overlays and the layout each one patches
 CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
 CHERRY_EXAMPLE_SECRETS = MANIFESTS / "providers/cherry/secrets.example.yaml"
-#: overlays other than Cherry's whose pod reads an example Secrets file (check-config needs them)
+#: the Vultr overlays and the layout each one patches
+VULTR_OVERLAYS = {"vultr": "sidecar", "vultr-standalone": "standalone"}
+VULTR_EXAMPLE_SECRETS = MANIFESTS / "providers/vultr/secrets.example.yaml"
+#: other overlays whose pod reads an example Secrets file (check-config needs them)
 EXAMPLE_SECRETS = {"spc": MANIFESTS / "providers/spc/secrets.example.yaml"}
 # Every Kubernetes schema from 1.33 (native sidecar containers are GA there) to the newest installed.
 SCHEMA_VERSIONS = sorted(
@@ -586,6 +593,29 @@ def test_cherry_overlay_reuses_in_tree_secrets(
     assert "authtoken" in example["cluster-autoscaler-cherry"]["stringData"]
 
 
+@pytest.mark.parametrize("overlay", VULTR_OVERLAYS)
+def test_vultr_overlay_reuses_the_in_tree_secret(overlay: str, rendered: Rendered) -> None:
+    """The Secret name and key exactly as the in-tree vultr example defines them; the CA container
+    is the base's, and applying the overlay never writes a Secret."""
+    objects = rendered[overlay]
+    view = ContainerView(our_workload(objects), OUR_CONTAINER, objects)
+    args = our_args(objects)
+    assert flag_value(args, "--provider") == "vultr"
+    mount, rel = view.mount_path_of(flag_value(args, "--cloud-config") or "") or ({}, "")
+    source = view.volumes[mount["name"]]["secret"]
+    assert source["secretName"] == "cluster-autoscaler-cloud-config"
+    assert {"key": "cloud-config", "path": rel} in source["items"]
+    ca = container(find(objects, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    assert ca == container(find(rendered[VULTR_OVERLAYS[overlay]], "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    example = {o["metadata"]["name"]: o for o in load_documents(VULTR_EXAMPLE_SECRETS)}
+    assert set(example) == {"cluster-autoscaler-cloud-config"}
+    assert set(json.loads(example["cluster-autoscaler-cloud-config"]["stringData"]["cloud-config"])) == {
+        "cluster_id",
+        "token",
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Our CLI accepts the manifests' arguments and files
 
@@ -620,6 +650,10 @@ def test_check_config_accepts_manifest_args(
             "cloudprovider_grpc.providers.cherry", reason="the Cherry backend (issue 3) has not landed"
         )
     secrets = cherry_example_secrets if overlay in CHERRY_OVERLAYS else []
+    if overlay in VULTR_OVERLAYS:
+        secrets = load_documents(VULTR_EXAMPLE_SECRETS)
+    if overlay == "alicloud":
+        secrets = load_documents(MANIFESTS / "providers/alicloud/secrets.example.yaml")
     if overlay in EXAMPLE_SECRETS:
         secrets = load_documents(EXAMPLE_SECRETS[overlay])
     mat, _ = materialize_ours(rendered[overlay], tmp_path / "pod", secrets)

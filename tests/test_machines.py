@@ -360,7 +360,7 @@ class HalfBrokenDriver(SimDriver):
         self.broken = True
 
     def list_machines(self) -> MachineListing:
-        machines = self.cloud.list()
+        machines = self.cloud.list_machines()
         if not self.broken:
             return MachineListing(machines)
         denied = CloudError("403 Forbidden: Access denied: project belongs to another team", status=403)

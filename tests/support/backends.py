@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,27 @@ class BackendUnderTest:
 
 BACKENDS: tuple[BackendUnderTest, ...] = (
     BackendUnderTest("sim", ("--provider", "sim")),
+    BackendUnderTest("sim-pools", ("--config", str(EXAMPLES / "sim-pools.yaml")), shape="pools"),
     BackendUnderTest(
         "cherry",
         ("--provider", "cherry", "--emulate"),
         secret_env=("CHERRY_AUTH_TOKEN", "BOOTSTRAP_TOKEN_SECRET"),
+    ),
+    BackendUnderTest(
+        "vultr", ("--provider", "vultr", "--emulate"), secret_env=("VULTR_API_KEY",), shape="pools"
+    ),
+    BackendUnderTest(
+        "exoscale",
+        ("--provider", "exoscale", "--emulate"),
+        secret_env=("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"),
+        shape="pools",
+    ),
+    BackendUnderTest(
+        "alicloud",
+        ("--provider", "alicloud", "--emulate"),
+        secret_env=("ACCESS_KEY_SECRET",),
+        shape="pools",
+        extra_env={"ACCESS_KEY_ID": "LTAI5tProbeAccessKey0001", "REGION_ID": "cn-hangzhou"},
     ),
     BackendUnderTest("spc", ("--provider", "spc", "--emulate"), secret_env=("CLUSTER_API_TOKEN",)),
 )

@@ -165,16 +165,16 @@ class CherryDriver(MachineDriver):
                 continue
             for server in servers:
                 tags = _tags(server)
-                pool = self.config.pools.get(tags.get(TAG_POOL, ""))
+                member = self.config.pools.get(tags.get(TAG_POOL, ""))
                 if (
-                    pool is None
-                    or pool.project_id != project_id
-                    or tags.get(TAG_CLUSTER) != pool.cluster_name
+                    member is None
+                    or member.project_id != project_id
+                    or tags.get(TAG_CLUSTER) != member.cluster_name
                 ):
                     continue
                 if "id" not in server:
                     continue
-                machines.append(self._machine(server, pool.name))
+                machines.append(self._machine(server, member.name))
         if errors and len(errors) == len(self.config.project_ids):
             raise errors[0]
         # servers sharing a creation token are deduplicated by MachineProvider

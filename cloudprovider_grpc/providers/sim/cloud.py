@@ -218,7 +218,7 @@ class SimCloud:
             return InstanceState.CREATING
         return InstanceState.RUNNING
 
-    def list(self) -> list[Machine]:
+    def list_machines(self) -> list[Machine]:
         now = self.clock()
         with self._lock:
             self.calls["list"] += 1
@@ -281,7 +281,7 @@ class SimCloud:
         with self._lock:
             for group in self.groups:
                 self._converge(group, now)
-        machines = self.list()
+        machines = self.list_machines()
         with self._lock:
             return {
                 g: (self.desired[g], [m for m in machines if m.group == g], self.failures[g])
@@ -327,6 +327,10 @@ class _SimReadSide(DriverBase):
         self._templates = {g.id: _template(g) for g in cloud.options.groups}
 
     def groups(self) -> list[GroupConfig]:
+        return self.group_configs()
+
+    def group_configs(self) -> list[GroupConfig]:
+        """The configured groups (the pool listing carries them too)."""
         return [
             GroupConfig(
                 g.id,
@@ -353,7 +357,7 @@ class SimDriver(_SimReadSide, MachineDriver):
     """The sim cloud in machine mode: our server creates machines one by one."""
 
     def list_machines(self) -> list[Machine]:
-        return self.cloud.list()
+        return self.cloud.list_machines()
 
     def create_machine(self, group: str, token: str) -> Machine:
         return self.cloud.create(group, token)
@@ -366,7 +370,7 @@ class SimPoolDriver(_SimReadSide, PoolDriver):
     """The sim cloud in pool mode: the cloud owns each group's desired size."""
 
     def list_pools(self) -> list[Pool]:
-        configs = {c.id: c for c in self.groups()}
+        configs = {c.id: c for c in self.group_configs()}
         return [
             Pool(configs[gid], desired, tuple(machines), failure)
             for gid, (desired, machines, failure) in self.cloud.list_pools().items()
