@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cloudprovider_grpc import secrets
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -77,7 +78,15 @@ _TOP_KEYS = frozenset(
     }
 )
 _EMULATOR_KEYS = frozenset(
-    {"pending-seconds", "removing-seconds", "activity-seconds", "stock", "rate-limit", "sts-duration"}
+    {
+        "pending-seconds",
+        "removing-seconds",
+        "activity-seconds",
+        "stock",
+        "rate-limit",
+        "sts-duration",
+        "instance-types",
+    }
 )
 REMOVE_POLICIES = ("release", "recycle")
 
@@ -108,6 +117,9 @@ class EmulatorOptions:
     #: instance type -> instances the emulated region can still create ("*": any type)
     stock: Mapping[str, int] = field(default_factory=lambda: {"*": 1000})
     sts_duration: int = 3600
+    #: scaling group id -> the instance type of the configuration the emulator seeds for it
+    #: (default ecs.g7.xlarge); with `stock` this makes one group's scale-outs fail
+    instance_types: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -142,7 +154,9 @@ def _norm(key: object) -> str:
 
 
 def _secret(value: str, key: str) -> str:
-    """Stripped of surrounding whitespace (a Secret file's trailing newline) and header-safe."""
+    """Stripped of surrounding whitespace (a Secret file's trailing newline), header-safe, and
+    registered so no log line, status message or metric can carry it (cloudprovider_grpc.secrets)."""
+    secrets.register(value)
     value = value.strip()
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise ConfigError(key, "contains control characters (a line break inside the value?)")
@@ -418,7 +432,11 @@ def _emulator_options(value: Any) -> EmulatorOptions:
     sts = emu.get("sts-duration", 3600)
     if not isinstance(sts, int) or isinstance(sts, bool) or sts <= 0:
         raise ConfigError("alicloud.emulator.sts-duration", f"expected a positive integer, got {sts!r}")
+    types = emu.get("instance-types") or {}
+    if not isinstance(types, Mapping) or not all(isinstance(v, str) and v for v in types.values()):
+        raise ConfigError("alicloud.emulator.instance-types", "expected {scaling-group-id: instance-type}")
     return EmulatorOptions(
+        instance_types={str(k): str(v) for k, v in types.items()},
         pending_seconds=_float(emu.get("pending-seconds", 5.0), "alicloud.emulator.pending-seconds"),
         removing_seconds=_float(emu.get("removing-seconds", 3.0), "alicloud.emulator.removing-seconds"),
         activity_seconds=_float(emu.get("activity-seconds", 1.0), "alicloud.emulator.activity-seconds"),

@@ -122,11 +122,11 @@ def _emulator_for(
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
     )
-    _seed_groups(emulator, config)
+    _seed_groups(emulator, config, emu)
     return emulator
 
 
-def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None) -> None:
+def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None, emu: EmulatorOptions) -> None:
     """The configured groups (a general-purpose configuration each, starting at their min size),
     or the demo groups when none is configured."""
     if config is None or config.demo_groups:
@@ -153,7 +153,7 @@ def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None) -> None:
             {
                 "ScalingConfigurationId": config_id,
                 "ScalingGroupId": group.id,
-                "InstanceType": "ecs.g7.xlarge",
+                "InstanceType": emu.instance_types.get(group.id, "ecs.g7.xlarge"),
                 "SystemDiskSize": 120,
                 "Tags": [{"Key": "nodepool", "Value": group.name or group.id}],
             }
@@ -166,7 +166,8 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     emulator = None
     endpoint = ""
     if ctx.emulate:
-        emulator = _emulator_for(config, config.emulator, "127.0.0.1:0", None).start()
+        emulator = _emulator_for(config, config.emulator, "127.0.0.1:0", None)
+        emulator.start()
         endpoint = emulator.base_url
     try:
         driver = AliCloudDriver(config, make_client(config, endpoint))
@@ -190,4 +191,6 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
         log.warning("alicloud emulator: configuration incomplete (%s); seeding the demo region", exc)
         config = None
     emu = config.emulator if config else EmulatorOptions()
-    return _emulator_for(config, emu, address, state_file, dict(ctx.env)).start()
+    emulator = _emulator_for(config, emu, address, state_file, dict(ctx.env))
+    emulator.start()
+    return emulator
