@@ -91,6 +91,27 @@ vultr:
   emulator: {provision_seconds: 0}
 """
 
+_SPC_E2E = """
+spc:
+  emulator:
+    draft-seconds: 1
+    building-seconds: 1
+    provisioned-seconds: 1
+    deleting-seconds: 1
+    pools:
+      - {name: Workers, instance-size: t2.xlarge, min-count: 0, max-count: 4}
+      - {name: Scarce, instance-size: m4.xlarge, min-count: 0, max-count: 3, capacity: 0}
+"""
+
+#: the demo cluster (its first pool: t2.medium 1..8 with one node), nodes built at once
+_SPC_CONFORMANCE = """
+provider: spc
+emulate: true
+spc:
+  rate-limit: 1000
+  emulator: {draft-seconds: 0, building-seconds: 0, provisioned-seconds: 0, deleting-seconds: 0}
+"""
+
 #: two scaling groups seeded in the emulator (each with a `nodepool=<id>` configuration tag, so their
 #: templates differ in that label); the scarce one's instance type has no stock, so its scale-outs
 #: end as Failed activities (OperationDenied.NoStock)
@@ -153,7 +174,15 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         stockout_group="asg-bp1realcascarce000001",
         conformance_config=(CONFORMANCE / "alicloud-emulate.yaml").read_text(),
     ),
-    BackendUnderTest("spc", ("--provider", "spc", "--emulate"), secret_env=("CLUSTER_API_TOKEN",)),
+    BackendUnderTest(
+        "spc",
+        ("--provider", "spc", "--emulate"),
+        secret_env=("CLUSTER_API_TOKEN",),
+        e2e_config=_SPC_E2E,
+        e2e_group="autoscaling-spc755avwe-pool-1",  # the emulated cluster 1 is spc755avwe
+        stockout_group="autoscaling-spc755avwe-pool-2",
+        conformance_config=_SPC_CONFORMANCE,
+    ),
 )
 
 

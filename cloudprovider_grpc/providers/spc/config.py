@@ -88,6 +88,7 @@ _EMULATOR_POOL_KEYS = frozenset(
         "labels",
         "gpu-instance-size",
         "gpu-core-count",
+        "capacity",
     }
 )
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
@@ -123,6 +124,8 @@ class EmulatorPool:
     labels: str = ""
     gpu_instance_size: str = ""
     gpu_core_count: int | None = None
+    #: most nodes the emulated provider can build for this pool (None: unlimited; 0: a stockout)
+    capacity: int | None = None
 
 
 @dataclass(frozen=True)
@@ -268,6 +271,11 @@ def _emulator_pools(value: Any, where: str) -> tuple[EmulatorPool, ...]:
             raise ConfigError(
                 f"{w}.min-count", f"{counts['min-count']} is above max-count {counts['max-count']}"
             )
+        capacity = pool.get("capacity")
+        if capacity is not None and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0
+        ):
+            raise ConfigError(f"{w}.capacity", f"expected a non-negative integer, got {capacity!r}")
         gpus = pool.get("gpu-core-count")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
             raise ConfigError(f"{w}.gpu-core-count", f"expected a non-negative integer, got {gpus!r}")
@@ -282,6 +290,7 @@ def _emulator_pools(value: Any, where: str) -> tuple[EmulatorPool, ...]:
                 labels=str(pool.get("labels") or ""),
                 gpu_instance_size=str(pool.get("gpu-instance-size") or ""),
                 gpu_core_count=gpus,
+                capacity=capacity,
             )
         )
     return tuple(out)

@@ -77,6 +77,7 @@ def _emulator(
                 labels=p.labels,
                 gpu_size=p.gpu_instance_size,
                 gpu_count=p.gpu_core_count,
+                capacity=p.capacity,
             )
     else:
         emulator.seed_demo(org, cluster)
