@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -76,6 +77,48 @@ def go_install(package: str, version: str, binary: str, *, timeout: float = 1800
     return exe
 
 
+def go_module_dir(module: str, version: str, *, timeout: float = 600) -> Path:
+    """`go mod download module@version` into the shared module cache; the unpacked module's directory.
+
+    For test data that a project publishes inside its Go module (cert-manager's CRDs in
+    `deploy/crds/`, prometheus-operator's in `example/prometheus-operator-crd/`): the module proxy is
+    an ordinary package registry, and the cache makes every run after the first offline.
+    Raises RuntimeError (with Go's output) when Go is missing or the download fails."""
+    if go_binary() is None:
+        raise RuntimeError(f"Go is not installed (needed to download {module}@{version})")
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        env=go_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        # Outside any go.mod, so no project module influences the download.
+        cwd=_neutral_dir(),
+    )
+    info: dict[str, str] = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    if proc.returncode != 0 or "Dir" not in info or info.get("Error"):
+        raise RuntimeError(
+            f"go mod download {module}@{version} failed:\n{info.get('Error', '')}{proc.stderr}"
+        )
+    return Path(info["Dir"])
+
+
+def _neutral_dir() -> Path:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def in_ci() -> bool:
+    """CI=true: a missing tool is a failure there, never a skip."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+# Go tools the deployment tests run, pinned. helm: the newest v3 release on the module proxy when it
+# was pinned. kustomize: v5.7.1, the newest release that builds with Go 1.26 (issue 16).
+HELM = ("helm.sh/helm/v3/cmd/helm", "v3.22.0", "helm")
+KUSTOMIZE = ("sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1", "kustomize")
 # ---------------------------------------------------------------- builds from a source tree
 
 
