@@ -130,3 +130,40 @@ def from_simulator(data: dict) -> list[Step]:
         elif d.kind == "scale-up-failed":
             items.append(("failed", d.group, d.delta))
     return normalise(items)
+
+
+def mirror_cloud(
+    groups: Mapping[str, tuple[int, int]],
+    templates: Mapping[str, Mapping[str, Any]],
+    stockout_group: str,
+) -> str:
+    """A sim cloud shaped like another backend's node groups, for a simulator run that predicts CA on
+    that backend: the same ids and bounds, and template Nodes with the same allocatable resources,
+    labels and taints (the only things CA's decisions read from a cloud), `stockout_group` unable to
+    create machines. A cloud's own API (tags, pools, activities) is our server's business, not CA's,
+    so it does not enter the prediction."""
+    specs = []
+    for gid, (lo, hi) in sorted(groups.items()):
+        tpl = templates[gid]
+        allocatable = dict(tpl["allocatable"])
+        spec: dict[str, Any] = {
+            "id": gid,
+            "min_size": lo,
+            "max_size": hi,
+            "capacity": {k: v for k, v in allocatable.items() if k != "pods"},
+            "pods": int(allocatable.get("pods", "110")),
+            "labels": {k: v for k, v in tpl["labels"].items() if k != "kubernetes.io/hostname"},
+            "taints": list(tpl["taints"]),
+        }
+        # the sim cloud writes these standard labels itself: give it the backend's values
+        for key, field in (
+            ("node.kubernetes.io/instance-type", "instance_type"),
+            ("topology.kubernetes.io/region", "region"),
+            ("topology.kubernetes.io/zone", "zone"),
+        ):
+            if key in tpl["labels"]:
+                spec[field] = tpl["labels"][key]
+        if gid == stockout_group:
+            spec["fail"] = {"stockout_after": 0}
+        specs.append(spec)
+    return yaml.safe_dump({"sim": {"provisioning_delay": 2, "deletion_delay": 1, "groups": specs}})

@@ -33,6 +33,8 @@ class Run:
     server: OurServer
     registrar: Registrar
     ca: Autoscaler
+    #: the backend's node groups as CA saw them (`cloud_shape`), recorded by scenarios that compare
+    shape: tuple[dict[str, tuple[int, int]], dict[str, dict]] | None = None
 
     @property
     def kube(self):
@@ -233,6 +235,7 @@ def generic(r: Run, backend: BackendUnderTest) -> list[Change]:
     """Every backend through its emulator: scale-up, named-node scale-down, the cloud's failure path.
     Returns the workload changes it made, phase by phase (for the simulator's scenario)."""
     group = backend.e2e_group
+    r.shape = cloud_shape(r)
     one = fits_one_node(r, group, "one")
     phase_scale_up(r, group, one, 1)
     placed = wl.running_on(r.kube, "one")
@@ -241,6 +244,25 @@ def generic(r: Run, backend: BackendUnderTest) -> list[Change]:
     scarce = fits_one_node(r, backend.stockout_group, "scarce")
     phase_stockout(r, backend.stockout_group, scarce)
     return [Change(0, one, 1), Change(1, one, 0), Change(2, scarce, 1)]
+
+
+def cloud_shape(r: Run) -> tuple[dict[str, tuple[int, int]], dict[str, dict]]:
+    """Our server's node groups as CA sees them: bounds, and each template's allocatable resources,
+    labels and taints (the input of `compare.mirror_cloud`)."""
+    bounds: dict[str, tuple[int, int]] = {}
+    tpls: dict[str, dict] = {}
+    with r.server.endpoint.channel() as channel:
+        stub = pb_grpc.CloudProviderStub(channel)
+        for group in stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups:
+            bounds[group.id] = (group.minSize, group.maxSize)
+            res = stub.NodeGroupTemplateNodeInfo(pb.NodeGroupTemplateNodeInfoRequest(id=group.id), timeout=5)
+            node = decode_node(res.nodeBytes)
+            tpls[group.id] = {
+                "allocatable": {k: q.string for k, q in node.status.allocatable.items()},
+                "labels": dict(node.metadata.labels),
+                "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.spec.taints],
+            }
+    return bounds, tpls
 
 
 def node_groups(r: Run) -> dict[str, str]:
