@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,7 +140,9 @@ class Autoscaler:
         fresh, self._seen = all_[self._seen :], len(all_)
         return fresh
 
-    def wait_decisions(self, predicate, timeout: float, what: str) -> list[Decision]:
+    def wait_decisions(
+        self, predicate: Callable[[list[Decision]], object], timeout: float, what: str
+    ) -> list[Decision]:
         """Wait until the decisions logged since the last `new_decisions` satisfy `predicate`."""
         found: list[Decision] = []
 

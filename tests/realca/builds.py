@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support import gotools
@@ -44,7 +45,7 @@ def snapshot(version: str) -> Path:
     return path
 
 
-def _copy_snapshot(version: str):
+def _copy_snapshot(version: str) -> Callable[[Path], Path]:
     def prepare(scratch: Path) -> Path:
         shutil.copytree(snapshot(version), scratch / version)
         return scratch / version / "cluster-autoscaler"

@@ -8,7 +8,7 @@ one CA run goes through several of them, and `benchmarks/` can reuse them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +18,9 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.realca import workloads as wl
 from tests.realca.autoscaler import Autoscaler, Decision
-from tests.realca.cluster import ControlPlane, Registrar, node_name, wait_for
+from tests.realca.cluster import ControlPlane, Process, Registrar, wait_for
 from tests.realca.compare import Change
+from tests.realca.kube import Kube
 from tests.realca.server import OurServer
 from tests.support.backends import BackendUnderTest
 
@@ -37,10 +38,10 @@ class Run:
     shape: tuple[dict[str, tuple[int, int]], dict[str, dict]] | None = None
 
     @property
-    def kube(self):
+    def kube(self) -> Kube:
         return self.plane.kube
 
-    def watch(self) -> list:
+    def watch(self) -> list[Process]:
         return [self.ca.process, self.server.process, *self.plane.processes]
 
     def diagnostics(self) -> str:
@@ -270,9 +271,6 @@ def node_groups(r: Run) -> dict[str, str]:
     return {name: group for name, (_, group) in r.registrar.created.items()}
 
 
-__all__ = ["Run", "generic", "node_name", "run"]
-
-
 # ---------------------------------------------------------------- the sim cloud's full set
 
 #: The sim cloud for the full scenario set: `small` and `twin` have the same shape at different
@@ -349,12 +347,12 @@ def phase_scale_to_zero(r: Run, workloads: list[str], removed_groups: dict[str, 
     assert by_group["sticky"] <= set(wl.nodes(r.kube)), "sticky's node went despite its 1 h unneeded time"
     assert r.server.rpc_counts().get("NodeGroupGetOptions", 0) > options_before, "CA never asked GetOptions"
     for group, count in removed_groups.items():
-        wait_for(
-            f"{group} down to {len(by_group[group]) - count}",
-            lambda g=group, c=count: len(live_ids(r, g)) == len(by_group[g]) - c,
-            PHASE_TIMEOUT,
-            watch=r.watch(),
-        )
+        left = len(by_group[group]) - count
+
+        def down(g: str = group, n: int = left) -> bool:
+            return len(live_ids(r, g)) == n
+
+        wait_for(f"{group} down to {left}", down, PHASE_TIMEOUT, watch=r.watch())
 
 
 def sim_full(r: Run) -> None:
@@ -408,7 +406,7 @@ cherry:
 """
 
 
-def phase_restart_mid_scale_up(r: Run, count_in_cloud, group: str = "workers") -> None:
+def phase_restart_mid_scale_up(r: Run, count_in_cloud: Callable[[], int], group: str = "workers") -> None:
     """CA scales `group` up by 3; our server is SIGKILLed while the machines are being created and
     restarted on its `--state-file`; CA's scale-up completes with exactly 3 machines, none doubled,
     and CA never asks again."""

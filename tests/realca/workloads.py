@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tests.realca.cluster import REGISTRAR_LABEL, wait_for
+from tests.realca.cluster import REGISTRAR_LABEL, Process, wait_for
 from tests.realca.kube import JSON, Kube
 
 NAMESPACE = "default"
@@ -73,7 +73,9 @@ def running_on(kube: Kube, app: str) -> dict[str, str]:
     }
 
 
-def wait_running(kube: Kube, app: str, count: int, timeout: float, watch: Sequence = ()) -> dict[str, str]:
+def wait_running(
+    kube: Kube, app: str, count: int, timeout: float, watch: Sequence[Process] = ()
+) -> dict[str, str]:
     found: dict[str, str] = {}
 
     def check() -> bool:
