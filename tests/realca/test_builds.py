@@ -34,6 +34,11 @@ def test_everything_builds_and_runs() -> None:
     etcd = step("etcd (Debian etcd-server)", builds.etcd)
     plane = step(f"control plane (k8s.io/kubernetes {builds.kubernetes_version()})", builds.control_plane)
     cas = {v: step(f"cluster-autoscaler {v}", functools.partial(builds.ca_binary, v)) for v in CA_VERSIONS}
+    harnesses = {
+        v: step(f"conformance harness on CA {v}", functools.partial(builds.conformance_harness, v))
+        for v in builds.GENERATIONS
+    }
+    grpcurl = step(f"grpcurl {builds.GRPCURL_VERSION}", builds.grpcurl)
     for line in (f"{name}: {secs:.0f} s" for name, secs in timings.items()):
         print(line)
 
@@ -55,3 +60,10 @@ def test_everything_builds_and_runs() -> None:
         ).stdout
         assert "path\tk8s.io/autoscaler/cluster-autoscaler" in info, (version, info[:500])
         assert "build\t-tags=externalgrpc" in info, (version, info[:500])
+    for version, harness in harnesses.items():
+        out = subprocess.run([str(harness), "release"], capture_output=True, text=True, check=True).stdout
+        assert out.strip() == version, (version, out)
+    assert (
+        subprocess.run([str(grpcurl), "-version"], capture_output=True, text=True, check=False).returncode
+        == 0
+    )
