@@ -406,10 +406,13 @@ cherry:
 """
 
 
-def phase_restart_mid_scale_up(r: Run, count_in_cloud: Callable[[], int], group: str = "workers") -> None:
+def phase_restart_mid_scale_up(
+    r: Run, count_in_cloud: Callable[[], int], group: str = "workers"
+) -> list[Change]:
     """CA scales `group` up by 3; our server is SIGKILLed while the machines are being created and
     restarted on its `--state-file`; CA's scale-up completes with exactly 3 machines, none doubled,
-    and CA never asks again."""
+    and CA never asks again. Returns the workload change (for the simulator's scenario)."""
+    r.shape = cloud_shape(r)
     app = fits_one_node(r, group, "restart", replicas=3)
     wl.apply(r.kube, app)
     got = r.ca.wait_decisions(lambda ds: ups(ds), PHASE_TIMEOUT, "CA's scale-up by 3")
@@ -425,3 +428,4 @@ def phase_restart_mid_scale_up(r: Run, count_in_cloud: Callable[[], int], group:
     assert count_in_cloud() == 3
     assert not ups(r.ca.new_decisions()), "CA scaled up again after the restart"
     assert r.server.target(group) == 3
+    return [Change(0, app, 3)]

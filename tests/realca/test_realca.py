@@ -16,7 +16,6 @@ import pytest
 
 from tests.realca import compare
 from tests.realca import scenarios as sc
-from tests.realca import workloads as wl
 from tests.realca.autoscaler import FAST_FLAGS
 from tests.realca.cluster import ControlPlane
 from tests.support.backends import BACKENDS, BackendUnderTest, backend
@@ -108,19 +107,14 @@ def test_restart_mid_scale_up(control_plane: ControlPlane, tmp_path: Path) -> No
             control_plane, cherry, "1.36.1", tmp_path, config=config, state_file=tmp_path / "journal"
         ) as r:
             try:
-                sc.phase_restart_mid_scale_up(r, in_cloud)
+                changes = sc.phase_restart_mid_scale_up(r, in_cloud)
             except BaseException:
                 print(r.diagnostics())
                 raise
             seen = compare.from_ca(r.ca.decisions(), sc.node_groups(r))
-    # The simulator has no model of our server restarting (it is our server's resilience, not a CA
+    # The simulator has no model of our server restarting (that is our server's resilience, not a CA
     # decision), so it is held to the decision itself: one scale-up of workers by 3.
-    predicted = compare.from_simulator(
-        compare.scenario(
-            "restart",
-            "sim: {groups: [{id: workers, max_size: 6, capacity: {cpu: '4', memory: 8Gi}}]}",
-            FAST_FLAGS,
-            [compare.Change(0, wl.Workload("restart", 3, cpu="2400m", memory="256Mi"), 3)],
-        )
-    )
+    assert r.shape is not None
+    cloud = compare.mirror_cloud(*r.shape, stockout_group="")
+    predicted = compare.from_simulator(compare.scenario("restart", cloud, FAST_FLAGS, changes))
     assert predicted == seen == [("up", "workers", 3)], (predicted, seen)
