@@ -1,0 +1,88 @@
+"""Concurrent scale calls over a real port (CA never sends them concurrently, but nothing stops two
+CAs or a retrying client from doing it): 50 x IncreaseSize(1) ends exactly at max, 10 x single-node
+DeleteNodes removes exactly the nodes whose calls succeeded and never goes below min."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from tests.support.backends import BackendUnderTest
+from tests.support.probes import REFRESH_EVERY, groups, instances, poll, refresh, settle, start_server
+
+
+def concurrently(calls: list[Callable[[], None]]) -> list[grpc.StatusCode]:
+    """Run the calls at once (released together by a barrier); their status codes, in order."""
+    barrier = threading.Barrier(len(calls))
+    codes: list[grpc.StatusCode] = [grpc.StatusCode.UNKNOWN] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            calls[i]()
+            codes[i] = grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            codes[i] = exc.code()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return codes
+
+
+def test_concurrent_increases_end_exactly_at_max_and_deletes_respect_min(
+    backend: BackendUnderTest, tmp_path: Path
+) -> None:
+    server = start_server(backend, tmp_path)
+    try:
+        s = server.stub()
+        bounds = groups(s)
+        gid = max((g for g in bounds if bounds[g][1] <= 20), key=lambda g: bounds[g][1])
+        lo, hi = bounds[gid]
+        start = s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
+        settle(s, gid, start)
+
+        def increase() -> None:
+            s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=1), timeout=10)
+
+        codes = concurrently([increase] * 50)
+        assert codes.count(grpc.StatusCode.OK) == hi - start
+        assert codes.count(grpc.StatusCode.FAILED_PRECONDITION) == 50 - (hi - start)
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize == hi
+        ids = settle(s, gid, hi)  # exactly max machines in the cloud, none doubled
+
+        victims = ids[:10]
+
+        def delete(node_id: str) -> Callable[[], None]:
+            node = pb.ExternalGrpcNode(providerID=node_id, name=node_id)
+            return lambda: s.NodeGroupDeleteNodes(
+                pb.NodeGroupDeleteNodesRequest(id=gid, nodes=[node]), timeout=10
+            )
+
+        codes = concurrently([delete(v) for v in victims])
+        deleted = {v for v, c in zip(victims, codes, strict=True) if c == grpc.StatusCode.OK}
+        assert len(deleted) == min(len(victims), hi - lo)
+        assert all(c in (grpc.StatusCode.OK, grpc.StatusCode.FAILED_PRECONDITION) for c in codes)
+
+        seen: list[tuple[str, int]] = []
+
+        def remaining() -> bool:
+            refresh(s)
+            seen[:] = [(i.id, i.status.instanceState) for i in instances(s, gid)]
+            now = {i for i, state in seen if state != pb.InstanceStatus.instanceDeleting}
+            return now == set(ids) - deleted
+
+        try:
+            poll(remaining, 60, "exactly the deleted machines to be gone", REFRESH_EVERY)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: deleted {sorted(deleted)}, now {seen}") from None
+        target = s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
+        assert target == hi - len(deleted) >= lo
+    finally:
+        server.close()
