@@ -126,9 +126,11 @@ class Gate:
         self._cond = threading.Condition()
         self._open = True
         self._active = 0
+        self._last_arrival = 0.0
 
     def enter(self) -> bool:
         with self._cond:
+            self._last_arrival = time.monotonic()
             if self._open:
                 self._active += 1
             return self._open
@@ -151,6 +153,21 @@ class Gate:
         """True when no admitted RPC is running any more; False when `timeout` ran out first."""
         with self._cond:
             return self._cond.wait_for(lambda: self._active == 0, timeout=max(timeout, 0.0))
+
+    def wait_quiet(self, quiet: float, deadline: float) -> bool:
+        """Wait until no admitted RPC runs and none arrived for `quiet` seconds (clients told
+        UNAVAILABLE have gone away), or until the monotonic `deadline`. Closing the port while calls
+        still arrive would cut those off as CANCELLED, which leaves the caller guessing."""
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            if not self.wait_idle(deadline - now):
+                return False
+            since = time.monotonic() - self._last_arrival
+            if since >= quiet:
+                return True
+            time.sleep(min(quiet - since, max(deadline - time.monotonic(), 0.0)))
 
 
 def _invoke(method: str, context: grpc.ServicerContext, call: Callable[[], R]) -> R:

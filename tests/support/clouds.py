@@ -33,6 +33,9 @@ class ExternalCloud(Protocol):
         """Fail `rate` of the cloud's requests with 5xx (before and after processing), 429, timeouts
         and dropped connections; 0 turns faults off."""
 
+    def set_slow(self, seconds: float) -> None:
+        """Answer every request only after `seconds` (longer than the backend's read timeout)."""
+
     def machines(self, group: str) -> list[str]:
         """Ids of the machines the cloud holds for `group`, not counting ones being deleted."""
 
@@ -96,6 +99,9 @@ class CherryCloud:
 
     def set_faults(self, rate: float, seed: int = 0) -> None:
         self.emulator.set_faults(FaultPlan(rate=rate, seed=seed, slow_seconds=1.5) if rate else None)
+
+    def set_slow(self, seconds: float) -> None:
+        self.emulator.set_faults(FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=seconds))
 
     def machines(self, group: str) -> list[str]:
         return [
