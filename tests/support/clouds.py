@@ -70,6 +70,7 @@ class CherryCloud:
             deploy_seconds=0.5,
             state_file=self.state_file,
         ).start()
+        self.tmp.mkdir(parents=True, exist_ok=True)
         config = self.tmp / "cherry-probe.yaml"
         config.write_text(
             yaml.safe_dump(
