@@ -113,7 +113,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from cloudprovider_grpc.providers.registry import build_provider
 
     settings = _settings(args)
-    ctx = settings.provider_context(emulate=False)
+    # with --emulate the backend validates its emulated configuration (demo defaults included); the
+    # emulator it starts for that listens on loopback and stops with the provider just below
+    ctx = settings.provider_context()
     provider = build_provider(settings.provider, ctx)
     groups = provider.node_groups()
     provider.stop(timeout=0)
