@@ -23,7 +23,7 @@ EXIT_CONFIG = 2
 
 def _add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML config file (env CLOUDPROVIDER_GRPC_CONFIG)")
-    p.add_argument("--provider", help="backend: sim (default), cherry")
+    p.add_argument("--provider", help="backend: sim (default), cherry, vultr, exoscale, alicloud, spc")
     p.add_argument(
         "--address", help="gRPC listen address HOST:PORT (default 127.0.0.1:8086; :8086 = all interfaces)"
     )
@@ -110,7 +110,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate flags, files and the backend's configuration without starting anything."""
-    from cloudprovider_grpc.providers.registry import build_provider
+    from cloudprovider_grpc.providers.registry import backend_module, build_provider
 
     settings = _settings(args)
     # with --emulate the backend validates its emulated configuration (demo defaults included); the
@@ -119,6 +119,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     provider = build_provider(settings.provider, ctx)
     groups = provider.node_groups()
     provider.stop(timeout=0)
+    # a backend may add read-only checks against its cloud (Exoscale: max sizes beyond the quota)
+    backend_checks = getattr(backend_module(settings.provider), "check_config", None)
+    if backend_checks is not None:
+        for line in backend_checks(ctx):
+            print(line)
     tls = "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext"
     print(
         f"configuration OK: provider {settings.provider}, {len(groups)} node group(s) "

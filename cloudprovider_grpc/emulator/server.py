@@ -40,7 +40,7 @@ class HttpProblem(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.headers = dict(headers or {})
+        self.headers: dict[str, str | None] = dict(headers or {})
 
 
 @dataclass
@@ -53,6 +53,7 @@ class Request:
     client: str
     params: dict[str, str] = field(default_factory=dict)
     principal: Any = None
+    raw_query: str = ""  # as sent, for emulators that verify signatures over it
 
     def arg(self, name: str, default: str | None = None) -> str | None:
         values = self.query.get(name)
@@ -72,7 +73,7 @@ class Response:
     status: int = 200
     body: Any = None
     #: a None value drops a default header (e.g. {"Content-Type": None} for a bare 204)
-    headers: Mapping[str, str | None] = field(default_factory=dict)
+    headers: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,9 @@ class EmulatorServer:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out as two writes; without TCP_NODELAY the body waits for the
+            # client's delayed ACK of the headers (~40 ms per keep-alive request on Linux)
+            disable_nagle_algorithm = True
             server_version = f"{emulator.name}-emulator"
 
             def log_message(self, format: str, *args: Any) -> None:
@@ -285,10 +289,13 @@ class EmulatorServer:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
         req = Request(h.command, split.path, parse_qs(split.query), h.headers, body, h.client_address[0])
+        req.raw_query = split.query
         fault = self.faults.choose(req.method)
         kind = fault[0] if fault else None
         if kind == "throttle" or self._throttled(req.client):
-            headers = {"Retry-After": self.faults.retry_after} if self.faults.retry_after else {}
+            headers: dict[str, str | None] = {}
+            if self.faults.retry_after:
+                headers["Retry-After"] = self.faults.retry_after
             self._reply(
                 h,
                 req,

@@ -32,7 +32,13 @@ from typing import Any, Generic, TypeVar
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError
-from cloudprovider_grpc.errors import NotFound, NotImplementedByProvider, Unavailable
+from cloudprovider_grpc.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotImplementedByProvider,
+    Unavailable,
+)
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import (
     AutoscalingOptions,
@@ -116,7 +122,11 @@ class GroupProvider(CloudProvider, Generic[S]):
         self._templates: dict[str, NodeTemplate | None] = {}
         self._by_id: dict[str, str] = {}  # providerID or placeholder -> group
         self._by_name: dict[str, str] = {}  # machine name -> group
+        self._started = False
         self._sync_groups(driver.groups())
+        # journal entries per group, applied when the group exists: at start, or when a group the
+        # cloud offers only later is discovered (kept in the journal meanwhile)
+        self._unrestored: dict[str, Any] = self._parse_journal(self._journal.load())
 
     #: "machines" or "pools": recorded in the journal so a file from the other shape is refused
     shape: str = "base"
@@ -146,13 +156,27 @@ class GroupProvider(CloudProvider, Generic[S]):
             state.tombstones = {k: v for k, v in state.tombstones.items() if now - v < self._tombstone_ttl}
 
     def _journal_doc(self) -> dict[str, Any]:
+        """Per group id, what must survive a restart (only groups that have something)."""
         return {}
+
+    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Validate a loaded journal into per-group entries (raise the journal's ConfigError)."""
+        return {}
+
+    def _restore(self, state: S, entry: Any) -> None:
+        """Resume what a group's journal entry holds (its operations are queued again)."""
 
     def _target(self, state: S) -> int:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        with self._lock:
+            self._started = True
+            for gid, state in self._groups.items():
+                if gid in self._unrestored:
+                    self._restore(state, self._unrestored.pop(gid))
+            self._reindex()
         self._jobs.start()
         try:
             self.refresh()
@@ -207,9 +231,11 @@ class GroupProvider(CloudProvider, Generic[S]):
             seen.add(cfg.id)
             state = self._groups.get(cfg.id)
             if state is None:
-                self._groups[cfg.id] = self._new_state(cfg)
+                state = self._groups[cfg.id] = self._new_state(cfg)
                 if self._node_groups:  # not the initial set
                     log.info("node group %s discovered (min %d, max %d)", cfg.id, cfg.min_size, cfg.max_size)
+                if self._started and cfg.id in self._unrestored:
+                    self._restore(state, self._unrestored.pop(cfg.id))
             elif state.config != cfg:
                 state.config = cfg
                 self._templates.pop(cfg.id, None)
@@ -328,6 +354,52 @@ class GroupProvider(CloudProvider, Generic[S]):
                 gid: GroupSizes(self._target(s), len(s.live_machines())) for gid, s in self._groups.items()
             }
 
+    # ------------------------------------------------------------------ write-RPC rules (under the lock)
+    def _check_increase(self, group_id: str, delta: int) -> tuple[S, int]:
+        """The group and its target, if raising it by `delta` is allowed (CA's NodeGroup rules)."""
+        if delta <= 0:
+            raise InvalidArgument(f"size increase must be positive, got delta={delta}")
+        state = self._group(group_id)
+        target, cap = self._target(state), state.config.max_size
+        if target + delta > cap:
+            raise FailedPrecondition(
+                f"increasing node group {group_id!r} by {delta} would make its size {target + delta}, "
+                f"above its max size {cap} (current target {target})"
+            )
+        return state, target
+
+    def _check_decrease(self, group_id: str, delta: int) -> tuple[S, int]:
+        """The group and its target, if lowering it by `-delta` deletes no existing machine."""
+        if delta >= 0:
+            raise InvalidArgument(f"size decrease must be negative, got delta={delta}")
+        state = self._group(group_id)
+        target = self._target(state)
+        existing = len(state.live_machines())
+        if target + delta < existing:
+            raise FailedPrecondition(
+                f"decreasing node group {group_id!r} by {-delta} would make its target {target + delta}, "
+                f"below the {existing} machines it already has (current target {target}); "
+                "use DeleteNodes to remove machines"
+            )
+        return state, target
+
+    def _check_min(self, state: S, reducing: int) -> None:
+        target = self._target(state)
+        if reducing and target - reducing < state.config.min_size:
+            raise FailedPrecondition(
+                f"deleting {reducing} node(s) from node group {state.config.id!r} would make its size "
+                f"{target - reducing}, below its min size {state.config.min_size}; nothing was deleted"
+            )
+
+    def _not_in_group(self, group_id: str, node: NodeRef) -> InvalidArgument:
+        label = node.name or node.provider_id
+        other = self._by_id.get(node.provider_id) if node.provider_id else None
+        where = f"; it belongs to node group {other!r}" if other and other != group_id else ""
+        return InvalidArgument(
+            f"node {label!r} (providerID {node.provider_id!r}) does not belong to node group "
+            f"{group_id!r}{where}; nothing was deleted"
+        )
+
     # ------------------------------------------------------------------ helpers
     def _group(self, group_id: str) -> S:
         state = self._groups.get(group_id)
@@ -373,7 +445,8 @@ class GroupProvider(CloudProvider, Generic[S]):
 
     def _save_journal(self) -> None:
         if self._journal.enabled:
-            self._journal.save(self._journal_doc())
+            groups = {**self._unrestored, **self._journal_doc()}
+            self._journal.save({"groups": groups})
 
 
 def _hours(start: datetime, end: datetime) -> float:

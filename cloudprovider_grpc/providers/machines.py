@@ -38,7 +38,7 @@ from typing import Any
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
-from cloudprovider_grpc.errors import FailedPrecondition, InvalidArgument, Unavailable
+from cloudprovider_grpc.errors import Unavailable
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, MachineListing
@@ -76,6 +76,7 @@ class _Creation:
     error: InstanceError | None = None
     failed_at: float = 0.0
     unknown_since: float | None = None  # untokened clouds: when the outcome became unknown
+    sent: bool = False  # a create request may have left (journaled before it goes out)
     cancelled: bool = False  # CA no longer wants it; delete the machine if the inflight create lands
 
 
@@ -97,9 +98,6 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     def __init__(self, driver: MachineDriver, **kwargs: Any) -> None:
         super().__init__(driver, **kwargs)
-        self._journal_pending: list[tuple[str, _Creation]] = []
-        self._journal_deleting: list[Machine] = []
-        self._load_journal()
 
     # ------------------------------------------------------------------ base hooks
     def _new_state(self, config: GroupConfig) -> _GroupState:
@@ -113,21 +111,6 @@ class MachineProvider(GroupProvider[_GroupState]):
         # CA may still hold the placeholder of a machine that now exists
         ids.extend(self._placeholder(token) for token in state.resolved)
         return ids
-
-    def start(self) -> None:
-        with self._lock:
-            for group, creation in self._journal_pending:
-                self._groups[group].creations[creation.token] = creation
-                self._submit_create(creation)
-            for machine in self._journal_deleting:
-                state = self._groups[machine.group]
-                state.machines.setdefault(machine.id, machine)
-                state.deleting[machine.id] = self._clock()
-                self._submit_delete(machine)
-            self._journal_pending.clear()
-            self._journal_deleting.clear()
-            self._reindex()
-        super().start()
 
     # ------------------------------------------------------------------ read RPCs (memory only)
     def nodes(self, group_id: str) -> list[Instance]:
@@ -145,16 +128,8 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        if delta <= 0:
-            raise InvalidArgument(f"size increase must be positive, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target, cap = state.target(), state.config.max_size
-            if target + delta > cap:
-                raise FailedPrecondition(
-                    f"increasing node group {group_id!r} by {delta} would make its size {target + delta}, "
-                    f"above its max size {cap} (current target {target})"
-                )
+            state, target = self._check_increase(group_id, delta)
             for _ in range(delta):
                 creation = _Creation(token=secrets.token_hex(8), group=group_id)
                 state.creations[creation.token] = creation
@@ -164,19 +139,9 @@ class MachineProvider(GroupProvider[_GroupState]):
         log.info("node group %s: target %d -> %d", group_id, target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        if delta >= 0:
-            raise InvalidArgument(f"size decrease must be negative, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target = state.target()
-            existing = len(state.live_machines())
+            state, target = self._check_decrease(group_id, delta)
             new = target + delta
-            if new < existing:
-                raise FailedPrecondition(
-                    f"decreasing node group {group_id!r} by {-delta} would make its target {new}, below the "
-                    f"{existing} machines it already has (current target {target}); "
-                    "use DeleteNodes to remove machines"
-                )
             # cancel the requests least likely to deliver first: failed, then not yet sent, then newest
             wanted = [c for c in state.creations.values() if not c.cancelled]
             wanted.sort(key=lambda c: c.status.value)
@@ -197,24 +162,13 @@ class MachineProvider(GroupProvider[_GroupState]):
                 elif kind is Resolved.CREATION and isinstance(obj, _Creation):
                     creations[obj.token] = obj
                 elif kind is Resolved.FOREIGN:
-                    label = node.name or node.provider_id
-                    other = self._by_id.get(node.provider_id) if node.provider_id else None
-                    where = f"; it belongs to node group {other!r}" if other and other != group_id else ""
-                    raise InvalidArgument(
-                        f"node {label!r} (providerID {node.provider_id!r}) does not belong to node group "
-                        f"{group_id!r}{where}; nothing was deleted"
-                    )
+                    raise self._not_in_group(group_id, node)
             reducing = sum(
                 1
                 for m in machines.values()
                 if m.id not in state.deleting and m.state != InstanceState.DELETING
             ) + sum(1 for c in creations.values() if c.status != CreationStatus.FAILED and not c.cancelled)
-            target = state.target()
-            if reducing and target - reducing < state.config.min_size:
-                raise FailedPrecondition(
-                    f"deleting {reducing} node(s) from node group {group_id!r} would make its size "
-                    f"{target - reducing}, below its min size {state.config.min_size}; nothing was deleted"
-                )
+            self._check_min(state, reducing)
             for creation in creations.values():
                 self._cancel_creation(state, creation)
             for machine in machines.values():
@@ -285,9 +239,21 @@ class MachineProvider(GroupProvider[_GroupState]):
         waiting = [c for c in state.creations.values() if c.status == CreationStatus.UNKNOWN]
         if not waiting or not state.listed_once:
             return  # the first listing of a group (after a start) is the baseline newcomers are told from
-        known = set(state.machines) | set(state.resolved.values()) | set(state.tombstones)
+
+        # told apart by the cloud's own handle where there is one: an id can change while a machine
+        # boots (SPC reports a node by name until its provider id exists), a handle (pk) cannot
+        def key(m: Machine) -> str:
+            return m.handle or m.id
+
+        seen = [*state.machines.values()]
+        known = {key(m) for m in seen} | set(state.resolved.values()) | set(state.tombstones)
+        known |= {m.id for m in seen}
         newcomers = sorted(
-            (m for mid, m in fresh.items() if mid not in known and not m.token and mid not in state.deleting),
+            (
+                m
+                for mid, m in fresh.items()
+                if key(m) not in known and mid not in known and not m.token and mid not in state.deleting
+            ),
             key=lambda m: _natural(m.id),
         )
         for creation, machine in zip(waiting, newcomers, strict=False):
@@ -369,6 +335,11 @@ class MachineProvider(GroupProvider[_GroupState]):
                 return None  # never re-sent: a listing adopts its machine (_adopt_untokened)
             c.status = CreationStatus.INFLIGHT
             c.attempts += 1
+            if not c.sent and not look_up_first:
+                # journaled before the request leaves: after a crash, a creation never sent is sent
+                # again at once, and only one that may have left is looked up (or, untokened, adopted)
+                c.sent = True
+                self._save_journal()
         try:
             machine = None
             if look_up_first:
@@ -500,55 +471,88 @@ class MachineProvider(GroupProvider[_GroupState]):
                     return Resolved.GONE, None
             if pid in state.tombstones:
                 return Resolved.GONE, None
-            return Resolved.FOREIGN, None
-        # no providerID: match the machine by its name (hostname)
-        for m in state.machines.values():
-            if node.name and m.name == node.name:
-                return Resolved.MACHINE, m
+        else:  # no providerID: match the machine by its name (hostname)
+            for m in state.machines.values():
+                if node.name and m.name == node.name:
+                    return Resolved.MACHINE, m
+        # the driver's label fallback (SPC's stackpoint.io/instance_id when the id cannot be derived)
+        mid = self.driver.machine_of(node)
+        if mid is not None and mid in state.machines:
+            return Resolved.MACHINE, state.machines[mid]
         return Resolved.FOREIGN, None
 
     # ------------------------------------------------------------------ journal
     def _journal_doc(self) -> dict[str, Any]:
-        return {
-            "creations": [
-                {"group": c.group, "token": c.token}
-                for s in self._groups.values()
+        doc: dict[str, Any] = {}
+        for gid, s in self._groups.items():
+            creations = [
+                {"token": c.token, "sent": c.sent}
                 for c in s.creations.values()
                 if c.status != CreationStatus.FAILED and not c.cancelled
-            ],
-            "deleting": [
-                {"group": m.group, "id": m.id, "name": m.name, "token": m.token, "handle": m.handle}
-                for s in self._groups.values()
-                for mid in s.deleting
-                if (m := s.machines.get(mid)) is not None
-            ],
-        }
+            ]
+            deleting = [_machine_doc(m) for mid in s.deleting if (m := s.machines.get(mid)) is not None]
+            if creations or deleting:
+                doc[gid] = {"creations": creations, "deleting": deleting}
+        return doc
 
-    def _load_journal(self) -> None:
-        doc = self._journal.load()
-        now = self._clock()
+    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
+        entries: dict[str, dict[str, list[Any]]] = {}
         try:
-            for item in doc.get("creations", []):
-                if item["group"] in self._groups:
-                    # it may have been sent before the restart: look the token up (or adopt) before creating
-                    creation = _Creation(str(item["token"]), str(item["group"]), CreationStatus.UNKNOWN)
-                    if not self.driver.create_carries_token:
-                        creation.unknown_since = now
-                    self._journal_pending.append((creation.group, creation))
-            for item in doc.get("deleting", []):
-                if item["group"] in self._groups:
-                    self._journal_deleting.append(
-                        Machine(
-                            str(item["id"]),
-                            str(item["group"]),
-                            InstanceState.DELETING,
-                            str(item.get("name", "")),
-                            str(item.get("token", "")),
-                            handle=str(item.get("handle", "")),
-                        )
-                    )
-        except (KeyError, TypeError, AttributeError) as exc:
+            if doc.get("version") == 1:  # flat lists of {"group": ...} items
+                for item in doc.get("creations", []):
+                    entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
+                    entries[str(item["group"])]["creations"].append((str(item["token"]), True))
+                for item in doc.get("deleting", []):
+                    entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
+                    entries[str(item["group"])]["deleting"].append(_machine_from(item, str(item["group"])))
+                return entries
+            for gid, entry in dict(doc.get("groups", {})).items():
+                entries[str(gid)] = {
+                    "creations": [_creation_from(t) for t in entry.get("creations", [])],
+                    "deleting": [_machine_from(m, str(gid)) for m in entry.get("deleting", [])],
+                }
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._journal._error(f"has a malformed entry ({type(exc).__name__}: {exc})") from None
+        return entries
+
+    def _restore(self, state: _GroupState, entry: Any) -> None:
+        now = self._clock()
+        for token, sent in entry["creations"]:
+            if sent:  # it may have left before the restart: look the token up (or adopt) first
+                creation = _Creation(token, state.config.id, CreationStatus.UNKNOWN, sent=True)
+                if not self.driver.create_carries_token:
+                    creation.unknown_since = now
+            else:  # never sent: send it
+                creation = _Creation(token, state.config.id)
+            state.creations[token] = creation
+            self._submit_create(creation)
+        for machine in entry["deleting"]:
+            state.machines.setdefault(machine.id, machine)
+            state.deleting[machine.id] = now
+            self._submit_delete(machine)
+
+
+def _creation_from(item: Any) -> tuple[str, bool]:
+    """A journaled creation: (token, whether its request may have left); bare tokens are older
+    journals, where every creation counts as possibly sent."""
+    if isinstance(item, str):
+        return item, True
+    return str(item["token"]), bool(item["sent"])
+
+
+def _machine_doc(m: Machine) -> dict[str, str]:
+    return {"id": m.id, "name": m.name, "token": m.token, "handle": m.handle}
+
+
+def _machine_from(item: Any, group: str) -> Machine:
+    return Machine(
+        str(item["id"]),
+        group,
+        InstanceState.DELETING,
+        str(item.get("name", "")),
+        str(item.get("token", "")),
+        handle=str(item.get("handle", "")),
+    )
 
 
 def _natural(text: str) -> list[object]:

@@ -40,7 +40,7 @@ from typing import Any
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError
-from cloudprovider_grpc.errors import FailedPrecondition, InvalidArgument, Unavailable
+from cloudprovider_grpc.errors import Unavailable
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (
@@ -107,8 +107,6 @@ class PoolProvider(GroupProvider[_PoolState]):
         # requests for a group back to back, and a push costs an API call under a rate limit.
         # Inline (simulated) runs have no concurrency to coalesce and act at once.
         self._coalesce = 0.0 if kwargs.get("inline_workers") else coalesce_window
-        self._resume: list[str] = []
-        self._load_journal()
 
     # ------------------------------------------------------------------ base hooks
     def _new_state(self, config: GroupConfig) -> _PoolState:
@@ -119,14 +117,6 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     def _placeholder_ids(self, state: _PoolState) -> list[str]:
         return list(state.placeholders)
-
-    def start(self) -> None:
-        with self._lock:
-            for gid in self._resume:
-                if gid in self._groups:
-                    self._queue_sync(self._groups[gid])
-            self._resume.clear()
-        super().start()
 
     # ------------------------------------------------------------------ read RPCs (memory only)
     def nodes(self, group_id: str) -> list[Instance]:
@@ -142,16 +132,8 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        if delta <= 0:
-            raise InvalidArgument(f"size increase must be positive, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target, cap = state.target(), state.config.max_size
-            if target + delta > cap:
-                raise FailedPrecondition(
-                    f"increasing node group {group_id!r} by {delta} would make its size {target + delta}, "
-                    f"above its max size {cap} (current target {target})"
-                )
+            state, target = self._check_increase(group_id, delta)
             state.wanted = target + delta
             state.failed = None  # a new request: try again
             self._fit_placeholders(state)
@@ -160,20 +142,10 @@ class PoolProvider(GroupProvider[_PoolState]):
         log.info("node group %s: target %d -> %d", group_id, target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        if delta >= 0:
-            raise InvalidArgument(f"size decrease must be negative, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target = state.target()
-            existing = len(state.live_machines())
+            # never below the listed machines: the cloud would delete random instances to meet it
+            state, target = self._check_decrease(group_id, delta)
             new = target + delta
-            if new < existing:
-                # the cloud would delete random instances to meet a lower size: never ask it to
-                raise FailedPrecondition(
-                    f"decreasing node group {group_id!r} by {-delta} would make its target {new}, below the "
-                    f"{existing} machines it already has (current target {target}); "
-                    "use DeleteNodes to remove machines"
-                )
             state.wanted = new
             self._fit_placeholders(state, drop_newest=True)
             self._queue_sync(state)
@@ -193,13 +165,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                     if obj not in placeholders:
                         placeholders.append(obj)
                 elif kind is Resolved.FOREIGN:
-                    label = node.name or node.provider_id
-                    other = self._by_id.get(node.provider_id) if node.provider_id else None
-                    where = f"; it belongs to node group {other!r}" if other and other != group_id else ""
-                    raise InvalidArgument(
-                        f"node {label!r} (providerID {node.provider_id!r}) does not belong to node group "
-                        f"{group_id!r}{where}; nothing was deleted"
-                    )
+                    raise self._not_in_group(group_id, node)
             leaving = [
                 m
                 for m in machines.values()
@@ -207,11 +173,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             ]
             reducing = len(leaving) + len(placeholders)
             target = state.target()
-            if reducing and target - reducing < state.config.min_size:
-                raise FailedPrecondition(
-                    f"deleting {reducing} node(s) from node group {group_id!r} would make its size "
-                    f"{target - reducing}, below its min size {state.config.min_size}; nothing was deleted"
-                )
+            self._check_min(state, reducing)
             if not reducing:
                 return  # everything named is already gone or going: idempotent
             now = self._clock()
@@ -516,6 +478,9 @@ class PoolProvider(GroupProvider[_PoolState]):
                 return Resolved.PLACEHOLDER, pid
             if pid in state.tombstones:
                 return Resolved.GONE, None
+            mid = self.driver.machine_of(node)  # the driver's fallback, as NodeGroupForNode uses it
+            if mid and mid in state.machines:
+                return Resolved.MACHINE, state.machines[mid]
             return Resolved.FOREIGN, None
         for m in state.machines.values():  # no providerID: match the machine by its name
             if node.name and m.name == node.name:
@@ -524,47 +489,49 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     # ------------------------------------------------------------------ journal
     def _journal_doc(self) -> dict[str, Any]:
-        return {
-            "pools": [
-                {
-                    "group": gid,
-                    "wanted": s.wanted,
-                    "removing": [
-                        {"id": m.id, "name": m.name, "handle": m.handle}
-                        for mid in s.deleting
-                        if (m := s.machines.get(mid)) is not None
-                    ],
-                }
-                for gid, s in self._groups.items()
-                if (s.wanted is not None and s.failed is None) or s.deleting
+        doc: dict[str, Any] = {}
+        for gid, s in self._groups.items():
+            wanted = s.wanted if s.failed is None else None
+            removing = [
+                {"id": m.id, "name": m.name, "handle": m.handle}
+                for mid in s.deleting
+                if (m := s.machines.get(mid)) is not None
             ]
-        }
+            if wanted is not None or removing:
+                doc[gid] = {"wanted": wanted, "removing": removing}
+        return doc
 
-    def _load_journal(self) -> None:
-        doc = self._journal.load()
-        now = self._clock()
+    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
+        entries: dict[str, tuple[int | None, list[Machine]]] = {}
         try:
-            for item in doc.get("pools", []):
-                state = self._groups.get(str(item["group"]))
-                if state is None:
-                    continue
-                wanted = item.get("wanted")
-                if wanted is not None:
-                    state.wanted = min(max(int(wanted), 0), state.config.max_size)
-                for raw in item.get("removing", []):
-                    m = Machine(
+            for gid, entry in dict(doc.get("groups", {})).items():
+                wanted = entry.get("wanted")
+                removing = [
+                    Machine(
                         str(raw["id"]),
-                        state.config.id,
+                        str(gid),
                         InstanceState.RUNNING,
                         str(raw.get("name", "")),
                         handle=str(raw.get("handle", "")),
                     )
-                    state.machines[m.id] = m
-                    state.deleting[m.id] = now
-                    state.removing[m.id] = m
-                self._resume.append(state.config.id)
+                    for raw in entry.get("removing", [])
+                ]
+                entries[str(gid)] = (None if wanted is None else max(int(wanted), 0), removing)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._journal._error(f"has a malformed entry ({type(exc).__name__}: {exc})") from None
+        return entries
+
+    def _restore(self, state: _PoolState, entry: Any) -> None:
+        wanted, removing = entry
+        now = self._clock()
+        if wanted is not None:
+            state.wanted = min(wanted, state.config.max_size)
+        for m in removing:
+            state.machines.setdefault(m.id, m)
+            state.deleting[m.id] = now
+            state.removing[m.id] = m
+        self._fit_placeholders(state)
+        self._queue_sync(state)
 
 
 __all__ = ["PoolProvider"]

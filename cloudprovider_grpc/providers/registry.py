@@ -25,9 +25,14 @@ from cloudprovider_grpc.providers.driver import DriverBase
 BACKENDS: dict[str, str] = {
     "sim": "cloudprovider_grpc.providers.sim",
     "cherry": "cloudprovider_grpc.providers.cherry",
+    "vultr": "cloudprovider_grpc.providers.vultr",
+    "exoscale": "cloudprovider_grpc.providers.exoscale",
+    "alicloud": "cloudprovider_grpc.providers.alicloud",
+    "spc": "cloudprovider_grpc.providers.spc",
 }
 
-_NODES_RE = re.compile(r"^(\d+):(\d+):([A-Za-z0-9][A-Za-z0-9._\-/]*)$")
+#: NAME may hold ":" for SPC gen 1's `<min>:<max>:<size>[:<id>]`; each backend validates its names
+_NODES_RE = re.compile(r"^(\d+):(\d+):([A-Za-z0-9][A-Za-z0-9._\-/:]*)$")
 
 
 @dataclass(frozen=True)

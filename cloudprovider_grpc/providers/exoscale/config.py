@@ -1,0 +1,292 @@
+"""Exoscale configuration: the in-tree provider's inputs, accepted verbatim, plus our few new keys.
+
+In-tree facts (kubernetes/autoscaler cluster-autoscaler/cloudprovider/exoscale/exoscale_manager.go,
+README, examples/generate-secret.sh): there is no cloud-config file; the environment carries
+`EXOSCALE_ZONE`, `EXOSCALE_API_KEY`, `EXOSCALE_API_SECRET` (all three required) and
+`EXOSCALE_API_ENVIRONMENT` (default `api`, the API host being `<environment>-<zone>.exoscale.com`);
+the example Secret `exoscale-api-credentials` maps its keys `api-key`/`api-secret`/`api-zone` onto
+them; `--nodes=MIN:MAX:NAME` names an SKS nodepool or a standalone Instance Pool; without a spec a
+group gets min 1 and max = the organisation's `instance` quota limit.
+
+New here (documented as new in the README): `EXOSCALE_API_ENDPOINT` (a full base URL, for the
+emulator), `EXOSCALE_SKS_CLUSTER` (the SKS cluster, id or name, whose nodepools are discovered) and
+`EXOSCALE_INSTANCE_POOLS` (standalone Instance Pools to manage: names or ids, comma-separated, `*` for
+every pool no nodepool manages), and the `exoscale:` section of the YAML config with the same keys in
+lower case plus client tuning, allocatable reservations and emulator seeding. Environment wins over
+YAML. Every problem is one `ConfigError(key, problem)` at startup; no network I/O happens here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.options import (
+    ClientTuning,
+    norm_key,
+    read_float,
+    read_int,
+    read_reserved,
+    read_url,
+)
+from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
+from cloudprovider_grpc.secrets import read_secret
+
+#: in-tree default of EXOSCALE_API_ENVIRONMENT (exoscale_manager.go)
+DEFAULT_ENVIRONMENT = "api"
+#: used only with --emulate when the environment names no zone/key/secret (a demo cloud)
+EMULATOR_ZONE = "ch-gva-2"
+EMULATOR_KEY = "EXOemulatorkey0000000000"
+EMULATOR_SECRET = "exoscale-emulator-secret"
+#: the max size of a group without a --nodes spec when the `instance` quota is unlimited (-1) or
+#: could not be read: in-tree took the quota limit verbatim, so -1 became max -1 (every scale-up
+#: refused). CA's --max-nodes-total still bounds the cluster as a whole.
+DEFAULT_UNBOUNDED_MAX = 1000
+#: a zone is a DNS label (the OpenAPI enum today: at-vie-1, ch-gva-2, de-fra-1, ...); new zones
+#: appear over time, so the form is checked, not the list
+_ZONE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_ENV_RE = _ZONE_RE
+_TOP_KEYS = frozenset(
+    {
+        "zone",
+        "api-environment",
+        "api-endpoint",
+        "sks-cluster",
+        "instance-pools",
+        "unbounded-max-size",
+        "reserved",
+        *ClientTuning.KEYS,
+        "operation-retries",
+        "emulator",
+    }
+)
+_EMULATOR_KEYS = frozenset(
+    {
+        "boot-seconds",
+        "destroy-seconds",
+        "operation-polls",
+        "operation-seconds",
+        "quota-limit",
+        "quota-mode",
+        "conflict-mode",
+        "auth-failure-status",
+        "rate-limit",
+        "demo",
+    }
+)
+
+
+#: HTTP client defaults; Exoscale publishes no rate limit (research B5), so ours only smooths bursts
+TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=10.0)
+
+
+@dataclass(frozen=True)
+class EmulatorOptions:
+    """How `--emulate` seeds the emulated cloud (providers/exoscale/emulator.py)."""
+
+    boot_seconds: float = 5.0
+    destroy_seconds: float = 2.0
+    operation_polls: int = 1
+    operation_seconds: float = 0.0
+    quota_limit: int = 50
+    quota_mode: str = "operation"
+    conflict_mode: str = "accept"
+    auth_failure_status: int = 403
+    rate_limit: float | None = None
+    #: seed the demo SKS cluster (two nodepools) and standalone pool
+    demo: bool = True
+
+
+@dataclass(frozen=True)
+class ExoscaleConfig:
+    zone: str
+    api_key: str = field(repr=False)
+    api_secret: str = field(repr=False)
+    endpoint: str
+    #: SKS cluster id or name; "" = the zone's only cluster, if it has exactly one
+    sks_cluster: str = ""
+    #: standalone pool names/ids to manage; ("*",) = every pool no nodepool manages
+    instance_pools: tuple[str, ...] = ()
+    specs: tuple[NodesSpec, ...] = ()
+    unbounded_max_size: int = DEFAULT_UNBOUNDED_MAX
+    reserved: Mapping[str, str] = field(default_factory=dict)
+    tuning: ClientTuning = field(default_factory=lambda: TUNING)
+    #: how often an operation that failed for `conflict`/`busy` is sent again before it counts as failed
+    operation_retries: int = 5
+    emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
+
+    @property
+    def spec_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.specs)
+
+
+def default_endpoint(environment: str, zone: str) -> str:
+    """The in-tree host rule: `<environment>-<zone>.exoscale.com`, API v2 under `/v2/`."""
+    return f"https://{environment}-{zone}.exoscale.com/v2/"
+
+
+def credential(value: str, key: str) -> str:
+    """A key or secret as it goes into the Authorization header's pragmas: surrounding whitespace
+    (a Secret file's trailing newline) stripped, and no space or comma, which would split a pragma."""
+    value = value.strip()
+    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in value) or "," in value:
+        raise ConfigError(key, "contains whitespace, a comma or a non-printable character")
+    return value
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: Sequence[Any] = value.split(",")
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        raise ConfigError(where, "expected a list of names or ids (or a comma-separated string)")
+    names = tuple(dict.fromkeys(str(v).strip() for v in items if str(v).strip()))
+    if "*" in names and len(names) > 1:
+        raise ConfigError(where, "'*' (every standalone pool) cannot be combined with names")
+    return names
+
+
+def _pick(env: Mapping[str, str], var: str, opts: Mapping[str, Any], key: str) -> tuple[str, str]:
+    """(value, where it came from): the environment variable wins over the YAML key."""
+    if env.get(var, "").strip():
+        return env[var], var
+    value = opts.get(key)
+    return ("" if value is None else str(value)), f"exoscale.{key}"
+
+
+def _emulator_options(value: Any) -> EmulatorOptions:
+    if value is None:
+        return EmulatorOptions()
+    if not isinstance(value, Mapping):
+        raise ConfigError("exoscale.emulator", "expected a mapping")
+    emu = {norm_key(k): v for k, v in value.items()}
+    for k in emu:
+        if k not in _EMULATOR_KEYS:
+            raise ConfigError(
+                f"exoscale.emulator.{k}", f"unknown option (known: {', '.join(sorted(_EMULATOR_KEYS))})"
+            )
+    d = EmulatorOptions()
+
+    def w(k: str) -> str:
+        return f"exoscale.emulator.{k}"
+
+    quota_mode = str(emu.get("quota-mode", d.quota_mode))
+    if quota_mode not in ("operation", "reject"):
+        raise ConfigError(w("quota-mode"), f"{quota_mode!r} is not 'operation' or 'reject'")
+    conflict_mode = str(emu.get("conflict-mode", d.conflict_mode))
+    if conflict_mode not in ("accept", "reject"):
+        raise ConfigError(w("conflict-mode"), f"{conflict_mode!r} is not 'accept' or 'reject'")
+    status = read_int(
+        emu.get("auth-failure-status", d.auth_failure_status), w("auth-failure-status"), minimum=0
+    )
+    if status not in (401, 403):
+        raise ConfigError(w("auth-failure-status"), f"must be 401 or 403, got {status}")
+    demo = emu.get("demo", d.demo)
+    if not isinstance(demo, bool):
+        raise ConfigError(w("demo"), f"expected true or false, got {demo!r}")
+    return EmulatorOptions(
+        boot_seconds=read_float(emu.get("boot-seconds", d.boot_seconds), w("boot-seconds")),
+        destroy_seconds=read_float(emu.get("destroy-seconds", d.destroy_seconds), w("destroy-seconds")),
+        operation_polls=read_int(
+            emu.get("operation-polls", d.operation_polls), w("operation-polls"), minimum=0
+        ),
+        operation_seconds=read_float(
+            emu.get("operation-seconds", d.operation_seconds), w("operation-seconds")
+        ),
+        quota_limit=read_int(emu.get("quota-limit", d.quota_limit), w("quota-limit"), minimum=-1),
+        quota_mode=quota_mode,
+        conflict_mode=conflict_mode,
+        auth_failure_status=status,
+        rate_limit=(
+            read_float(emu["rate-limit"], w("rate-limit"), allow_zero=False)
+            if emu.get("rate-limit")
+            else None
+        ),
+        demo=demo,
+    )
+
+
+def load_config(ctx: ProviderContext) -> ExoscaleConfig:
+    """Validate every input and build the configuration; raise ConfigError on the first problem."""
+    if ctx.cloud_config is not None:
+        raise ConfigError(
+            "cloud-config", "the Exoscale provider has no cloud-config file (in-tree neither); use env vars"
+        )
+    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
+    for key in opts:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"exoscale.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
+    env = ctx.env
+
+    zone, zone_where = _pick(env, "EXOSCALE_ZONE", opts, "zone")
+    zone = zone.strip()
+    if not zone:
+        if not ctx.emulate:
+            raise ConfigError("EXOSCALE_ZONE", "no Exoscale zone specified")
+        zone = EMULATOR_ZONE
+    if not _ZONE_RE.match(zone):
+        raise ConfigError(zone_where, f"{zone!r} is not a zone name (e.g. ch-gva-2)")
+
+    # credentials come only from the environment (or secret files offered as env), as in-tree:
+    # never from the YAML file, which is not a Secret
+    # read_secret strips, checks header-safety and registers both for redaction everywhere
+    key_where, secret_where = "EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"
+    key, secret = read_secret(env, key_where), read_secret(env, secret_where)
+    if not key.strip():
+        if not ctx.emulate:
+            raise ConfigError(key_where, "no Exoscale API key specified")
+        key = EMULATOR_KEY
+    if not secret.strip():
+        if not ctx.emulate:
+            raise ConfigError(secret_where, "no Exoscale API secret specified")
+        secret = EMULATOR_SECRET
+    key = credential(key, key_where)
+    secret = credential(secret, secret_where)
+
+    environment, env_where = _pick(env, "EXOSCALE_API_ENVIRONMENT", opts, "api-environment")
+    environment = environment.strip() or DEFAULT_ENVIRONMENT
+    if not _ENV_RE.match(environment):
+        raise ConfigError(env_where, f"{environment!r} is not a host label (default 'api')")
+    endpoint, endpoint_where = _pick(env, "EXOSCALE_API_ENDPOINT", opts, "api-endpoint")
+    endpoint = (
+        read_url(endpoint.strip(), endpoint_where)
+        if endpoint.strip()
+        else default_endpoint(environment, zone)
+    )
+
+    cluster, _ = _pick(env, "EXOSCALE_SKS_CLUSTER", opts, "sks-cluster")
+    if env.get("EXOSCALE_INSTANCE_POOLS", "").strip():
+        pools = _names(env["EXOSCALE_INSTANCE_POOLS"], "EXOSCALE_INSTANCE_POOLS")
+    else:
+        pools = _names(opts.get("instance-pools") or [], "exoscale.instance-pools")
+    if ctx.emulate and not pools and not ctx.nodes:
+        pools = ("*",)  # the demo cloud's standalone pool joins the demo nodepools
+
+    seen: set[str] = set()
+    for spec in ctx.nodes:
+        if spec.name in seen:
+            raise ConfigError(f"nodes ({spec.name})", "named twice")
+        seen.add(spec.name)
+
+    reserved = read_reserved(opts.get("reserved"), "exoscale.reserved")
+
+    return ExoscaleConfig(
+        zone=zone,
+        api_key=key,
+        api_secret=secret,
+        endpoint=endpoint,
+        sks_cluster=cluster.strip(),
+        instance_pools=pools,
+        specs=tuple(ctx.nodes),
+        unbounded_max_size=read_int(
+            opts.get("unbounded-max-size", DEFAULT_UNBOUNDED_MAX), "exoscale.unbounded-max-size", minimum=1
+        ),
+        reserved=reserved,
+        tuning=TUNING.read(opts, "exoscale"),
+        operation_retries=read_int(opts.get("operation-retries", 5), "exoscale.operation-retries", minimum=0),
+        emulator=_emulator_options(opts.get("emulator")),
+    )

@@ -1,0 +1,277 @@
+"""Vultr VKE configuration: the in-tree provider's inputs, accepted verbatim, plus our options.
+
+Sources, later ones winning per key:
+1. the in-tree cloud-config (`--cloud-config`, the Secret `cluster-autoscaler-cloud-config` key
+   `cloud-config` mounted as a file): JSON `{"cluster_id": "...", "token": "..."}`. The in-tree README
+   calls it INI, but its parser is `json.Unmarshal` (cluster-autoscaler/cloudprovider/vultr/
+   vultr_manager.go); we accept exactly that JSON, plus the new optional key `api_url`;
+2. the `vultr:` section of our YAML config (`ctx.options`): `cluster_id`, `api_url` and the tuning
+   keys below (`-` and `_` are interchangeable);
+3. the environment: `VULTR_API_KEY` (new; the name Vultr's own CLI and Terraform provider read) wins
+   over the file's `token`, so the key can live in its own Secret; `VULTR_API_URL` (new) wins over
+   `api_url`. A secrets directory offers its files as environment variables.
+
+Groups are discovered from the cluster on every Refresh (pools with `auto_scaler: true`, bounds
+`min_nodes`/`max_nodes`, as in-tree). `--nodes MIN:MAX:POOL` (new; in-tree ignored it) narrows the
+set to the pools it names, by pool id or label, and overrides their bounds. VKE refuses pools below
+one node (vultr/vultr-cloud-controller-manager#227), so a min of 0 is treated as 1 and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.options import (
+    ClientTuning,
+    check_known,
+    norm_key,
+    read_float,
+    read_int,
+    read_mapping,
+    read_reserved,
+    read_url,
+)
+from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
+from cloudprovider_grpc.secrets import read_secret
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://api.vultr.com/"
+#: an emulated cloud needs some key; used only with --emulate when none is configured
+EMULATOR_DEFAULT_TOKEN = "vultr-emulator-token"
+#: the emulator's demo cluster, used with --emulate when no cluster_id is configured
+EMULATOR_DEMO_CLUSTER = "4f7c5b2e-1d3a-4e8f-9a6b-2c0d7e1f3a5b"
+TOKEN_ENV = "VULTR_API_KEY"
+API_URL_ENV = "VULTR_API_URL"
+#: VKE refuses node pools with fewer nodes than this (vultr-cloud-controller-manager#227)
+VKE_MIN_POOL_NODES = 1
+
+#: what the in-tree JSON may hold (token and cluster_id), plus our api_url
+_FILE_KEYS = frozenset({"cluster_id", "token", "api_url"})
+#: HTTP tuning: timeouts well under CA's 5 s deadline; govultr retries 429/5xx/connection errors 3
+#: times (govultr.go SetRetryLimit default); 20 requests/s stays under the API's 30/s per IP
+TUNING = ClientTuning(read_timeout=4.0, retries=3, rate_limit=20.0)
+#: option keys as `norm_key` spells them (users may write `-` or `_`)
+_TOP_KEYS = ClientTuning.KEYS | {"cluster-id", "api-url", "reserved", "page-size", "emulator"}
+_EMULATOR_KEYS = frozenset({"provision-seconds", "rate-limit", "page-size", "node-limit", "region", "pools"})
+#: a seeded pool takes the API's own field names
+_EMULATOR_POOL_KEYS = frozenset(
+    {"label", "plan", "node_quantity", "min_nodes", "max_nodes", "auto_scaler", "labels", "taints"}
+)
+#: cluster ids go into URL paths; VKE's are UUIDs, anything else could escape the path
+_CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class EmulatorPool:
+    """One node pool the emulator seeds into the cluster (see emulator_seed.DEMO_POOLS)."""
+
+    label: str
+    plan: str
+    node_quantity: int = 1
+    min_nodes: int = 1
+    max_nodes: int = 10
+    auto_scaler: bool = True
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class EmulatorOptions:
+    """How `--emulate` seeds the emulated cloud (see providers/vultr/emulator.py)."""
+
+    provision_seconds: float = 5.0
+    #: Vultr documents 30 requests/s per IP before 429 (API v2 introduction)
+    rate_limit: float | None = 30.0
+    page_size: int = 100
+    #: nodes the account may run in total; None for no limit (PATCH beyond it answers 400)
+    node_limit: int | None = None
+    region: str = "ewr"
+    #: None: the demo pools
+    pools: tuple[EmulatorPool, ...] | None = None
+
+
+@dataclass(frozen=True)
+class VultrConfig:
+    cluster_id: str
+    token: str = field(default="", repr=False)
+    api_url: str = DEFAULT_API_URL
+    #: --nodes specs: narrow the discovered pools (by id or label) and override their bounds
+    nodes: tuple[NodesSpec, ...] = ()
+    reserved: Mapping[str, str] = field(default_factory=dict)
+    tuning: ClientTuning = field(default_factory=lambda: TUNING)
+    #: node pools per list page (the API's documented usual default)
+    page_size: int = 100
+    emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
+    #: problems that are not fatal (min 0 treated as 1); check-config and serve log them
+    warnings: tuple[str, ...] = ()
+
+
+def _read_cloud_config(path: Path, warnings: list[str]) -> dict[str, str]:
+    """The in-tree file, decoded as Go's `json.Unmarshal` into its struct does: keys match
+    case-insensitively, unknown keys are ignored (we say so in a warning), `null` is empty, any other
+    non-string value is an error."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("cloud-config", f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError("cloud-config", f"{path} is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            "cloud-config", f"{path} is not JSON ({exc.msg} at line {exc.lineno}); expected "
+            '{"cluster_id": "...", "token": "..."}'
+        ) from None  # fmt: skip
+    if not isinstance(data, dict):
+        raise ConfigError("cloud-config", f"{path} must hold a JSON object")
+    out: dict[str, str] = {}
+    for raw_key, value in data.items():
+        key = raw_key.lower()
+        if key not in _FILE_KEYS:
+            warnings.append(
+                f"cloud-config: ignoring unknown key {raw_key!r} (known: {', '.join(sorted(_FILE_KEYS))})"
+            )
+            continue
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            raise ConfigError(f"cloud-config {key}", f"expected a string, got {type(value).__name__}")
+        out[key] = value  # a repeated key: the later one wins, as in Go
+    return out
+
+
+def _api_url(value: str, where: str) -> str:
+    """Request paths are absolute (`/v2/...`), as in govultr; a base ending in /v2 is accepted."""
+    url = read_url(value, where)
+    return url.removesuffix("v2/")
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in read_mapping(value, where).items()}
+
+
+def _emulator_pool(raw: Any, where: str) -> EmulatorPool:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, "expected a mapping")
+    opts = {str(k).strip().lower().replace("-", "_"): v for k, v in raw.items()}
+    for k in opts:
+        if k not in _EMULATOR_POOL_KEYS:
+            raise ConfigError(
+                f"{where}.{k}", f"unknown key (known: {', '.join(sorted(_EMULATOR_POOL_KEYS))})"
+            )
+    for k in ("label", "plan"):
+        if not isinstance(opts.get(k), str) or not opts[k]:
+            raise ConfigError(f"{where}.{k}", "missing (a non-empty string)")
+    taints = opts.get("taints") or []
+    if not isinstance(taints, list) or not all(isinstance(t, Mapping) and "key" in t for t in taints):
+        raise ConfigError(f"{where}.taints", "expected a list of {key, value, effect}")
+    pool = EmulatorPool(
+        label=opts["label"],
+        plan=opts["plan"],
+        node_quantity=read_int(opts.get("node_quantity", 1), f"{where}.node_quantity", minimum=1),
+        min_nodes=read_int(opts.get("min_nodes", 1), f"{where}.min_nodes"),
+        max_nodes=read_int(opts.get("max_nodes", 10), f"{where}.max_nodes", minimum=1),
+        auto_scaler=bool(opts.get("auto_scaler", True)),
+        labels=_string_map(opts.get("labels") or {}, f"{where}.labels"),
+        taints=tuple({str(k): str(v) for k, v in t.items()} for t in taints),
+    )
+    if pool.min_nodes > pool.max_nodes:
+        raise ConfigError(f"{where}.min_nodes", f"{pool.min_nodes} is above max_nodes {pool.max_nodes}")
+    return pool
+
+
+def _emulator(value: Any) -> EmulatorOptions:
+    section = read_mapping(value, "vultr.emulator")
+    check_known(section, "vultr.emulator", _EMULATOR_KEYS)
+    emu = {norm_key(k): v for k, v in section.items()}
+    defaults = EmulatorOptions()
+    pools = None
+    if "pools" in emu:
+        if not isinstance(emu["pools"], list) or not emu["pools"]:
+            raise ConfigError("vultr.emulator.pools", "expected a non-empty list of pools")
+        pools = tuple(_emulator_pool(p, f"vultr.emulator.pools[{i}]") for i, p in enumerate(emu["pools"]))
+    rate = emu.get("rate-limit", defaults.rate_limit)  # 0 or null: no limit
+    limit = emu.get("node-limit")
+    return EmulatorOptions(
+        provision_seconds=read_float(
+            emu.get("provision-seconds", defaults.provision_seconds), "vultr.emulator.provision-seconds"
+        ),
+        rate_limit=read_float(rate, "vultr.emulator.rate-limit", allow_zero=False) if rate else None,
+        page_size=read_int(emu.get("page-size", defaults.page_size), "vultr.emulator.page-size", minimum=1),
+        node_limit=read_int(limit, "vultr.emulator.node-limit") if limit is not None else None,
+        region=str(emu.get("region") or defaults.region),
+        pools=pools,
+    )
+
+
+def load_config(ctx: ProviderContext) -> VultrConfig:
+    """Validate every input and build the configuration; raise ConfigError on the first problem.
+    No network I/O: the pools themselves are read from the cluster on each Refresh."""
+    check_known(ctx.options or {}, "vultr", _TOP_KEYS)
+    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
+    warnings: list[str] = []
+    file = _read_cloud_config(ctx.cloud_config, warnings) if ctx.cloud_config is not None else {}
+    env = ctx.env
+
+    cluster_where = "vultr.cluster-id" if opts.get("cluster-id") else "cloud-config cluster_id"
+    cluster_id = str(opts.get("cluster-id") or file.get("cluster_id") or "").strip()
+    if not cluster_id:
+        if not ctx.emulate:
+            # in-tree wording: "empty cluster ID was supplied"
+            raise ConfigError("cloud-config cluster_id", "empty cluster ID was supplied")
+        cluster_id = EMULATOR_DEMO_CLUSTER
+    if not _CLUSTER_ID_RE.match(cluster_id):
+        raise ConfigError(cluster_where, f"{cluster_id!r} is not a VKE cluster id (a UUID)")
+
+    # Both sources go through the shared secret reader: stripped, header-safe, masked in every log.
+    token = ctx.secret(TOKEN_ENV) or read_secret(
+        {"cloud-config token": file.get("token", "")}, "cloud-config token"
+    )
+    if not token:
+        if not ctx.emulate:
+            raise ConfigError(
+                "cloud-config token", f"empty token was supplied (set it in the cloud-config or {TOKEN_ENV})"
+            )
+        token = EMULATOR_DEFAULT_TOKEN
+
+    if env.get(API_URL_ENV, "").strip():
+        api_url = _api_url(env[API_URL_ENV], API_URL_ENV)
+    elif opts.get("api-url"):
+        api_url = _api_url(str(opts["api-url"]), "vultr.api-url")
+    elif file.get("api_url"):
+        api_url = _api_url(file["api_url"], "cloud-config api_url")
+    else:
+        api_url = DEFAULT_API_URL
+
+    for spec in ctx.nodes:
+        if spec.min_size < VKE_MIN_POOL_NODES:
+            warnings.append(
+                f"nodes {spec.min_size}:{spec.max_size}:{spec.name}: VKE refuses pools below "
+                f"{VKE_MIN_POOL_NODES} node; min size {spec.min_size} is treated as {VKE_MIN_POOL_NODES}"
+            )
+        if spec.max_size < VKE_MIN_POOL_NODES:
+            raise ConfigError(f"nodes ({spec.name})", "max size 0: a VKE pool always has at least 1 node")
+
+    config = VultrConfig(
+        cluster_id=cluster_id,
+        token=token,
+        api_url=api_url,
+        nodes=tuple(ctx.nodes),
+        reserved=read_reserved(opts.get("reserved"), "vultr.reserved"),
+        tuning=TUNING.read(opts, "vultr"),
+        page_size=read_int(opts.get("page-size", 100), "vultr.page-size", minimum=1),
+        emulator=_emulator(opts.get("emulator") or {}),
+        warnings=tuple(warnings),
+    )
+    for w in config.warnings:
+        log.warning("vultr: %s", w)
+    return config
