@@ -561,15 +561,17 @@ def test_cluster_autoscaler_uses_externalgrpc(layout: str) -> None:
     assert not any(a.startswith("--nodes") for a in view.args)
 
 
-def ca_flags_defined_upstream() -> set[str]:
-    """Flag names cluster-autoscaler 1.36.1 defines: its own (config/flags, main.go), klog's and the
-    leader-election ones, read from the upstream source in ../shared and the klog module."""
-    source = ROOT.parent / "shared" / "upstream" / "cluster-autoscaler" / "1.36.1" / "cluster-autoscaler"
-    names: set[str] = set()
+@functools.cache
+def ca_flags_defined_upstream(version: str) -> frozenset[str]:
+    """Flag names a cluster-autoscaler release defines in its own source (config/flags, main.go and
+    the packages it builds), read from the upstream snapshot in ../shared/upstream."""
+    source = ROOT.parent / "shared" / "upstream" / "cluster-autoscaler" / version / "cluster-autoscaler"
+    assert source.is_dir(), f"no upstream source of cluster-autoscaler {version} to check its flags against"
     pattern = re.compile(r'\bflag\.(?:[A-Z]\w*)\(\s*"([a-z0-9][a-z0-9-]*)"')
+    names: set[str] = set()
     for path in source.rglob("*.go"):
         names.update(pattern.findall(path.read_text(errors="replace")))
-    return names
+    return frozenset(names)
 
 
 #: klog.InitFlags (k8s.io/klog/v2 klog.go) registers these; CA calls it in main.go.
@@ -582,12 +584,13 @@ KLOG_FLAGS = {
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cluster_autoscaler_args_are_flags_it_defines(layout: str) -> None:
-    """Each of CA's arguments names a flag the CA source defines, so CA would start with them."""
+    """Each of CA's arguments names a flag the deployed CA release defines, so CA would start."""
     ca = container(find(rendered(layout), "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
-    args = [*ca.get("command", [])[1:], *ca.get("args", [])]
-    defined = ca_flags_defined_upstream()
+    m = CA_IMAGE_RE.match(ca["image"])
+    assert m, ca["image"]
+    defined = ca_flags_defined_upstream(".".join(m.groups()))
     assert {"cloud-config", "cloud-provider", "namespace"} <= defined, "flag scan found nothing"
-    for arg in args:
+    for arg in [*ca.get("command", [])[1:], *ca.get("args", [])]:
         assert arg.startswith("--"), f"positional argument {arg!r}"
         name = arg[2:].partition("=")[0]
         assert name in defined | KLOG_FLAGS, f"cluster-autoscaler defines no flag --{name}"
