@@ -429,3 +429,33 @@ def test_sim_pool_mode_from_configuration() -> None:
         assert provider.target_size("general") == 1
     finally:
         provider.stop(0)
+
+
+class DiscoveringDriver(CountingDriver):
+    """Groups exist only once the cloud has been listed (VKE pools, SKS nodepools, SPC pools)."""
+
+    def groups(self):
+        return []
+
+
+def test_journal_entries_wait_for_groups_discovered_after_start(tmp_path: Path) -> None:
+    cloud = _cloud(initial=1)
+    journal = tmp_path / "state.json"
+    first = PoolProvider(DiscoveringDriver(cloud), inline_workers=True, state_file=journal)
+    handle = _serve(first)
+    s = stub(channel(handle))
+    assert [g.id for g in s.NodeGroups(pb.NodeGroupsRequest()).nodeGroups] == ["g"]  # discovered at start
+    s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=4))  # accepted, not yet sent
+    handle.stop(0)
+    assert cloud.desired["g"] == 1
+
+    second = PoolProvider(DiscoveringDriver(cloud), inline_workers=True, state_file=journal)
+    assert second.node_groups() == ()  # nothing known before the first listing
+    handle = _serve(second)
+    try:
+        s = stub(channel(handle))
+        assert _target(s) == 5  # restored when the group was discovered
+        s.Refresh(pb.RefreshRequest())
+        assert cloud.desired["g"] == 5 and len(_alive(cloud)) == 5
+    finally:
+        handle.stop(0)

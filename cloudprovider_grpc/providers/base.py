@@ -116,7 +116,11 @@ class GroupProvider(CloudProvider, Generic[S]):
         self._templates: dict[str, NodeTemplate | None] = {}
         self._by_id: dict[str, str] = {}  # providerID or placeholder -> group
         self._by_name: dict[str, str] = {}  # machine name -> group
+        self._started = False
         self._sync_groups(driver.groups())
+        # journal entries per group, applied when the group exists: at start, or when a group the
+        # cloud offers only later is discovered (kept in the journal meanwhile)
+        self._unrestored: dict[str, Any] = self._parse_journal(self._journal.load())
 
     #: "machines" or "pools": recorded in the journal so a file from the other shape is refused
     shape: str = "base"
@@ -146,13 +150,27 @@ class GroupProvider(CloudProvider, Generic[S]):
             state.tombstones = {k: v for k, v in state.tombstones.items() if now - v < self._tombstone_ttl}
 
     def _journal_doc(self) -> dict[str, Any]:
+        """Per group id, what must survive a restart (only groups that have something)."""
         return {}
+
+    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Validate a loaded journal into per-group entries (raise the journal's ConfigError)."""
+        return {}
+
+    def _restore(self, state: S, entry: Any) -> None:
+        """Resume what a group's journal entry holds (its operations are queued again)."""
 
     def _target(self, state: S) -> int:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        with self._lock:
+            self._started = True
+            for gid, state in self._groups.items():
+                if gid in self._unrestored:
+                    self._restore(state, self._unrestored.pop(gid))
+            self._reindex()
         self._jobs.start()
         try:
             self.refresh()
@@ -207,9 +225,11 @@ class GroupProvider(CloudProvider, Generic[S]):
             seen.add(cfg.id)
             state = self._groups.get(cfg.id)
             if state is None:
-                self._groups[cfg.id] = self._new_state(cfg)
+                state = self._groups[cfg.id] = self._new_state(cfg)
                 if self._node_groups:  # not the initial set
                     log.info("node group %s discovered (min %d, max %d)", cfg.id, cfg.min_size, cfg.max_size)
+                if self._started and cfg.id in self._unrestored:
+                    self._restore(state, self._unrestored.pop(cfg.id))
             elif state.config != cfg:
                 state.config = cfg
                 self._templates.pop(cfg.id, None)
@@ -373,7 +393,8 @@ class GroupProvider(CloudProvider, Generic[S]):
 
     def _save_journal(self) -> None:
         if self._journal.enabled:
-            self._journal.save(self._journal_doc())
+            groups = {**self._unrestored, **self._journal_doc()}
+            self._journal.save({"groups": groups})
 
 
 def _hours(start: datetime, end: datetime) -> float:

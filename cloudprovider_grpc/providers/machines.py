@@ -97,9 +97,6 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     def __init__(self, driver: MachineDriver, **kwargs: Any) -> None:
         super().__init__(driver, **kwargs)
-        self._journal_pending: list[tuple[str, _Creation]] = []
-        self._journal_deleting: list[Machine] = []
-        self._load_journal()
 
     # ------------------------------------------------------------------ base hooks
     def _new_state(self, config: GroupConfig) -> _GroupState:
@@ -113,21 +110,6 @@ class MachineProvider(GroupProvider[_GroupState]):
         # CA may still hold the placeholder of a machine that now exists
         ids.extend(self._placeholder(token) for token in state.resolved)
         return ids
-
-    def start(self) -> None:
-        with self._lock:
-            for group, creation in self._journal_pending:
-                self._groups[group].creations[creation.token] = creation
-                self._submit_create(creation)
-            for machine in self._journal_deleting:
-                state = self._groups[machine.group]
-                state.machines.setdefault(machine.id, machine)
-                state.deleting[machine.id] = self._clock()
-                self._submit_delete(machine)
-            self._journal_pending.clear()
-            self._journal_deleting.clear()
-            self._reindex()
-        super().start()
 
     # ------------------------------------------------------------------ read RPCs (memory only)
     def nodes(self, group_id: str) -> list[Instance]:
@@ -500,55 +482,76 @@ class MachineProvider(GroupProvider[_GroupState]):
                     return Resolved.GONE, None
             if pid in state.tombstones:
                 return Resolved.GONE, None
-            return Resolved.FOREIGN, None
-        # no providerID: match the machine by its name (hostname)
-        for m in state.machines.values():
-            if node.name and m.name == node.name:
-                return Resolved.MACHINE, m
+        else:  # no providerID: match the machine by its name (hostname)
+            for m in state.machines.values():
+                if node.name and m.name == node.name:
+                    return Resolved.MACHINE, m
+        # the driver's label fallback (SPC's stackpoint.io/instance_id when the id cannot be derived)
+        mid = self.driver.machine_of(node)
+        if mid is not None and mid in state.machines:
+            return Resolved.MACHINE, state.machines[mid]
         return Resolved.FOREIGN, None
 
     # ------------------------------------------------------------------ journal
     def _journal_doc(self) -> dict[str, Any]:
-        return {
-            "creations": [
-                {"group": c.group, "token": c.token}
-                for s in self._groups.values()
-                for c in s.creations.values()
-                if c.status != CreationStatus.FAILED and not c.cancelled
-            ],
-            "deleting": [
-                {"group": m.group, "id": m.id, "name": m.name, "token": m.token, "handle": m.handle}
-                for s in self._groups.values()
-                for mid in s.deleting
-                if (m := s.machines.get(mid)) is not None
-            ],
-        }
+        doc: dict[str, Any] = {}
+        for gid, s in self._groups.items():
+            tokens = [
+                c.token for c in s.creations.values() if c.status != CreationStatus.FAILED and not c.cancelled
+            ]
+            deleting = [_machine_doc(m) for mid in s.deleting if (m := s.machines.get(mid)) is not None]
+            if tokens or deleting:
+                doc[gid] = {"creations": tokens, "deleting": deleting}
+        return doc
 
-    def _load_journal(self) -> None:
-        doc = self._journal.load()
-        now = self._clock()
+    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
+        entries: dict[str, dict[str, list[Any]]] = {}
         try:
-            for item in doc.get("creations", []):
-                if item["group"] in self._groups:
-                    # it may have been sent before the restart: look the token up (or adopt) before creating
-                    creation = _Creation(str(item["token"]), str(item["group"]), CreationStatus.UNKNOWN)
-                    if not self.driver.create_carries_token:
-                        creation.unknown_since = now
-                    self._journal_pending.append((creation.group, creation))
-            for item in doc.get("deleting", []):
-                if item["group"] in self._groups:
-                    self._journal_deleting.append(
-                        Machine(
-                            str(item["id"]),
-                            str(item["group"]),
-                            InstanceState.DELETING,
-                            str(item.get("name", "")),
-                            str(item.get("token", "")),
-                            handle=str(item.get("handle", "")),
-                        )
-                    )
-        except (KeyError, TypeError, AttributeError) as exc:
+            if doc.get("version") == 1:  # flat lists of {"group": ...} items
+                for item in doc.get("creations", []):
+                    entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
+                    entries[str(item["group"])]["creations"].append(str(item["token"]))
+                for item in doc.get("deleting", []):
+                    entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
+                    entries[str(item["group"])]["deleting"].append(_machine_from(item, str(item["group"])))
+                return entries
+            for gid, entry in dict(doc.get("groups", {})).items():
+                entries[str(gid)] = {
+                    "creations": [str(t) for t in entry.get("creations", [])],
+                    "deleting": [_machine_from(m, str(gid)) for m in entry.get("deleting", [])],
+                }
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._journal._error(f"has a malformed entry ({type(exc).__name__}: {exc})") from None
+        return entries
+
+    def _restore(self, state: _GroupState, entry: Any) -> None:
+        now = self._clock()
+        for token in entry["creations"]:
+            # it may have been sent before the restart: look the token up (or adopt) before creating
+            creation = _Creation(token, state.config.id, CreationStatus.UNKNOWN)
+            if not self.driver.create_carries_token:
+                creation.unknown_since = now
+            state.creations[token] = creation
+            self._submit_create(creation)
+        for machine in entry["deleting"]:
+            state.machines.setdefault(machine.id, machine)
+            state.deleting[machine.id] = now
+            self._submit_delete(machine)
+
+
+def _machine_doc(m: Machine) -> dict[str, str]:
+    return {"id": m.id, "name": m.name, "token": m.token, "handle": m.handle}
+
+
+def _machine_from(item: Any, group: str) -> Machine:
+    return Machine(
+        str(item["id"]),
+        group,
+        InstanceState.DELETING,
+        str(item.get("name", "")),
+        str(item.get("token", "")),
+        handle=str(item.get("handle", "")),
+    )
 
 
 def _natural(text: str) -> list[object]:

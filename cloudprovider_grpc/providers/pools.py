@@ -107,8 +107,6 @@ class PoolProvider(GroupProvider[_PoolState]):
         # requests for a group back to back, and a push costs an API call under a rate limit.
         # Inline (simulated) runs have no concurrency to coalesce and act at once.
         self._coalesce = 0.0 if kwargs.get("inline_workers") else coalesce_window
-        self._resume: list[str] = []
-        self._load_journal()
 
     # ------------------------------------------------------------------ base hooks
     def _new_state(self, config: GroupConfig) -> _PoolState:
@@ -119,14 +117,6 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     def _placeholder_ids(self, state: _PoolState) -> list[str]:
         return list(state.placeholders)
-
-    def start(self) -> None:
-        with self._lock:
-            for gid in self._resume:
-                if gid in self._groups:
-                    self._queue_sync(self._groups[gid])
-            self._resume.clear()
-        super().start()
 
     # ------------------------------------------------------------------ read RPCs (memory only)
     def nodes(self, group_id: str) -> list[Instance]:
@@ -516,6 +506,9 @@ class PoolProvider(GroupProvider[_PoolState]):
                 return Resolved.PLACEHOLDER, pid
             if pid in state.tombstones:
                 return Resolved.GONE, None
+            mid = self.driver.machine_of(node)  # the driver's fallback, as NodeGroupForNode uses it
+            if mid and mid in state.machines:
+                return Resolved.MACHINE, state.machines[mid]
             return Resolved.FOREIGN, None
         for m in state.machines.values():  # no providerID: match the machine by its name
             if node.name and m.name == node.name:
@@ -524,47 +517,49 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     # ------------------------------------------------------------------ journal
     def _journal_doc(self) -> dict[str, Any]:
-        return {
-            "pools": [
-                {
-                    "group": gid,
-                    "wanted": s.wanted,
-                    "removing": [
-                        {"id": m.id, "name": m.name, "handle": m.handle}
-                        for mid in s.deleting
-                        if (m := s.machines.get(mid)) is not None
-                    ],
-                }
-                for gid, s in self._groups.items()
-                if (s.wanted is not None and s.failed is None) or s.deleting
+        doc: dict[str, Any] = {}
+        for gid, s in self._groups.items():
+            wanted = s.wanted if s.failed is None else None
+            removing = [
+                {"id": m.id, "name": m.name, "handle": m.handle}
+                for mid in s.deleting
+                if (m := s.machines.get(mid)) is not None
             ]
-        }
+            if wanted is not None or removing:
+                doc[gid] = {"wanted": wanted, "removing": removing}
+        return doc
 
-    def _load_journal(self) -> None:
-        doc = self._journal.load()
-        now = self._clock()
+    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
+        entries: dict[str, tuple[int | None, list[Machine]]] = {}
         try:
-            for item in doc.get("pools", []):
-                state = self._groups.get(str(item["group"]))
-                if state is None:
-                    continue
-                wanted = item.get("wanted")
-                if wanted is not None:
-                    state.wanted = min(max(int(wanted), 0), state.config.max_size)
-                for raw in item.get("removing", []):
-                    m = Machine(
+            for gid, entry in dict(doc.get("groups", {})).items():
+                wanted = entry.get("wanted")
+                removing = [
+                    Machine(
                         str(raw["id"]),
-                        state.config.id,
+                        str(gid),
                         InstanceState.RUNNING,
                         str(raw.get("name", "")),
                         handle=str(raw.get("handle", "")),
                     )
-                    state.machines[m.id] = m
-                    state.deleting[m.id] = now
-                    state.removing[m.id] = m
-                self._resume.append(state.config.id)
+                    for raw in entry.get("removing", [])
+                ]
+                entries[str(gid)] = (None if wanted is None else max(int(wanted), 0), removing)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._journal._error(f"has a malformed entry ({type(exc).__name__}: {exc})") from None
+        return entries
+
+    def _restore(self, state: _PoolState, entry: Any) -> None:
+        wanted, removing = entry
+        now = self._clock()
+        if wanted is not None:
+            state.wanted = min(wanted, state.config.max_size)
+        for m in removing:
+            state.machines.setdefault(m.id, m)
+            state.deleting[m.id] = now
+            state.removing[m.id] = m
+        self._fit_placeholders(state)
+        self._queue_sync(state)
 
 
 __all__ = ["PoolProvider"]

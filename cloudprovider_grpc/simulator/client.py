@@ -101,21 +101,57 @@ class _DirectContext:
         raise _AbortError(code, details)
 
 
+class _WireCopies:
+    """Decoded copies of messages that crossed the in-process "wire", memoised per message object.
+
+    CA's loop sends byte-identical requests again and again (NodeGroupForNode for every node,
+    every loop) and the server answers some of them with the same prebuilt response object, so
+    the decoded copy of an object seen before is reused instead of encoded and decoded again.
+    Entries hold the original object, so its id cannot be reused while the entry lives; the memo
+    is emptied when it reaches `limit` entries (one-off messages never pile up)."""
+
+    def __init__(self, limit: int = 8192) -> None:
+        self.limit = limit
+        self.memo: dict[int, tuple[Any, Any]] = {}
+
+    def __call__(self, msg: Any) -> Any:
+        hit = self.memo.get(id(msg))
+        if hit is not None and hit[0] is msg:
+            return hit[1]
+        copy = type(msg).FromString(msg.SerializeToString())
+        if len(self.memo) >= self.limit:
+            self.memo.clear()
+        self.memo[id(msg)] = (msg, copy)
+        return copy
+
+
 class InProcessTransport:
-    """Calls the servicer's methods directly (same request/response messages, no socket)."""
+    """Calls the servicer's methods directly (same request/response messages, no socket).
+
+    Every message still goes through its wire encoding once, so both transports exercise
+    serialization identically; repeats of the same message object reuse the decoded copy (see
+    `_WireCopies`). Callers must not mutate a request after sending it (`CAClient` never does)."""
 
     def __init__(self, servicer: Any) -> None:
         self._servicer = servicer
         self._context = _DirectContext()
+        self._handlers: dict[str, Any] = {}
+        self._requests = _WireCopies()
+        self._responses = _WireCopies()
 
     def call(self, method: str, request: Any) -> Any:
-        # round-trip through bytes so both transports exercise serialization identically
-        req = type(request).FromString(request.SerializeToString())
+        handler = self._handlers.get(method)
+        if handler is None:
+            handler = self._handlers[method] = getattr(self._servicer, method)
+        # _WireCopies inlined for the hit path: this runs for every NodeGroupForNode of a day
+        hit = self._requests.memo.get(id(request))
+        req = hit[1] if hit is not None and hit[0] is request else self._requests(request)
         try:
-            resp = getattr(self._servicer, method)(req, self._context)
+            resp = handler(req, self._context)
         except _AbortError as exc:
             raise RpcError(method, exc.code, exc.details) from None
-        return type(resp).FromString(resp.SerializeToString())
+        hit = self._responses.memo.get(id(resp))
+        return hit[1] if hit is not None and hit[0] is resp else self._responses(resp)
 
     def close(self) -> None:
         return None
@@ -177,6 +213,7 @@ class CAClient:
         self.counts: Counter[str] = Counter()
         self._node_groups: list[GroupInfo] | None = None
         self._ngfn: dict[tuple[str, str], GroupInfo] = {}
+        self._ngfn_requests: dict[tuple[str, str], pb.NodeGroupForNodeRequest] = {}
         self._templates: dict[str, k8s_pb2.Node | None] = {}
         self._gpu_label: str | None = None
         self._gpu_types: list[str] | None = None
@@ -210,8 +247,13 @@ class CAClient:
         hit = self._ngfn.get(key)
         if hit is not None:
             return hit
-        node = pb.ExternalGrpcNode(providerID=provider_id, name=name, labels=dict(labels or {}))
-        resp = self._call("NodeGroupForNode", pb.NodeGroupForNodeRequest(node=node))
+        # the request for one node is the same every loop: build it once (a node's labels never
+        # change while it lives; a new node has a new name or providerID)
+        req = self._ngfn_requests.get(key)
+        if req is None:
+            node = pb.ExternalGrpcNode(providerID=provider_id, name=name, labels=dict(labels or {}))
+            req = self._ngfn_requests[key] = pb.NodeGroupForNodeRequest(node=node)
+        resp = self._call("NodeGroupForNode", req)
         g = resp.nodeGroup
         if not g.id:
             return None

@@ -28,6 +28,7 @@ groups, PDB budgets and pod affinity are not modelled.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import time
@@ -39,19 +40,23 @@ from typing import Any
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
+from cloudprovider_grpc.simulator import limits
 from cloudprovider_grpc.simulator.backoff import Backoff
 from cloudprovider_grpc.simulator.client import CAClient, GroupInfo, GroupOptions, InstanceInfo, RpcError
 from cloudprovider_grpc.simulator.clock import VirtualClock
 from cloudprovider_grpc.simulator.estimator import PodGroup
 from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext
 from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count, resources_fit, static_fit
+from cloudprovider_grpc.simulator.interpod import HOSTNAME, Placement
 from cloudprovider_grpc.simulator.model import (
     CPU,
     MEMORY,
+    TO_BE_DELETED_TAINT,
     Node,
     NodeShape,
     PodShape,
     Resources,
+    Taint,
     add_into,
     node_name_for,
     pod_proto,
@@ -60,18 +65,19 @@ from cloudprovider_grpc.simulator.report import Recorder, Report
 from cloudprovider_grpc.simulator.scaledown import (
     DrainRules,
     GroupScaleDownOptions,
+    Removal,
     ScaleDownPlanner,
     select_removals,
 )
 from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
 from cloudprovider_grpc.simulator.scenario import Scenario
-from cloudprovider_grpc.simulator.world import World
+from cloudprovider_grpc.simulator.world import World, static_shape
 
 RUNNING, CREATING, DELETING = 1, 2, 3
 INSTANCES_CACHE_REFRESH = 120.0  # node_instances_cache.go background refresh interval
 ERROR_CLASS = {1: "OutOfResource", 99: "OtherError"}
 STABILIZATION_POD = {CPU: "500m", MEMORY: "500Mi"}  # price.go priceStabilizationPod
-SCALE_DOWN_UNREADY_TIME = 1200.0  # --scale-down-unready-time default (nodes here are never unready)
+MAX_NODE_STARTUP_TIME = 900.0  # clusterstate.go MaxNodeStartupTime
 
 
 @dataclass
@@ -161,9 +167,23 @@ class Simulation:
         self.tl: dict[str, Any] = {"t": [], "nodes": {}, "target": {}, "pending": []}
         self._last_no_scale_up: tuple[Any, ...] | None = None
         self._last_cooldown = ""
-        self._min_size_logged: set[str] = set()
+        self._skip_logged: set[tuple[str, str]] = set()
         self._group_ids: list[str] = []
+        self._bounds: dict[str, dict[str, int]] = {}
+        self._seen_targets: dict[str, int] = {}  # target sizes as CA last knew them, for the timeline
         self._unknown_overrides: set[str] = set()
+        self._events = sorted(scenario.node_events, key=lambda e: e.at)
+        self._events_done: set[int] = set()
+        self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
+        self._healthy = True
+        self._options_seen: dict[str, GroupOptions] = {}  # the last NodeGroupGetOptions answer per group
+        self._interpod = any(c.shape.interpod for c in self.world.controllers)
+        for sn in scenario.static_nodes:
+            shape = static_shape(sn)
+            for i in range(sn.count):
+                name = sn.name if sn.count == 1 else f"{sn.name}-{i}"
+                node = self.world.register(name, f"static://{name}", shape, 0.0)
+                node.annotations.update(sn.annotations)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Report:
@@ -194,11 +214,17 @@ class Simulation:
             return
         groups = self._override(self.client.node_groups())
         self._group_ids = [g.id for g in groups]
+        for g in groups:
+            self._bounds[g.id] = {"min_size": g.min_size, "max_size": g.max_size}
         # CA reads these to recognise GPU nodes; its client caches them after the first success
         self.client.gpu_label()
         self.client.gpu_types()
         self._list_instances(groups, t)
         self._kubelets(groups, t)
+        self._node_events(t)
+        self._readiness(t)
+        if not self._initialized:
+            self._clean_up_taints()
         w.schedule(t)
         node_group = {
             n.name: (
@@ -213,7 +239,7 @@ class Simulation:
         targets: dict[str, int] = {}
         for g in groups:
             try:
-                targets[g.id] = self.client.target_size(g.id)
+                targets[g.id] = self._seen_targets[g.id] = self.client.target_size(g.id)
             except RpcError as exc:
                 self.rec.line(f"Failed to get target size of node group {g.id}: {exc}")
         registered = Counter(gid for gid in node_group.values() if gid)
@@ -222,7 +248,15 @@ class Simulation:
         if self._fix_node_group_sizes(groups, targets, registered, t):
             w.schedule(t)
             return
-        upcoming = {gid: max(0, targets[gid] - registered[gid]) for gid in targets}
+        if not self._cluster_healthy(t):
+            w.schedule(t)
+            return
+        # clusterstate.go calculateUpcomingNodesInNodeGroup: target - (ready + unready); nodes still
+        # starting (NotReady for less than MaxNodeStartupTime since registering) stay upcoming
+        started = Counter(
+            gid for name, gid in node_group.items() if gid and not self._not_started(w.nodes[name], t)
+        )
+        upcoming = {gid: max(0, targets[gid] - started[gid]) for gid in targets}
         pod_groups = self._unschedulable(t, templates, upcoming)
         scaled_up = False
         if pod_groups:
@@ -232,6 +266,112 @@ class Simulation:
         if self.o.scale_down_enabled:
             self._scale_down(groups, targets, node_group, t, scaled_up)
         w.schedule(t)
+
+    # ------------------------------------------------------------------ node state
+    def _not_started(self, node: Node, t: float) -> bool:
+        """clusterstate.go updateReadinessStats: NotReady and registered less than
+        MaxNodeStartupTime (15m) ago."""
+        return not node.ready and t - node.registered < MAX_NODE_STARTUP_TIME
+
+    def _readiness(self, t: float) -> None:
+        """Kubelets turn Ready `node_ready_delay` after registering, unless an event decides."""
+        delay = self.s.node_ready_delay
+        for node in self.world.nodes.values():
+            ready = node.ready_override if node.ready_override is not None else t - node.registered >= delay
+            if ready != node.ready:
+                node.ready = ready
+                node.version += 1
+                self.rec.line(f"world: node {node.name} is {'Ready' if ready else 'NotReady'}")
+
+    def _node_events(self, t: float) -> None:
+        """Apply the scenario's due node events to nodes that exist (later ones wait for theirs)."""
+        for i, ev in enumerate(self._events):
+            if ev.at > t:
+                break
+            if i in self._events_done or ev.node not in self.world.nodes:
+                continue
+            self._events_done.add(i)
+            node = self.world.nodes[ev.node]
+            if ev.ready is not None:
+                node.ready_override = ev.ready
+            if ev.annotations:
+                node.annotations.update(ev.annotations)
+                self.rec.line(f"world: node {node.name} annotated {dict(sorted(ev.annotations.items()))}")
+            if ev.taints or ev.remove_taints:
+                drop = set(ev.remove_taints) | {x.key for x in ev.taints}
+                kept = tuple(x for x in node.shape.taints if x.key not in drop)
+                added = tuple(Taint(x.key, x.value, x.effect) for x in ev.taints)
+                node.shape = dataclasses.replace(node.shape, taints=kept + added)
+                node.version += 1
+                node.to_be_deleted = any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints)
+                self.rec.line(f"world: node {node.name} taints now {[x.key for x in node.shape.taints]}")
+            if ev.delete:
+                self._outside_delete(node)
+
+    def _outside_delete(self, node: Node) -> None:
+        """Someone else (an operator, a CA that died mid-deletion) deletes the node's machine through
+        the cloud; the call goes over the simulator's own connection, not CA's."""
+        group = self.wclient.node_group_for_node(node.name, node.provider_id, node.shape.labels)
+        if group is None:
+            self.rec.line(f"world: cannot delete {node.name}: it is in no node group")
+            return
+        ref = pb.ExternalGrpcNode(providerID=node.provider_id, name=node.name, labels=dict(node.shape.labels))
+        try:
+            self.wclient.delete_nodes(group.id, [ref])
+        except RpcError as exc:
+            self.rec.line(f"world: deleting {node.name} failed: {exc.details}")
+            return
+        taints = tuple(x for x in node.shape.taints if x.key != TO_BE_DELETED_TAINT)
+        node.shape = dataclasses.replace(
+            node.shape, taints=(*taints, Taint(TO_BE_DELETED_TAINT, "", "NoSchedule"))
+        )
+        node.to_be_deleted = True
+        self.invalid.add(group.id)
+        self.rec.line(f"world: deletion of {node.name} in progress (started outside this CA)")
+
+    def _clean_up_taints(self) -> None:
+        """static_autoscaler.go cleanUpIfRequired: on its first loop CA removes ToBeDeleted taints a
+        previous run left on nodes of its node groups (their deletions may still finish)."""
+        self._initialized = True
+        for node in self.world.nodes.values():
+            if not node.group or not any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints):
+                continue
+            kept = tuple(x for x in node.shape.taints if x.key != TO_BE_DELETED_TAINT)
+            node.shape = dataclasses.replace(node.shape, taints=kept)
+            node.to_be_deleted = False
+            node.version += 1
+            self.rec.line(f"Removed ToBeDeleted taint from node {node.name} (left by a previous run)")
+
+    def _placement(self) -> Placement | None:
+        """The schedulable nodes and their pods for inter-pod predicates, or None when no
+        workload has such constraints (the common case costs nothing)."""
+        if not self._interpod:
+            return None
+        return Placement.of(n for n in self.world.nodes.values() if n.schedulable)
+
+    def _cluster_healthy(self, t: float) -> bool:
+        """clusterstate.go IsClusterHealthy: too many unready nodes stop the loop (static_autoscaler
+        "Cluster is not ready for autoscaling"), and the unneeded timers start over."""
+        nodes = self.world.nodes.values()
+        unready = sum(1 for n in nodes if not n.ready and not self._not_started(n, t))
+        healthy = not (
+            unready > self.o.ok_total_unready_count
+            and unready > self.o.max_total_unready_percentage / 100.0 * len(self.world.nodes)
+        )
+        if healthy != self._healthy:
+            self._healthy = healthy
+            if not healthy:
+                self.rec.line("Cluster is not ready for autoscaling")
+                self.rec.decide(
+                    "cluster-unhealthy",
+                    reason=f"{unready} of {len(self.world.nodes)} nodes unready",
+                    inputs={"unready": unready, "nodes": len(self.world.nodes)},
+                )
+            else:
+                self.rec.line("Cluster is ready for autoscaling again")
+        if not healthy:
+            self.planner.clear()
+        return healthy
 
     def _override(self, groups: list[GroupInfo]) -> list[GroupInfo]:
         """Apply the scenario's `node_groups` bounds to CA's view of the groups."""
@@ -285,7 +425,7 @@ class Simulation:
                 if shape is None:
                     continue
                 name = node_name_for(inst.id)
-                self.world.register(name, inst.id, shape, t)
+                self.world.register(name, inst.id, shape, t, ready=self.s.node_ready_delay <= 0)
                 self.lifetimes[inst.id] = {
                     "group": g.id,
                     "name": name,
@@ -321,7 +461,7 @@ class Simulation:
         found: dict[str, NodeShape] = {}
         for node in self.world.nodes.values():
             gid = node_group.get(node.name)
-            if gid and gid not in found and not node.to_be_deleted:
+            if gid and gid not in found and not node.to_be_deleted and node.ready:
                 found[gid] = node.shape
         out: dict[str, NodeShape] = {}
         for g in groups:
@@ -486,17 +626,34 @@ class Simulation:
             tpl = templates.get(gid)
             if tpl is not None:
                 bins.extend((tpl, dict(self.template_free(tpl))) for _ in range(upcoming[gid]))
+        # pods with inter-pod constraints are tried one by one against the cluster plus the
+        # upcoming nodes (each a fresh hostname), like filter_out_schedulable.go's snapshot
+        view = self._placement() if any(pg.shape.interpod for pg in groups.values()) else None
+        if view is not None:
+            view = view.copy()
+            for i, (tpl, _) in enumerate(bins):
+                view.add_node(
+                    f"upcoming-{tpl.group}-{i}", {**tpl.labels, HOSTNAME: f"upcoming-{tpl.group}-{i}"}
+                )
         absorbed = 0
         for pg in groups.values():
-            for tpl, free in bins:
+            one_by_one = view is not None and view.relevant(pg.shape)
+            for i, (tpl, free) in enumerate(bins):
                 if pg.count == 0:
                     break
                 if not self.fits(pg.shape, tpl):
                     continue
                 n = min(pg.count, fit_count(pg.shape.requests, free))
+                if one_by_one and view is not None:
+                    name = f"upcoming-{tpl.group}-{i}"
+                    k = 0
+                    while k < n and view.allows(pg.shape, name):
+                        view.add_pod(name, pg.shape)
+                        k += 1
+                    n = k
                 if n:
-                    for k, v in pg.shape.requests.items():
-                        free[k] = free.get(k, 0) - v * n
+                    for k2, v in pg.shape.requests.items():
+                        free[k2] = free.get(k2, 0) - v * n
                     pg.count -= n
                     absorbed += n
         if absorbed:
@@ -532,18 +689,29 @@ class Simulation:
                     tpl,
                     self.template_free(tpl) if tpl is not None else {},
                     f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
+                    self._zero_or_max(g.id),
                 )
             )
-        cores = sum(n.shape.capacity.get(CPU, 0) for n in self.world.nodes.values())
-        memory = sum(n.shape.capacity.get(MEMORY, 0) for n in self.world.nodes.values())
+        # every node counts against the limits, in a group or not, and so do upcoming nodes (as
+        # CA <= 1.34 counted them through target sizes; current CA counts ready nodes only)
+        gpu_label = self.client.gpu_label()
+        shapes = [n.shape for n in self.world.nodes.values()]
         for gid, n in upcoming.items():
             if n and gid in templates:
-                cores += templates[gid].capacity.get(CPU, 0) * n
-                memory += templates[gid].capacity.get(MEMORY, 0) * n
+                shapes.extend([templates[gid]] * n)
         cluster_nodes = len(self.world.nodes) + sum(upcoming.values())
         ctx = ExpanderContext(self.rng, now, len(self.world.nodes), self.pricing, self.s.priorities)
         plan = plan_scale_up(
-            pod_groups, views, self.o, self.chain, ctx, cluster_nodes, cores, memory, self.fits
+            pod_groups,
+            views,
+            self.o,
+            self.chain,
+            ctx,
+            cluster_nodes,
+            limits.usage(shapes, gpu_label),
+            self.fits,
+            gpu_label,
+            self._placement(),
         )
         pending = sum(pg.count for pg in pod_groups)
         if not plan.increases:
@@ -599,6 +767,7 @@ class Simulation:
                 )
                 continue
             any_ok = True
+            self._seen_targets[gid] = view.target + delta
             self.requests[gid] = _ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
             self.invalid.add(gid)
             self.last_scale_up = t
@@ -616,13 +785,27 @@ class Simulation:
         return any_ok
 
     # ------------------------------------------------------------------ scale-down
+    def _zero_or_max(self, gid: str) -> bool:
+        """The group's zeroOrMaxNodeScaling option. CA reads GetOptions for every group it filters
+        for scale-up; the simulator reuses the group's last answer (scale-down asks every loop a
+        group has nodes) and asks only for a group it has never asked about."""
+        seen = self._options_seen.get(gid)
+        if seen is None:
+            d = self._defaults()
+            try:
+                seen = self.client.options(gid, d) or d
+            except RpcError:
+                return False
+            self._options_seen[gid] = seen
+        return seen.zero_or_max_node_scaling
+
     def _defaults(self) -> GroupOptions:
         o = self.o
         return GroupOptions(
             o.scale_down_utilization_threshold,
             o.scale_down_gpu_utilization_threshold,
             o.scale_down_unneeded_time,
-            SCALE_DOWN_UNREADY_TIME,
+            o.scale_down_unready_time,
             o.max_node_provision_time,
             False,
             o.ignore_daemonsets_utilization,
@@ -645,6 +828,7 @@ class Simulation:
                 d = self._defaults()
                 try:
                     got = self.client.options(gid, d) or d
+                    self._options_seen[gid] = got
                 except RpcError:
                     got = d
                 hit = memo[gid] = GroupScaleDownOptions(
@@ -652,6 +836,7 @@ class Simulation:
                     got.scale_down_gpu_utilization_threshold,
                     got.scale_down_unneeded_time,
                     got.ignore_daemonsets_utilization,
+                    got.scale_down_unready_time,
                 )
             return hit
 
@@ -660,11 +845,15 @@ class Simulation:
             gid = node_group.get(n.name)
             if gid is None or gid not in targets or n.to_be_deleted:
                 continue
+            if not n.ready and not self.o.scale_down_unready_enabled:
+                continue
             if targets[gid] <= gmap[gid].min_size:
                 continue
             candidates.append(n)
-        destinations = [n for n in self.world.nodes.values() if not n.to_be_deleted]
-        result = self.planner.update(t, candidates, destinations, group_opts)
+        destinations = [n for n in self.world.nodes.values() if n.schedulable]
+        result = self.planner.update(
+            t, candidates, destinations, group_opts, self.world.pdb_disruptions_allowed(t), self._interpod
+        )
         for u in result.newly_unneeded:
             self.rec.line(f"Node {u.node} - {u.resource} utilization {u.utilization:.6f}")
             self.rec.line(f"Node {u.node} unneeded since {self.rec.stamp(u.since)}")
@@ -704,6 +893,9 @@ class Simulation:
             return
         self._last_cooldown = ""
         mins = {g.id: g.min_size for g in groups}
+        atomic = {gid for gid, o in self._options_seen.items() if o.zero_or_max_node_scaling}
+        gpu_label = self.client.gpu_label()
+        used = limits.usage((n.shape for n in self.world.nodes.values()), gpu_label)
         removals, skipped = select_removals(
             t,
             result.unneeded,
@@ -712,56 +904,95 @@ class Simulation:
             mins,
             self.o.max_scale_down_parallelism,
             self.o.max_drain_parallelism,
+            quota=limits.Tracker.for_scale_down(self.o.resource_limits(), used),
+            totals=lambda name: limits.node_totals(self.world.nodes[name].shape, gpu_label),
+            unready_time=lambda gid: group_opts(gid).unready_time,
+            atomic=atomic,
         )
         for s in skipped:
-            if s.reason == "NodeGroupMinSizeReached" and s.node not in self._min_size_logged:
-                self._min_size_logged.add(s.node)
+            if (s.node, s.reason) in self._skip_logged:
+                continue
+            if s.reason == "NodeGroupMinSizeReached":
+                self._skip_logged.add((s.node, s.reason))
                 self.rec.line(
                     f"Skipping {s.node} from delete consideration - the node group min size reached"
                 )
-        for r in removals:
-            node = self.world.nodes[r.node]
-            util = self.planner.current[r.node]
-            with contextlib.suppress(RpcError):  # CA reads the group's options per node before deleting
-                self.client.options(r.group, self._defaults())
-            node.to_be_deleted = True
-            if r.empty:
-                self.rec.line(f"Scale-down: removing empty node {r.node}")
-            else:
-                self.rec.line(
-                    f"Scale-down: removing node {r.node}, utilization: {util.utilization:.3f} "
-                    f"({util.resource}), pods to reschedule: {','.join(r.pods_to_move)}"
+            elif s.reason == "MinimalResourceLimitExceeded":
+                self._skip_logged.add((s.node, s.reason))
+                self.rec.line(f"Skipping scale down of {s.node} in this batch - would violate minimum limits")
+                self.rec.decide(
+                    "scale-down-blocked",
+                    group=node_group.get(s.node) or "",
+                    node=s.node,
+                    reason="MinimalResourceLimitExceeded",
+                    inputs={
+                        "limits": dict(self.o.resource_limits().minimum),
+                        "usage": dict(sorted(used.items())),
+                    },
                 )
-            ref = pb.ExternalGrpcNode(
-                providerID=node.provider_id, name=node.name, labels=dict(node.shape.labels)
-            )
+        # one DeleteNodes per node, like CA's actuator; a zero-or-max group's nodes go together in
+        # one call (actuation/group_deletion_scheduler.go batches atomic groups)
+        batches: list[list[Removal]] = []
+        by_group: dict[str, list[Removal]] = {}
+        for r in removals:
+            if r.group in atomic:
+                if r.group not in by_group:
+                    by_group[r.group] = []
+                    batches.append(by_group[r.group])
+                by_group[r.group].append(r)
+            else:
+                batches.append([r])
+        for batch in batches:
+            gid = batch[0].group
+            nodes = [self.world.nodes[r.node] for r in batch]
+            for r, node in zip(batch, nodes, strict=True):
+                util = self.planner.current[r.node]
+                with contextlib.suppress(RpcError):  # CA reads the group's options per node before deleting
+                    self.client.options(r.group, self._defaults())
+                node.to_be_deleted = True
+                if r.empty:
+                    self.rec.line(f"Scale-down: removing empty node {r.node}")
+                else:
+                    self.rec.line(
+                        f"Scale-down: removing node {r.node}, utilization: {util.utilization:.3f} "
+                        f"({util.resource}), pods to reschedule: {','.join(r.pods_to_move)}"
+                    )
+            refs = [
+                pb.ExternalGrpcNode(providerID=n.provider_id, name=n.name, labels=dict(n.shape.labels))
+                for n in nodes
+            ]
             try:
-                self.client.delete_nodes(r.group, [ref])
+                self.client.delete_nodes(gid, refs)
             except RpcError as exc:
-                node.to_be_deleted = False
                 self.last_failure = t
-                self.rec.line(f"Failed to delete {r.node}: {exc.details}")
-                self.rec.decide("scale-down-failed", group=r.group, node=r.node, reason=exc.details)
+                for r, node in zip(batch, nodes, strict=True):
+                    node.to_be_deleted = False
+                    self.rec.line(f"Failed to delete {r.node}: {exc.details}")
+                    self.rec.decide("scale-down-failed", group=r.group, node=r.node, reason=exc.details)
                 continue
             self.last_delete = t
-            self.invalid.add(r.group)
-            targets[r.group] -= 1
-            self.removed_ids.add(node.provider_id)
-            self._drop_node(node, t)
-            self.rec.decide(
-                "scale-down",
-                group=r.group,
-                node=r.node,
-                delta=-1,
-                reason="empty" if r.empty else "underutilized",
-                inputs={
-                    "utilization": round(util.utilization, 6),
-                    "resource": util.resource,
-                    "unneeded_for": r.unneeded_for,
-                    "unneeded_time": group_opts(r.group).unneeded_time,
-                    "pods_rescheduled": r.pods_to_move,
-                },
-            )
+            self.invalid.add(gid)
+            for r, node in zip(batch, nodes, strict=True):
+                util = self.planner.current[r.node]
+                targets[r.group] -= 1
+                self._seen_targets[r.group] = targets[r.group]
+                self.removed_ids.add(node.provider_id)
+                self._drop_node(node, t)
+                self.rec.decide(
+                    "scale-down",
+                    group=r.group,
+                    node=r.node,
+                    delta=-1,
+                    reason="empty" if r.empty else "underutilized",
+                    inputs={
+                        "utilization": round(util.utilization, 6),
+                        "resource": util.resource,
+                        "unneeded_for": r.unneeded_for,
+                        "unneeded_time": group_opts(r.group).unneeded_time,
+                        "pods_rescheduled": r.pods_to_move,
+                        **({"zero_or_max": True} if r.group in atomic else {}),
+                    },
+                )
 
     def _drop_node(self, node: Node, t: float) -> None:
         self.world.remove_node(node.name, t)
@@ -782,13 +1013,20 @@ class Simulation:
 
     # ------------------------------------------------------------------ output
     def _sample(self, t: float) -> None:
+        """One timeline column: ready nodes and CA's target size per group, pending pods.
+
+        A group that appears later gets zeros (nodes) and None (target: not known yet) before."""
         tl = self.tl
         tl["t"].append(t)
-        counts = Counter(n.group for n in self.world.nodes.values())
+        cols = len(tl["t"])
+        counts = Counter(node.group for node in self.world.nodes.values())
         for gid in sorted(set(self._group_ids) | set(tl["nodes"])):
-            series = tl["nodes"].setdefault(gid, [0] * (len(tl["t"]) - 1))
+            series = tl["nodes"].setdefault(gid, [0] * (cols - 1))
             series.append(counts.get(gid, 0))
+            target = tl["target"].setdefault(gid, [None] * (cols - 1))
+            target.append(self._seen_targets.get(gid))
         tl["pending"].append(len(self.world.pending))
+        tl["groups"] = {gid: dict(b) for gid, b in sorted(self._bounds.items())}
 
     def _cost(self, end: float) -> dict[str, Any] | None:
         for pid in sorted(self.lifetimes):

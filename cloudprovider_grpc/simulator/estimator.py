@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloudprovider_grpc.simulator.fit import fit_count
+from cloudprovider_grpc.simulator.interpod import HOSTNAME, Placement
 from cloudprovider_grpc.simulator.model import CPU, MEMORY, NodeShape, PodShape, Resources
 
 
@@ -66,45 +67,122 @@ def estimate(
     empty_free: Mapping[str, int],
     max_nodes: int | None = None,
     fits_statically: Callable[[PodShape, NodeShape], bool] | None = None,
+    context: Placement | None = None,
 ) -> Estimate:
     """Binpack `groups` onto fresh copies of `template` whose free resources start at `empty_free`
     (allocatable minus the DaemonSet pods CA adds to sanitized templates). `max_nodes` is the
-    limiter's threshold (None = unlimited)."""
+    limiter's threshold (None = unlimited). `context`: the cluster's nodes and pods, which the
+    inter-pod predicates of pods with host ports, pod (anti-)affinity or spread constraints read
+    (`interpod.py`); such pods are placed one by one, the rest in bulk."""
+    view: Placement | None = None
+    if any(g.shape.interpod for g in groups) or (context is not None and context.anti_holders):
+        view = context.copy() if context is not None else Placement()
     nodes: list[Resources] = []
+    names: list[str] = []
     pods_on: list[int] = []
     placed: list[PodGroup] = []
     limited = False
+
+    def add_node() -> int:
+        nodes.append(dict(empty_free))
+        pods_on.append(0)
+        names.append(f"template-node-for-{template.group}-{len(names)}")
+        if view is not None:
+            view.add_node(names[-1], {**template.labels, HOSTNAME: names[-1]})
+        return len(nodes) - 1
+
+    def place(i: int, shape: PodShape, n: int) -> None:
+        _take(nodes[i], shape.requests, n)
+        pods_on[i] += n
+        if view is not None:
+            view.add_pod(names[i], shape, n)
+
+    def fits_one(i: int, shape: PodShape) -> bool:
+        return fit_count(shape.requests, nodes[i]) > 0 and (view is None or view.allows(shape, names[i]))
+
     for group in order_groups(groups, template):
         if fits_statically is not None and not fits_statically(group.shape, template):
             continue
-        req = group.shape.requests
+        shape = group.shape
+        req = shape.requests
         remaining = group.count
-        # step 2: first fit over the nodes this estimate already added
-        for i, free in enumerate(nodes):
-            if remaining == 0:
-                break
-            n = min(remaining, fit_count(req, free))
-            if n:
-                _take(free, req, n)
-                pods_on[i] += n
+        if view is not None and view.relevant(shape):
+            remaining = _one_by_one(
+                shape, remaining, nodes, pods_on, names, view, fits_one, place, add_node, max_nodes
+            )
+            if remaining < 0:  # the limiter refused a node
+                limited, remaining = True, -remaining - 1
+        else:
+            # step 2: first fit over the nodes this estimate already added
+            for i, free in enumerate(nodes):
+                if remaining == 0:
+                    break
+                n = min(remaining, fit_count(req, free))
+                if n:
+                    place(i, shape, n)
+                    remaining -= n
+            # step 3: last node, then fresh nodes (the last node is already full for this shape)
+            while remaining:
+                if max_nodes is not None and len(nodes) >= max_nodes:
+                    limited = True
+                    break
+                n = min(remaining, fit_count(req, empty_free))
+                if n == 0:
+                    break  # does not fit an empty node: the rest of this group will not either
+                place(add_node(), shape, n)
                 remaining -= n
-        # step 3: last node, then fresh nodes (the last node is already full for this shape)
-        while remaining:
-            if max_nodes is not None and len(nodes) >= max_nodes:
-                limited = True
-                break
-            free = dict(empty_free)
-            n = min(remaining, fit_count(req, free))
-            if n == 0:
-                break  # does not fit an empty node: the rest of this group will not either
-            _take(free, req, n)
-            nodes.append(free)
-            pods_on.append(n)
-            remaining -= n
         if group.count - remaining:
-            placed.append(PodGroup(group.shape, group.count - remaining))
+            placed.append(PodGroup(shape, group.count - remaining))
         # a refused node ends only this group: later groups may still fit the nodes added so far
     return Estimate(sum(1 for c in pods_on if c), placed, limited)
+
+
+def _one_by_one(
+    shape: PodShape,
+    remaining: int,
+    nodes: list[Resources],
+    pods_on: list[int],
+    names: list[str],
+    view: Placement,
+    fits_one: Callable[[int, PodShape], bool],
+    place: Callable[[int, PodShape, int], None],
+    add_node: Callable[[], int],
+    max_nodes: int | None,
+) -> int:
+    """binpacking_estimator.go for pods whose fit depends on other pods, one pod at a time:
+    tryToScheduleOnExistingNodes (first fit over the added nodes, stopping at the first pod that
+    fits none), then tryToScheduleOnNewNodes (the last added node; on a hostname topology-spread
+    failure any other added node; else a new node, unless the last one is still empty or the
+    limiter refuses). Returns the pods left, or -(left + 1) when the limiter refused a node."""
+    while remaining:
+        target = next((i for i in range(len(nodes)) if fits_one(i, shape)), None)
+        if target is None:
+            break
+        place(target, shape, 1)
+        remaining -= 1
+    while remaining:
+        last = len(nodes) - 1
+        if last >= 0:
+            if fits_one(last, shape):
+                place(last, shape, 1)
+                remaining -= 1
+                continue
+            if view.failure_is_spread(shape, names[last]):
+                other = next((i for i in range(last) if fits_one(i, shape)), None)
+                if other is not None:
+                    place(other, shape, 1)
+                    remaining -= 1
+                    continue
+            if pods_on[last] == 0:
+                break  # an empty new node did not help: another would not either
+        if max_nodes is not None and len(nodes) >= max_nodes:
+            return -remaining - 1
+        i = add_node()
+        if not fits_one(i, shape):
+            break  # e.g. zonal spread: a new node in the same zone cannot help this pod
+        place(i, shape, 1)
+        remaining -= 1
+    return remaining
 
 
 def _take(free: Resources, req: Mapping[str, int], n: int) -> None:

@@ -117,6 +117,25 @@ class Requirement:
         raise ValueError(f"unsupported node selector operator {self.operator!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One required pod (anti-)affinity term: pods whose labels match `selector` (matchLabels, in
+    the owner's namespace), counted per value of `topology_key` on their nodes."""
+
+    selector: tuple[tuple[str, str], ...]
+    topology_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """One `whenUnsatisfiable: DoNotSchedule` topology spread constraint."""
+
+    max_skew: int
+    topology_key: str
+    selector: tuple[tuple[str, str], ...]
+    min_domains: int = 1
+
+
 @dataclass(eq=False, slots=True)
 class PodShape:
     """What every replica of one controller shares. Identity-hashed: one object per workload."""
@@ -133,6 +152,17 @@ class PodShape:
     local_storage: bool = False
     has_pdb: bool = False
     containers: tuple[Mapping[str, str], ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    host_ports: tuple[int, ...] = ()
+    pod_affinity: tuple[Term, ...] = ()
+    pod_anti_affinity: tuple[Term, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    pdb: PdbSpec | None = None
+
+    @property
+    def interpod(self) -> bool:
+        """Whether where this pod may go depends on other pods (interpod.py), not only on the node."""
+        return bool(self.host_ports or self.pod_affinity or self.pod_anti_affinity or self.spread)
 
     @property
     def controlled(self) -> bool:
@@ -141,6 +171,14 @@ class PodShape:
     @property
     def is_daemonset(self) -> bool:
         return self.kind == "DaemonSet"
+
+
+@dataclass(frozen=True, slots=True)
+class PdbSpec:
+    """A PodDisruptionBudget over one workload's pods: exactly one of the two is set."""
+
+    min_available: int | None = None
+    max_unavailable: int | None = None
 
 
 class Pod:
@@ -190,6 +228,8 @@ class Node:
         "name",
         "pods",
         "provider_id",
+        "ready",
+        "ready_override",
         "registered",
         "shape",
         "to_be_deleted",
@@ -206,9 +246,17 @@ class Node:
         self.pods: dict[str, Pod] = {}
         self.used: Resources = {}
         self.ds_used: Resources = {}
-        self.to_be_deleted = False
+        self.to_be_deleted = False  # CA (or a previous CA, by its taint) is deleting it
         self.annotations: dict[str, str] = {}
         self.version = 0  # bumped on every bind/unbind, so derived values can be cached
+        self.ready = True  # the kubelet's Ready condition
+        self.ready_override: bool | None = None  # set by a scenario node event, wins over the delay
+
+    @property
+    def schedulable(self) -> bool:
+        """The scheduler places pods only on Ready nodes (a NotReady node carries the
+        node.kubernetes.io/not-ready:NoSchedule taint) that nobody is deleting."""
+        return self.ready and not self.to_be_deleted
 
     @property
     def allocatable(self) -> Resources:

@@ -8,6 +8,7 @@ figures are kept out on purpose; benchmarks print them instead).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -103,31 +104,177 @@ class Recorder:
         return d
 
 
+#: decision kinds drawn on a group's panel: kind -> (marker, colour, legend label)
+MARKERS = {
+    "scale-up": ("^", "tab:green", "scale-up (+nodes)"),
+    "scale-down": ("v", "tab:purple", "scale-down (node)"),
+    "scale-up-failed": ("X", "tab:red", "failed / timed out / error"),
+    "scale-up-timeout": ("X", "tab:red", "failed / timed out / error"),
+    "scale-up-error": ("X", "tab:red", "failed / timed out / error"),
+    "delete-unregistered": ("v", "tab:brown", "unregistered node deleted"),
+    "fix-node-group-size": ("d", "tab:brown", "target size fixed"),
+}
+MAX_PANELS = 8  # more groups than this share one panel (one line each) instead of a panel each
+
+
+def hmm(seconds: float) -> str:
+    """Virtual time as h:mm (h:mm:ss when not on a whole minute)."""
+    s = round(seconds)
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}" if sec == 0 else f"{h}:{m:02d}:{sec:02d}"
+
+
+def tick_step(duration: float) -> float:
+    """A readable tick spacing (seconds) giving at most about 12 ticks over the run."""
+    for minutes in (1, 2, 5, 10, 15, 20, 30, 60, 120, 180, 240, 360, 720):
+        if duration / (minutes * 60) <= 12:
+            return minutes * 60.0
+    return 1440 * 60.0
+
+
+def marker_events(decisions: list[Decision]) -> dict[str, list[tuple[float, str, str]]]:
+    """Per group: (time, kind, label) with decisions of one kind at one time merged, so ten empty
+    nodes removed together give one marker reading "-10 (general-0 … general-9)"."""
+    merged: dict[tuple[str, float, str], list[Decision]] = {}
+    for d in decisions:
+        if d.kind in MARKERS and d.group:
+            merged.setdefault((d.group, d.t, d.kind), []).append(d)
+    out: dict[str, list[tuple[float, str, str]]] = {}
+    for (group, t, kind), ds in sorted(merged.items()):
+        if kind == "scale-up":
+            label = f"+{sum(d.delta for d in ds)}"
+        elif kind in ("scale-down", "delete-unregistered"):
+            names = [d.node for d in ds if d.node]
+            label = f"-{len(ds)}"
+            if names:
+                label += f" ({names[0]})" if len(names) == 1 else f" ({names[0]} … {names[-1]})"
+        elif kind == "fix-node-group-size":
+            label = f"{sum(d.delta for d in ds)} (size fixed)"
+        elif kind == "scale-up-failed":
+            label = f"{sum(d.delta for d in ds)} failed ({ds[0].reason})"
+        else:
+            label = kind.removeprefix("scale-up-")
+        out.setdefault(group, []).append((t, kind, label))
+    return out
+
+
 def write_timeline(report: Report, path: Path) -> str:
-    """Nodes per group and pending pods over time; matplotlib is the optional `plot` extra."""
+    """The run as an operator reads it: one panel per node group (target size vs ready nodes, max
+    size, a marker at every scale decision) over a pending-pods panel, time as h:mm, the legend
+    above the data. matplotlib is the optional `plot` extra."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.ticker import FuncFormatter, MultipleLocator
     except ImportError:
         return (
             "timeline.png not written: matplotlib is not installed "
             "(pip install 'cloudprovider-grpc[plot]' to get it)"
         )
     tl = report.timeline
-    hours = [t / 3600.0 for t in tl.get("t", [])]
-    fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
-    for group, series in sorted(tl.get("nodes", {}).items()):
-        ax1.step(hours, series, where="post", label=group)
-    ax1.set_ylabel("ready nodes")
-    ax1.legend(loc="upper left", fontsize="small")
-    ax1.set_title(f"{report.scenario} (seed {report.seed})")
-    ax2.step(hours, tl.get("pending", []), where="post", color="tab:red")
-    ax2.set_ylabel("pending pods")
-    ax2.set_xlabel("hours since start")
-    fig.tight_layout()
-    # a fixed creation date keeps the PNG metadata stable across runs
+    ts = list(tl.get("t", []))
+    nodes: dict[str, list[int]] = tl.get("nodes", {})
+    targets: dict[str, list[int | None]] = tl.get("target", {})
+    bounds: dict[str, dict[str, int]] = tl.get("groups", {})
+    groups = sorted(set(nodes) | set(bounds))
+    events = marker_events(report.decisions)
+    shared = len(groups) > MAX_PANELS
+    rows = (1 if shared else max(1, len(groups))) + 1
+    heights = [2.0] * (rows - 1) + [1.4]
+    height = 1.3 + sum(heights)
+    fig, axes = plt.subplots(
+        rows, 1, sharex=True, figsize=(12, height), gridspec_kw={"height_ratios": heights}
+    )
+    end = ts[-1] if ts else 0.0
+    seen_kinds: dict[str, tuple[str, str]] = {}
+    for i, group in enumerate(groups):
+        ax = axes[0] if shared else axes[i]
+        ready = nodes.get(group, [0] * len(ts))
+        target = [float("nan") if v is None else v for v in targets.get(group, [None] * len(ts))]
+        if shared:
+            ax.step(ts, ready, where="post", label=group)
+            continue
+        ax.step(ts, target, where="post", color="tab:blue", linestyle="--", linewidth=1.4)
+        ax.step(ts, ready, where="post", color="tab:blue", linewidth=2.2, alpha=0.55)
+        top = max([*ready, *(v for v in target if v == v), 1])
+        b = bounds.get(group)
+        if b is not None:
+            ax.axhline(b["max_size"], color="0.55", linestyle=":", linewidth=1)
+            top = max(top, b["max_size"])
+        near = max(end, 1.0) * 0.04  # labels closer than this in time are stacked upwards
+        last_t, stack = -math.inf, 0
+        for t, kind, label in events.get(group, []):
+            stack = stack + 1 if t - last_t < near else 0
+            last_t = t
+            marker, colour, legend = MARKERS[kind]
+            seen_kinds[legend] = (marker, colour)
+            k = min(range(len(ts)), key=lambda j: abs(ts[j] - t)) if ts else 0
+            y = target[k] if ts and target[k] == target[k] else (ready[k] if ts else 0)
+            ax.plot([t], [y], marker=marker, color=colour, markersize=9, linestyle="none", zorder=5)
+            ax.annotate(
+                label,
+                (t, y),
+                # failures below their marker, everything else above; close ones stacked
+                xytext=(5, -14 - 10 * stack) if marker == "X" else (5, 5 + 10 * stack),
+                textcoords="offset points",
+                fontsize=8,
+                color=colour,
+            )
+        ax.set_ylim(-0.3, top * 1.25 + 0.5)
+        ax.yaxis.set_major_locator(MultipleLocator(max(1, round(top / 4))))
+        size = f" [{b['min_size']}..{b['max_size']}]" if b is not None else ""
+        ax.set_ylabel(f"{group}{size}", rotation=0, ha="right", va="center", fontsize=9)
+        ax.grid(axis="x", color="0.9")
+    if shared:
+        axes[0].set_ylabel("ready nodes")
+        axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="group")
+        axes[0].text(
+            0.01,
+            0.95,
+            f"{len(groups)} groups: one line each (more than {MAX_PANELS}: no panel per group)",
+            transform=axes[0].transAxes,
+            fontsize=8,
+            va="top",
+        )
+    pend = axes[-1]
+    pend.step(ts, tl.get("pending", []), where="post", color="tab:red")
+    pend.fill_between(ts, tl.get("pending", []), step="post", color="tab:red", alpha=0.15)
+    pend.set_ylabel("pending pods", rotation=0, ha="right", va="center", fontsize=9)
+    pend.grid(axis="x", color="0.9")
+    pend.set_xlabel("time since start (h:mm)")
+    pend.xaxis.set_major_locator(MultipleLocator(tick_step(end)))
+    pend.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: hmm(x) if x >= 0 else ""))
+    pend.set_xlim(0, max(end, 1.0))
+    handles = []
+    if not shared:
+        handles = [
+            Line2D([], [], color="tab:blue", linestyle="--", label="target size (CA)"),
+            Line2D([], [], color="tab:blue", linewidth=2.2, alpha=0.55, label="ready nodes"),
+            Line2D([], [], color="0.55", linestyle=":", label="max size"),
+        ]
+    handles += [
+        Line2D([], [], marker=m, color=c, linestyle="none", markersize=8, label=label)
+        for label, (m, c) in seen_kinds.items()
+    ]
+    start = report.start_time.strftime("%Y-%m-%d %H:%M UTC")
+    # title and legend take a fixed band of 0.5 in at the top, above every panel
+    fig.suptitle(
+        f"{report.scenario} (seed {report.seed}, {report.provider}), from {start}", fontsize=11, y=0.995
+    )
+    if handles:
+        fig.legend(
+            handles=handles,
+            loc="upper center",
+            ncol=len(handles),
+            fontsize=8,
+            bbox_to_anchor=(0.5, 1.0 - 0.3 / height),
+        )
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.5 / height))
+    # no Software entry keeps the PNG bytes independent of the matplotlib version
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
     return f"wrote {path}"

@@ -10,22 +10,30 @@ Modelled on sigs-CA `pkg/core/scaledown/`:
   from removing a node?"): `safe-to-evict: "false"` blocks; `safe-to-evict: "true"` overrides the
   rules below; pods without a controller, kube-system pods without a PDB (with
   `skip-nodes-with-system-pods`) and pods with local storage (with
-  `skip-nodes-with-local-storage`) block. DaemonSet pods never need moving.
+  `skip-nodes-with-local-storage`) block; so do pods whose PodDisruptionBudget has no disruption
+  left (`pkg/core/scaledown/pdb` CanRemovePods, NotEnoughPdb), the budget being consumed by the
+  nodes found removable earlier in the same pass (RemovePods). DaemonSet pods never need moving.
 - rescheduling (`pkg/simulator/cluster.go` SimulateNodeRemoval): the node's movable pods must fit
   on the remaining nodes; nodes found removable in the same pass are taken out of the snapshot and
   their pods' new homes are reserved, so the whole unneeded set can go together.
 - timers (`unneeded/nodes.go`): a node must stay unneeded for `scale-down-unneeded-time` (per
-  group); nodes found unremovable are not rechecked for `unremovable-node-recheck-timeout`.
+  group), an unready node for `scale-down-unready-time`; nodes found unremovable are not
+  rechecked for `unremovable-node-recheck-timeout`. Only Ready nodes receive moved pods.
 - budgets (`budgets/budgets.go`): at most `max-scale-down-parallelism` removals per pass, of which
   at most `max-drain-parallelism` non-empty; the group size guard keeps every group above MinSize.
+- limits (`unneeded/nodes.go` unremovableReason, `pkg/resourcequotas`): no removal may take the
+  cluster below the minimum of `--cores-total`, `--memory-total` or `--gpu-total`
+  (MinimalResourceLimitExceeded); see `limits.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count
+from cloudprovider_grpc.simulator.interpod import Placement
+from cloudprovider_grpc.simulator.limits import Tracker
 from cloudprovider_grpc.simulator.model import (
     CPU,
     GPU_RESOURCE,
@@ -47,6 +55,7 @@ class GroupScaleDownOptions:
     gpu_utilization_threshold: float = 0.5
     unneeded_time: float = 600.0
     ignore_daemonsets_utilization: bool = False
+    unready_time: float = 1200.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,17 @@ def blocking_reason(pod: Pod, rules: DrainRules) -> str | None:
     return None
 
 
+def pdb_blocked(pods: list[Pod], left: Mapping[PodShape, int]) -> str | None:
+    """pdb/basic.go CanRemovePods: a node whose pods are covered by a PDB with no disruption left
+    cannot be drained (NotEnoughPdb). More pods than disruptions left is only "at risk": CA still
+    drains, evicting one by one (inParallel false), so that does not block here."""
+    for p in pods:
+        n = left.get(p.shape)
+        if n is not None and n < 1:
+            return f"pod {p.shape.namespace}/{p.name}: NotEnoughPdb"
+    return None
+
+
 def movable_pods(node: Node) -> list[Pod]:
     return [p for p in node.pods.values() if not p.shape.is_daemonset]
 
@@ -109,6 +129,7 @@ class Unneeded:
     resource: str
     empty: bool
     pods_to_move: list[str] = field(default_factory=list)
+    ready: bool = True  # unready nodes wait scale-down-unready-time instead of the unneeded time
 
 
 @dataclass
@@ -136,7 +157,7 @@ class ScaleDownPlanner:
         self.unremovable_until: dict[str, float] = {}
         self.current: dict[str, Unneeded] = {}
         self._fits = StaticFitCache()
-        self._util: dict[str, tuple[tuple[int, bool], tuple[float, str]]] = {}
+        self._util: dict[str, tuple[int, GroupScaleDownOptions, float, str, Unremovable | None]] = {}
 
     def update(
         self,
@@ -144,11 +165,18 @@ class ScaleDownPlanner:
         candidates: Sequence[Node],
         destinations: Sequence[Node],
         options: Callable[[str], GroupScaleDownOptions],
+        pdb_left: dict[PodShape, int] | None = None,
+        interpod: bool = False,
     ) -> PassResult:
-        """Find the unneeded nodes among `candidates` (ready nodes of groups above MinSize);
-        `destinations` are all ready, schedulable nodes the evicted pods may move to."""
+        """Find the unneeded nodes among `candidates` (nodes of groups above MinSize);
+        `destinations` are all ready, schedulable nodes the evicted pods may move to.
+        `pdb_left`: disruptions each PDB-covered workload still allows (consumed by the nodes
+        found removable in this pass, like CA's RemainingPdbTracker); `interpod`: some pods have
+        host ports, pod (anti-)affinity or spread constraints, so moves check `interpod.py`."""
         unremovable: list[Unremovable] = []
         underutilized: list[tuple[Node, float, str]] = []
+        group_opts: dict[str, GroupScaleDownOptions] = {}
+        util_cache = self._util
         for node in candidates:
             if node.to_be_deleted:
                 continue
@@ -158,19 +186,27 @@ class ScaleDownPlanner:
             if self.unremovable_until.get(node.name, -1.0) > now:
                 unremovable.append(Unremovable(node.name, "RecentlyUnremovable"))
                 continue
-            opts = options(node.group)
-            key = (node.version, opts.ignore_daemonsets_utilization)
-            cached = self._util.get(node.name)
-            if cached is not None and cached[0] == key:
-                util, res = cached[1]
+            opts = group_opts.get(node.group)
+            if opts is None:
+                opts = group_opts[node.group] = options(node.group)
+            # the verdict only changes when the node's pods or its group's options do: a day of
+            # 500 busy nodes re-judges only the nodes whose pods changed
+            cached = util_cache.get(node.name)
+            if cached is not None and cached[0] == node.version and cached[1] == opts:
+                _, _, util, res, verdict = cached
             else:
                 util, res = utilization(node, opts.ignore_daemonsets_utilization)
-                self._util[node.name] = (key, (util, res))
-            threshold = opts.gpu_utilization_threshold if res == GPU_RESOURCE else opts.utilization_threshold
-            if util > threshold:
-                unremovable.append(
-                    Unremovable(node.name, "NotUnderutilized", f"{res} {util:.3f} > {threshold}")
+                threshold = (
+                    opts.gpu_utilization_threshold if res == GPU_RESOURCE else opts.utilization_threshold
                 )
+                verdict = (
+                    Unremovable(node.name, "NotUnderutilized", f"{res} {util:.3f} > {threshold}")
+                    if util > threshold
+                    else None
+                )
+                util_cache[node.name] = (node.version, opts, util, res, verdict)
+            if verdict is not None:
+                unremovable.append(verdict)
                 continue
             underutilized.append((node, util, res))
 
@@ -182,6 +218,10 @@ class ScaleDownPlanner:
         if not underutilized:
             return self._finish([], unremovable)
         free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
+        view: Placement | None = None
+        if interpod:
+            view = Placement.of({n.name: n for n in [*destinations, *candidates]}.values())
+        pdb = dict(pdb_left or {})
         removed: set[str] = set()
         # pods moved onto a node earlier in this pass live there in CA's snapshot: removing that
         # node as well means moving them again
@@ -195,21 +235,33 @@ class ScaleDownPlanner:
                 if non_empty_checked >= self.non_empty_candidates:
                     continue
                 non_empty_checked += 1
-                blocked = self._blocked(pods)
+                blocked = self._blocked(pods) or pdb_blocked(pods, pdb)
                 if blocked is not None:
                     unremovable.append(Unremovable(node.name, "BlockedByPod", blocked))
                     self.unremovable_until[node.name] = now + self.recheck_timeout
                     continue
                 shapes = [p.shape for p in pods] + extra
-                if not self._reschedule(node, shapes, free, removed, moved_in, destinations):
+                if not self._reschedule(node, shapes, free, removed, moved_in, destinations, view):
                     unremovable.append(Unremovable(node.name, "NoPlaceToMovePods"))
                     if pods:
                         self.unremovable_until[node.name] = now + self.recheck_timeout
                     continue
             removed.add(node.name)
+            for p in pods:
+                if p.shape in pdb:
+                    pdb[p.shape] -= 1
             since = self.unneeded_since.get(node.name, now)
             found.append(
-                Unneeded(node.name, node.group, since, util, res, not pods, sorted(p.name for p in pods))
+                Unneeded(
+                    node.name,
+                    node.group,
+                    since,
+                    util,
+                    res,
+                    not pods,
+                    sorted(p.name for p in pods),
+                    node.ready,
+                )
             )
 
         return self._finish(found, unremovable)
@@ -235,16 +287,25 @@ class ScaleDownPlanner:
         removed: set[str],
         moved_in: dict[str, list[PodShape]],
         destinations: Sequence[Node],
+        view: Placement | None = None,
     ) -> bool:
-        """Place the node's pods elsewhere (first fit in node order); commit only if all fit."""
+        """Place the node's pods elsewhere (first fit in node order); commit only if all fit.
+        With `view`, pods whose fit depends on other pods go one at a time through its
+        predicates, and the view follows every move (undone when the node cannot be emptied)."""
         by_shape: dict[int, tuple[PodShape, int]] = {}
         for shape in shapes:
             _, n = by_shape.get(id(shape), (shape, 0))
             by_shape[id(shape)] = (shape, n + 1)
         tentative: dict[str, Resources] = {}
         landed: list[tuple[str, PodShape, int]] = []
+        saved = None
+        if view is not None:
+            saved = (view.labels.get(node.name), view.pods.get(node.name))
+            view.remove_node(node.name)  # its pods are leaving
+        ok = True
         for shape, count in by_shape.values():
             remaining = count
+            one_by_one = view is not None and view.relevant(shape)
             for dest in destinations:
                 if remaining == 0:
                     break
@@ -254,18 +315,43 @@ class ScaleDownPlanner:
                     continue
                 cur = tentative.get(dest.name) or dict(free[dest.name])
                 n = min(remaining, fit_count(shape.requests, cur))
+                if one_by_one and view is not None:
+                    k = 0
+                    while k < n and view.allows(shape, dest.name):
+                        view.add_pod(dest.name, shape)
+                        k += 1
+                    n = k
+                elif n and view is not None:
+                    view.add_pod(dest.name, shape, n)
                 if n:
-                    for k, v in shape.requests.items():
-                        cur[k] = cur.get(k, 0) - v * n
+                    for k2, v in shape.requests.items():
+                        cur[k2] = cur.get(k2, 0) - v * n
                     tentative[dest.name] = cur
                     landed.append((dest.name, shape, n))
                     remaining -= n
             if remaining:
-                return False
+                ok = False
+                break
+        if not ok:
+            if view is not None and saved is not None:
+                for dest_name, shape, n in landed:
+                    view.remove_pod(dest_name, shape, n)
+                labels, pods = saved
+                if labels is not None:
+                    view.add_node(node.name, labels)
+                    for shape, n in (pods or {}).items():
+                        view.add_pod(node.name, shape, n)
+            return False
         free.update(tentative)
         for dest_name, shape, n in landed:
             moved_in.setdefault(dest_name, []).extend([shape] * n)
         return True
+
+    def clear(self) -> None:
+        """Forget every unneeded timer (CA's CleanUpUnneededNodes, e.g. while the cluster is
+        unhealthy)."""
+        self.unneeded_since.clear()
+        self.current.clear()
 
     def forget(self, node_name: str) -> None:
         self._util.pop(node_name, None)
@@ -283,6 +369,13 @@ class Removal:
     unneeded_for: float
 
 
+def _threshold(
+    u: Unneeded, unneeded_time: Callable[[str], float], unready_time: Callable[[str], float] | None
+) -> float:
+    """unneeded/nodes.go lookupAndSetRemovalThreshold: unready nodes use the unready time."""
+    return unneeded_time(u.group) if u.ready or unready_time is None else unready_time(u.group)
+
+
 def select_removals(
     now: float,
     unneeded: Sequence[Unneeded],
@@ -292,20 +385,46 @@ def select_removals(
     max_parallelism: int,
     max_drain_parallelism: int,
     in_flight: int = 0,
+    quota: Tracker | None = None,
+    totals: Callable[[str], Mapping[str, int]] | None = None,
+    unready_time: Callable[[str], float] | None = None,
+    atomic: Collection[str] = (),
 ) -> tuple[list[Removal], list[Unremovable]]:
-    """Which unneeded nodes to delete this loop: timers, MinSize guard and budgets (empty first)."""
+    """Which unneeded nodes to delete this loop: timers, MinSize guard, the cluster-wide minimum
+    resource limits (`quota`: headroom above the minima, `totals`: what a node counts, by node
+    name) and budgets (empty first), in the order of unneeded/nodes.go unremovableReason."""
     chosen: list[Removal] = []
     skipped: list[Unremovable] = []
     remaining_size = dict(group_sizes)
     budget = max(0, max_parallelism - in_flight)
     drain_budget = min(max_drain_parallelism, budget)
     ordered = sorted(unneeded, key=lambda u: (not u.empty, u.since, u.node))
+    # zero-or-max groups go all at once or not at all (processors/nodes/scale_down_set_processor.go
+    # FilterUnremovableNodes: removable only if every node of the group is; budgets.go counts
+    # the group as one unit)
+    for gid in sorted(set(atomic)):
+        members = [u for u in ordered if u.group == gid]
+        if not members:
+            continue
+        ready = [u for u in members if now - u.since >= _threshold(u, unneeded_time, unready_time)]
+        drains = sum(1 for u in ready if not u.empty)
+        if len(ready) == group_sizes.get(gid, -1) and len(ready) <= budget and drains <= drain_budget:
+            for u in ready:
+                chosen.append(Removal(u.node, u.group, u.empty, u.pods_to_move, now - u.since))
+            budget -= len(ready)
+            drain_budget -= drains
+        else:
+            skipped.extend(Unremovable(u.node, "AtomicScaleDownFailed") for u in ready)
+    ordered = [u for u in ordered if u.group not in atomic]
     for u in ordered:
         waited = now - u.since
-        if waited < unneeded_time(u.group):
+        if waited < _threshold(u, unneeded_time, unready_time):
             continue
         if remaining_size.get(u.group, 0) - 1 < group_min.get(u.group, 0):
             skipped.append(Unremovable(u.node, "NodeGroupMinSizeReached"))
+            continue
+        if quota is not None and totals is not None and quota.consume(totals(u.node)).allowed < 1:
+            skipped.append(Unremovable(u.node, "MinimalResourceLimitExceeded"))
             continue
         if budget <= 0 or (not u.empty and drain_budget <= 0):
             skipped.append(Unremovable(u.node, "ScaleDownBudgetExhausted"))

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from cloudprovider_grpc.simulator.estimator import PodGroup, estimate
 from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext, Option
 from cloudprovider_grpc.simulator.fit import static_reason
+from cloudprovider_grpc.simulator.interpod import Placement
+from cloudprovider_grpc.simulator.limits import Tracker, node_totals
 from cloudprovider_grpc.simulator.model import CPU, MEMORY, NodeShape, PodShape
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
-
-GIB = 1024**3
 
 # labels that never make groups dissimilar (compare_nodegroups.go BasicIgnoredLabels)
 IGNORED_LABELS = frozenset(
@@ -60,6 +60,7 @@ class GroupView:
     template: NodeShape | None
     template_free: Mapping[str, int] = field(default_factory=dict)
     backed_off: str | None = None  # reason, if backed off
+    zero_or_max: bool = False  # NodeGroupGetOptions zeroOrMaxNodeScaling: scale 0 -> max at once
 
 
 @dataclass
@@ -72,6 +73,10 @@ class ScaleUpPlan:
     lines: list[str] = field(default_factory=list)
     reason: str = ""
     pods_triggered: int = 0
+
+
+def _flag(resource: str) -> str:
+    return {CPU: "cores-total", MEMORY: "memory-total"}.get(resource, f"gpu-total {resource}")
 
 
 def within_ratio(a: int, b: int, ratio: float) -> bool:
@@ -127,15 +132,16 @@ def plan_scale_up(
     chain: Chain,
     ctx: ExpanderContext,
     cluster_nodes: int,
-    cluster_cores_milli: int,
-    cluster_memory: int,
+    usage: Mapping[str, int],
     fits: Callable[[PodShape, NodeShape], bool],
+    gpu_label: str | None = None,
+    context: Placement | None = None,
 ) -> ScaleUpPlan:
+    """`usage`: what the cluster's nodes (plus upcoming ones) count against the resource limits
+    (`limits.usage`); `gpu_label`: the cloud's GPU label, for `--gpu-total`; `context`: the
+    cluster's nodes and pods for inter-pod predicates in the estimator (`interpod.py`)."""
     plan = ScaleUpPlan()
-    _, cores_hi = opts.limits("cores_total")
-    _, mem_hi = opts.limits("memory_total")
-    cores_left = cores_hi * 1000 - cluster_cores_milli
-    mem_left = mem_hi * GIB - cluster_memory
+    quota = Tracker.for_scale_up(opts.resource_limits(), usage)
     valid: list[GroupView] = []
     for g in groups:
         if g.backed_off:
@@ -144,8 +150,16 @@ def plan_scale_up(
             plan.skipped[g.id] = "max limit reached"
         elif g.template is None:
             plan.skipped[g.id] = "no template"
-        elif g.template.capacity.get(CPU, 0) > cores_left or g.template.capacity.get(MEMORY, 0) > mem_left:
-            plan.skipped[g.id] = "exceeded quota: cores-total/memory-total"
+        elif exceeded := quota.check(
+            node_totals(g.template, gpu_label), g.max_size - g.target if g.zero_or_max else 1
+        ).exceeded:
+            plan.skipped[g.id] = "exceeded quota: " + "/".join(_flag(r) for r in exceeded)
+        elif (
+            g.zero_or_max
+            and opts.max_nodes_total
+            and cluster_nodes + g.max_size - g.target > opts.max_nodes_total
+        ):
+            plan.skipped[g.id] = "atomic scale-up exceeds cluster node count limit"
         else:
             valid.append(g)
     for gid, why in plan.skipped.items():
@@ -172,12 +186,16 @@ def plan_scale_up(
         limit = min(opts.max_nodes_per_scaleup, room)
         if cluster_room is not None:
             limit = min(limit, max(0, cluster_room))
-        est = estimate(fitting, tpl, g.template_free, max_nodes=limit)
+        est = estimate(fitting, tpl, g.template_free, max_nodes=limit, context=context)
         if est.node_count == 0:
             plan.skipped[g.id] = "estimator placed no pod (pods do not fit an empty template node)"
             continue
-        opt = Option(g.id, est.node_count, est.placed, tpl)
-        opt.debug = f"limited to {limit}" if est.limited else ""
+        node_count = est.node_count
+        if g.zero_or_max:
+            # orchestrator.go ComputeExpansionOption: the only valid count is the group's max size
+            node_count = g.max_size - g.target
+        opt = Option(g.id, node_count, est.placed, tpl)
+        opt.debug = f"limited to {limit}" if est.limited and not g.zero_or_max else ""
         plan.options.append(opt)
 
     if not plan.options:
@@ -199,8 +217,12 @@ def plan_scale_up(
     if best.debug:  # the limiter cut the estimate: compute the true need for the log
         fitting = [pg for pg in pod_groups if fits(pg.shape, group.template)]  # type: ignore[arg-type]
         needed = estimate(
-            fitting, group.template, group.template_free, max_nodes=opts.max_nodes_per_scaleup
-        ).node_count  # type: ignore[arg-type]
+            fitting,
+            group.template,  # type: ignore[arg-type]
+            group.template_free,
+            max_nodes=opts.max_nodes_per_scaleup,
+            context=context,
+        ).node_count
     plan.needed = needed
     plan.lines.append(f"Estimated {needed} nodes needed in {best.group}")
     if cluster_room is not None and needed > cluster_room:
@@ -208,16 +230,18 @@ def plan_scale_up(
         new_nodes = min(new_nodes, cluster_room)
     tpl = group.template
     assert tpl is not None
-    per_cpu, per_mem = tpl.capacity.get(CPU, 0), tpl.capacity.get(MEMORY, 0)
-    quota_nodes = min(
-        cores_left // per_cpu if per_cpu else new_nodes,
-        mem_left // per_mem if per_mem else new_nodes,
-    )
+    quota_nodes = quota.check(node_totals(tpl, gpu_label), new_nodes).allowed
     if quota_nodes < new_nodes:
         plan.lines.append(f"Capping scale-up size due to lack of resources: {new_nodes} -> {quota_nodes}")
         new_nodes = quota_nodes
     similar_groups = [group] + [
-        o for o in valid if o.id != group.id and opts.balance_similar_node_groups and similar(group, o, opts)
+        o
+        for o in valid
+        if o.id != group.id
+        and opts.balance_similar_node_groups
+        and not group.zero_or_max  # orchestrator.go: no balancing for zero-or-max groups
+        and not o.zero_or_max
+        and similar(group, o, opts)
     ]
     if len(similar_groups) > 1:
         plan.lines.append(

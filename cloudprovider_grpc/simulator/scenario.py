@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from cloudprovider_grpc.k8s.quantity import parse_quantity
+from cloudprovider_grpc.simulator.limits import Limits
 
 SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
 
@@ -120,6 +121,40 @@ class NodeSelectorRequirement(_Strict):
         return self
 
 
+class PodAffinityTerm(_Strict):
+    """A required pod (anti-)affinity term: pods with these labels (matchLabels, same namespace)
+    in the same domain of `topology_key` (kubernetes.io/hostname: the node; a zone label: the
+    zone)."""
+
+    label_selector: dict[str, str] = Field(min_length=1)
+    topology_key: str = Field(min_length=1)
+
+
+class TopologySpread(_Strict):
+    """A topology spread constraint. Only DoNotSchedule filters nodes (ScheduleAnyway only scores,
+    so the scheduler and CA may place pods regardless); `label_selector` defaults to the pod's
+    own labels."""
+
+    max_skew: int = Field(ge=1)
+    topology_key: str = Field(min_length=1)
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
+    label_selector: dict[str, str] | None = None
+    min_domains: int = Field(1, ge=1)
+
+
+class PodDisruptionBudget(_Strict):
+    """A PDB over the workload's pods; give exactly one of the two."""
+
+    min_available: int | None = Field(None, ge=0)
+    max_unavailable: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> PodDisruptionBudget:
+        if (self.min_available is None) == (self.max_unavailable is None):
+            raise ValueError("give exactly one of min_available and max_unavailable")
+        return self
+
+
 class Container(_Strict):
     name: str = "main"
     requests: ResourceList = Field(default_factory=dict)
@@ -154,7 +189,15 @@ class Workload(_Strict):
     priority: int = 0
     annotations: dict[str, str] = Field(default_factory=dict)
     local_storage: bool = False
-    pdb: bool = False
+    #: true: a PDB exists (what skip-nodes-with-system-pods asks of kube-system pods) without
+    #: limiting evictions; {min_available: N} or {max_unavailable: N}: a budget drains must respect
+    pdb: bool | PodDisruptionBudget = False
+    #: pod labels (default {app: <name>}), what affinity terms and spread constraints select
+    labels: dict[str, str] = Field(default_factory=dict)
+    host_ports: list[int] = Field(default_factory=list)
+    pod_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    pod_anti_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    topology_spread: list[TopologySpread] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> Workload:
@@ -164,6 +207,8 @@ class Workload(_Strict):
             raise ValueError("'end' must be after 'start'")
         if self.run_time is not None and self.kind != "Job":
             raise ValueError("'run_time' applies to kind Job only")
+        if any(not 1 <= p <= 65535 for p in self.host_ports):
+            raise ValueError("host_ports must be between 1 and 65535")
         times = [s.at for s in self.schedule]
         if times != sorted(times):
             raise ValueError("'schedule' steps must be in time order")
@@ -173,6 +218,9 @@ class Workload(_Strict):
         if self.requests is not None:
             return [dict(self.requests)]
         return [dict(c.requests) for c in self.containers]
+
+    def pod_labels(self) -> dict[str, str]:
+        return dict(self.labels) if self.labels else {"app": self.name}
 
     def replicas_at(self, t: float) -> int:
         """Desired replicas at virtual second t (0 outside [start, end))."""
@@ -209,6 +257,41 @@ class GroupOverride(_Strict):
         return self
 
 
+class NodeTaint(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class StaticNode(_Strict):
+    """Nodes that belong to no node group (NodeGroupForNode answers none): CA never scales or
+    removes them, but pods run on them and they count against the cluster-wide limits and
+    max-nodes-total. `count` > 1 names them NAME-0, NAME-1, ..."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    count: int = Field(1, ge=1)
+    capacity: ResourceList = Field(default_factory=lambda: {"cpu": "4", "memory": "16Gi"})
+    pods: int = Field(110, ge=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[NodeTaint] = Field(default_factory=list)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class NodeEvent(_Strict):
+    """Something that happens to a registered node at `at` (or as soon as it registers after
+    that): it turns NotReady or Ready again, gets annotations or taints, or someone else (an
+    operator, a previous CA instance) starts deleting it through the cloud. Node names are
+    the ones the simulator gives registered machines (`general-0`, ...) or static node names."""
+
+    at: Duration = 0.0
+    node: str = Field(min_length=1)
+    ready: bool | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
+    taints: list[NodeTaint] = Field(default_factory=list)
+    remove_taints: list[str] = Field(default_factory=list)
+    delete: bool = False
+
+
 EXPANDERS = ("random", "most-pods", "least-waste", "least-nodes", "price", "priority")
 
 
@@ -220,6 +303,9 @@ class AutoscalerOptions(_Strict):
     max_nodes_total: int = Field(0, ge=0, alias="max-nodes-total")
     cores_total: str = Field("0:320000", alias="cores-total")
     memory_total: str = Field("0:6400000", alias="memory-total")
+    #: "<gpu_type>:<min>:<max>", repeatable like the flag; the type is the value of the cloud's GPU
+    #: label (GPULabel RPC) on a node
+    gpu_total: list[str] = Field(default_factory=list, alias="gpu-total")
     max_node_provision_time: Duration = Field(900.0, alias="max-node-provision-time")
     max_nodes_per_scaleup: int = Field(1000, ge=1, alias="max-nodes-per-scaleup")
     balance_similar_node_groups: bool = Field(False, alias="balance-similar-node-groups")
@@ -250,6 +336,10 @@ class AutoscalerOptions(_Strict):
     ignore_daemonsets_utilization: bool = Field(False, alias="ignore-daemonsets-utilization")
     skip_nodes_with_system_pods: bool = Field(True, alias="skip-nodes-with-system-pods")
     skip_nodes_with_local_storage: bool = Field(True, alias="skip-nodes-with-local-storage")
+    scale_down_unready_time: Duration = Field(1200.0, alias="scale-down-unready-time")
+    scale_down_unready_enabled: bool = Field(True, alias="scale-down-unready-enabled")
+    max_total_unready_percentage: float = Field(45.0, ge=0, le=100, alias="max-total-unready-percentage")
+    ok_total_unready_count: int = Field(3, ge=0, alias="ok-total-unready-count")
 
     @field_validator("expander")
     @classmethod
@@ -276,6 +366,22 @@ class AutoscalerOptions(_Strict):
         lo, hi = getattr(self, name).split(":")
         return int(lo), int(hi)
 
+    @field_validator("gpu_total")
+    @classmethod
+    def _gpu_limits(cls, value: list[str]) -> list[str]:
+        seen = set()
+        for spec in value:
+            m = re.fullmatch(r"([^:\s]+):(\d+):(\d+)", spec.strip())
+            if not m or int(m.group(2)) > int(m.group(3)):
+                raise ValueError(f"{spec!r} is not <gpu_type>:<min>:<max> with min <= max")
+            if m.group(1) in seen:
+                raise ValueError(f"gpu type {m.group(1)!r} is limited twice")
+            seen.add(m.group(1))
+        return [v.strip() for v in value]
+
+    def resource_limits(self) -> Limits:
+        return Limits.from_flags(self.limits("cores_total"), self.limits("memory_total"), self.gpu_total)
+
 
 class Scenario(_Strict):
     """One simulation: see the module docstring and examples/scenarios/."""
@@ -295,6 +401,10 @@ class Scenario(_Strict):
     priorities: dict[int, list[str]] = Field(default_factory=dict)
     daemonsets: list[DaemonSet] = Field(default_factory=list)
     workloads: list[Workload] = Field(default_factory=list)
+    #: how long a registered node stays NotReady before its kubelet reports Ready
+    node_ready_delay: Duration = 0.0
+    static_nodes: list[StaticNode] = Field(default_factory=list)
+    node_events: list[NodeEvent] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _checks(self) -> Scenario:
@@ -343,7 +453,9 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+        from cloudprovider_grpc.config import yaml_problem
+
+        raise ScenarioError(yaml_problem(p, exc)) from None
     return parse_scenario(data, str(p))
 
 

@@ -9,8 +9,10 @@ module plays those parts, deterministically:
 - kube-scheduler: binds pending pods by priority, then age, to a node passing the Filter
   predicates of `fit.py`, scoring with NodeResourcesFit's LeastAllocated strategy (the default;
   MostAllocated on request), ties to the earliest registered node.
-- kubelets: a machine the cloud reports running registers as a Ready node with the shape of its
-  group's template, and DaemonSet pods land on it at once.
+- kubelets: a machine the cloud reports running registers as a node with the shape of its
+  group's template, NotReady for the scenario's `node_ready_delay` and Ready after that, and
+  DaemonSet pods land on it at once (they tolerate the not-ready taint). Static nodes (in no
+  node group) are registered at the start.
 """
 
 from __future__ import annotations
@@ -18,26 +20,49 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cloudprovider_grpc.simulator import fit
+from cloudprovider_grpc.simulator.interpod import Placement
 from cloudprovider_grpc.simulator.model import (
     CPU,
     MEMORY,
+    PODS,
     Node,
     NodeShape,
+    PdbSpec,
     Pod,
     PodShape,
     Requirement,
+    SpreadConstraint,
+    Taint,
+    Term,
     Toleration,
     effective_requests,
+    resource_units,
 )
-from cloudprovider_grpc.simulator.scenario import DaemonSet, Scenario, Workload
+from cloudprovider_grpc.simulator.scenario import DaemonSet, Scenario, StaticNode, Workload
 
 
 def _tolerations(items: Iterable[object]) -> tuple[Toleration, ...]:
     return tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in items)  # type: ignore[attr-defined]
 
 
+def _terms(items: Iterable[object]) -> tuple[Term, ...]:
+    return tuple(Term(tuple(sorted(t.label_selector.items())), t.topology_key) for t in items)  # type: ignore[attr-defined]
+
+
 def workload_shape(w: Workload) -> PodShape:
     containers = w.container_requests()
+    labels = w.pod_labels()
+    spread = tuple(
+        SpreadConstraint(
+            c.max_skew,
+            c.topology_key,
+            tuple(sorted((c.label_selector if c.label_selector is not None else labels).items())),
+            c.min_domains,
+        )
+        for c in w.topology_spread
+        if c.when_unsatisfiable == "DoNotSchedule"  # ScheduleAnyway only scores
+    )
+    pdb = w.pdb if not isinstance(w.pdb, bool) else None
     return PodShape(
         owner=w.name,
         kind=w.kind,
@@ -49,8 +74,14 @@ def workload_shape(w: Workload) -> PodShape:
         priority=w.priority,
         annotations=dict(w.annotations),
         local_storage=w.local_storage,
-        has_pdb=w.pdb,
+        has_pdb=w.pdb is not False,
         containers=tuple(containers),
+        labels=labels,
+        host_ports=tuple(sorted(set(w.host_ports))),
+        pod_affinity=_terms(w.pod_affinity),
+        pod_anti_affinity=_terms(w.pod_anti_affinity),
+        spread=spread,
+        pdb=PdbSpec(pdb.min_available, pdb.max_unavailable) if pdb is not None else None,
     )
 
 
@@ -64,6 +95,14 @@ def daemonset_shape(d: DaemonSet) -> PodShape:
         tolerations=_tolerations(d.tolerations),
         containers=(dict(d.requests),),
     )
+
+
+def static_shape(n: StaticNode) -> NodeShape:
+    """The shape of a node in no node group (its group is "")."""
+    res = {k: resource_units(k, v) for k, v in n.capacity.items()}
+    res[PODS] = n.pods
+    taints = tuple(Taint(t.key, t.value, t.effect) for t in n.taints)
+    return NodeShape("", dict(res), dict(res), dict(n.labels), taints)
 
 
 class _Controller:
@@ -143,9 +182,28 @@ class World:
                     self._delete_pod(p)
                     self.completed += 1
 
+    def pdb_disruptions_allowed(self, now: float) -> dict[PodShape, int]:
+        """Per workload with a PDB budget: what the disruption controller would publish as
+        status.disruptionsAllowed = healthy pods (running on a Ready node) - desired healthy
+        (minAvailable, or expected replicas - maxUnavailable), never below 0."""
+        out: dict[PodShape, int] = {}
+        for c in self.controllers:
+            pdb = c.shape.pdb
+            if pdb is None:
+                continue
+            healthy = sum(1 for p in c.pods.values() if p.node is not None and self.nodes[p.node].ready)
+            expected = len(c.pods) if c.workload.kind == "Job" else c.workload.replicas_at(now)
+            if pdb.min_available is not None:
+                desired = pdb.min_available
+            else:
+                desired = expected - (pdb.max_unavailable or 0)
+            out[c.shape] = max(0, healthy - desired)
+        return out
+
     # ---- kubelets
-    def register(self, name: str, provider_id: str, shape: NodeShape, now: float) -> Node:
+    def register(self, name: str, provider_id: str, shape: NodeShape, now: float, ready: bool = True) -> Node:
         node = Node(name, provider_id, shape, now)
+        node.ready = ready
         self.nodes[name] = node
         self.by_provider_id[provider_id] = node
         for ds in self.daemonsets:
@@ -179,10 +237,15 @@ class World:
         if not self.pending:
             return 0
         order = sorted(self.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
-        nodes = [n for n in self.nodes.values() if not n.to_be_deleted]
+        nodes = [n for n in self.nodes.values() if n.schedulable]
         bound = 0
         stuck: set[int] = set()
         candidates: dict[int, list[Node]] = {}
+        view: Placement | None = None  # built only when an inter-pod predicate can matter
+        if any(p.shape.interpod for p in order) or any(
+            p.shape.pod_anti_affinity for n in nodes for p in n.pods.values()
+        ):
+            view = Placement.of(nodes)
         for pod in order:
             sid = id(pod.shape)
             if sid in stuck:
@@ -191,10 +254,15 @@ class World:
             if cands is None:
                 cands = [n for n in nodes if self._fits(pod.shape, n.shape)]
                 candidates[sid] = cands
-            best = self._best_node(pod.shape, cands)
+            pool = cands
+            if view is not None and view.relevant(pod.shape):
+                pool = [n for n in cands if view.allows(pod.shape, n.name)]
+            best = self._best_node(pod.shape, pool)
             if best is None:
                 stuck.add(sid)  # identical pods behind it cannot fit either
                 continue
+            if view is not None:
+                view.add_pod(best.name, pod.shape)
             best.bind(pod)
             pod.started = now
             del self.pending[pod.name]

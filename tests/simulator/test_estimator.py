@@ -101,3 +101,56 @@ def test_static_filter_skips_groups_that_cannot_land():
     wants_b = pod_shape("b", node_selector={"pool": "b"})
     est = estimate([PodGroup(wants_b, 4)], tpl, tpl.allocatable, fits_statically=static_fit)
     assert est.node_count == 0
+
+
+# ---- inter-pod predicates in the estimator: cases of sigs-CA estimator/binpacking_estimator_test.go
+# TestBinpackingEstimate. Its snapshot holds "oldnode" (zone-jupiter, 100m cpu, 100 MiB, no pods);
+# the template node is in zone-mars with 10 pod slots; pods are labelled app=estimatee.
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _upstream_case(cpu: str, memory: str, pods: int, **constraints):
+    from cloudprovider_grpc.simulator.interpod import Placement
+
+    context = Placement()
+    context.add_node("oldnode", {"kubernetes.io/hostname": "oldnode", ZONE: "zone-jupiter"})
+    tpl = shape("ng", cpu="1", memory="5000Mi", pods=10, labels={ZONE: "zone-mars"})
+    ps = pod_shape("estimatee", cpu=cpu, memory=memory, labels={"app": "estimatee"}, **constraints)
+    return estimate([PodGroup(ps, pods)], tpl, dict(tpl.allocatable), context=context)
+
+
+def test_hostport_conflict_forces_pod_per_node():
+    # "hostport conflict forces pod-per-node": 8 pods of 200m with hostPort 5555 -> 8 nodes
+    est = _upstream_case("200m", "1000Mi", 8, host_ports=(5555,))
+    assert (est.node_count, est.pod_count) == (8, 8)
+
+
+def test_hostname_topology_spreading_with_max_skew_2_forces_2_pods_per_node():
+    # maxSkew 2 on the hostname: oldnode is a domain with 0 matching pods, so each new node
+    # takes 2 of the 8 pods (resources would allow 5) -> 4 nodes
+    from cloudprovider_grpc.simulator.model import SpreadConstraint
+
+    spread = (SpreadConstraint(2, "kubernetes.io/hostname", (("app", "estimatee"),), 1),)
+    est = _upstream_case("200m", "200", 8, spread=spread)
+    assert (est.node_count, est.pod_count) == (4, 8)
+
+
+def test_zonal_topology_spreading_with_max_skew_2_only_allows_2_pods():
+    # every new node is in zone-mars; jupiter has 0 -> only 2 pods can ever be placed: 1 node
+    from cloudprovider_grpc.simulator.model import SpreadConstraint
+
+    spread = (SpreadConstraint(2, ZONE, (("app", "estimatee"),), 1),)
+    est = _upstream_case("20m", "100", 8, spread=spread)
+    assert (est.node_count, est.pod_count) == (1, 2)
+
+
+def test_required_anti_affinity_on_hostname_puts_one_pod_per_node():
+    # the anti-affinity form of the hostport case (predicates InterPodAffinity instead of
+    # NodePorts): 5 pods that repel their own label on kubernetes.io/hostname -> 5 nodes
+    from cloudprovider_grpc.simulator.model import Term
+
+    anti = (Term((("app", "estimatee"),), "kubernetes.io/hostname"),)
+    est = _upstream_case("100m", "100Mi", 5, pod_anti_affinity=anti)
+    assert (est.node_count, est.pod_count) == (5, 5)
+    zonal = _upstream_case("100m", "100Mi", 5, pod_anti_affinity=(Term((("app", "estimatee"),), ZONE),))
+    assert (zonal.node_count, zonal.pod_count) == (1, 1)  # one per zone, and all new nodes share one

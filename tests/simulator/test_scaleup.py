@@ -18,9 +18,11 @@ def view(gid, target=0, max_size=10, backed_off=None, tpl=True, **kw):
 
 
 def plan(pods, groups, nodes=0, cores=0, memory=0, expander="least-waste", **flags):
+    """`cores` in whole cores, `memory` in bytes: what the cluster counts against the limits."""
     opts = AutoscalerOptions.model_validate(flags)
     ctx = ExpanderContext(random.Random(0), datetime(2026, 1, 1, tzinfo=UTC))
-    return plan_scale_up(pods, groups, opts, Chain(expander), ctx, nodes, cores, memory, StaticFitCache())
+    used = {"cpu": cores, "memory": memory}
+    return plan_scale_up(pods, groups, opts, Chain(expander), ctx, nodes, used, StaticFitCache())
 
 
 TEN = [PodGroup(pod_shape(cpu="1", memory="1Gi"), 10)]  # 10 x 1 cpu -> 4 per 4-cpu node -> 3 nodes
@@ -57,10 +59,10 @@ def test_max_nodes_total():
 
 def test_cores_and_memory_totals():
     # 10 cores in the cluster, max 12: a 4-cpu node would make 14 -> group skipped
-    p = plan(TEN, [view("g")], cores=10_000, **{"cores-total": "0:12"})
-    assert p.skipped == {"g": "exceeded quota: cores-total/memory-total"} and p.increases == []
+    p = plan(TEN, [view("g")], cores=10, **{"cores-total": "0:12"})
+    assert p.skipped == {"g": "exceeded quota: cores-total"} and p.increases == []
     # max 18 -> (18 - 10) // 4 = 2 nodes of the 3 needed
-    p = plan(TEN, [view("g")], cores=10_000, **{"cores-total": "0:18"})
+    p = plan(TEN, [view("g")], cores=10, **{"cores-total": "0:18"})
     assert p.increases == [("g", 2)]
     assert "Capping scale-up size due to lack of resources: 3 -> 2" in p.lines
     # memory-total in GiB: 40 GiB used, max 60 -> (60 - 40) // 16 = 1 node

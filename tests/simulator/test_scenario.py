@@ -131,3 +131,20 @@ def test_load_errors(tmp_path):
 
 def test_committed_schema_matches_the_model():
     assert json.loads(SCHEMA_PATH.read_text()) == json_schema()
+
+
+def test_readme_scenario_reference_example_is_valid():
+    # the README's reference block for the concepts of issue 15, completed with name and duration
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("**Scenario reference:") :]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    s = parse_scenario({"name": "readme", "duration": "1h", **yaml.safe_load(block)})
+    web = s.workloads[0]
+    assert web.host_ports == [8080] and web.pdb.max_unavailable == 1
+    assert [e.node for e in s.node_events] == ["general-0", "general-1", "general-2", "general-3"]
+    assert s.static_nodes[0].count == 2 and s.node_ready_delay == 45.0

@@ -11,6 +11,14 @@ from cloudprovider_grpc.simulator import load_scenario, parse_scenario, run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
+#: scenarios on another provider, run against its emulator by that backend's own tests
+ELSEWHERE = {
+    "burst-pools": "tests/simulator/test_pool_mode.py",
+    "vultr-burst": "tests/vultr/test_simulate.py",
+    "exoscale-sks": "tests/exoscale/test_simulate.py",
+    "alicloud-gpu": "tests/alicloud/test_scenario.py",
+    "spc-seed-log": "tests/spc/test_scenario.py",
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +43,7 @@ def at(t):
 
 
 def test_every_example_is_exercised():
-    assert {p.stem for p in EXAMPLES.glob("*.yaml")} == TESTED
+    assert {p.stem for p in EXAMPLES.glob("*.yaml")} == TESTED | set(ELSEWHERE)
 
 
 def test_burst(reports):
@@ -366,3 +374,33 @@ def test_override_above_the_server_max_fails_increase_size():
     assert [(d.t, d.group, d.delta) for d in errors] == [(60.0, "general", 13)]
     assert "above its max size 8" in errors[0].reason
     assert [(d.t, d.group, d.delta) for d in kinds(r, "scale-up")] == [(70.0, "highmem", 5)]
+
+
+@pytest.mark.parametrize("name", sorted(TESTED))
+def test_every_example_timeline_has_all_groups_targets_and_markers(reports, name, tmp_path):
+    from cloudprovider_grpc.simulator.report import hmm, marker_events, write_timeline
+
+    r = reports(name)
+    tl = r.timeline
+    groups = set(tl["groups"])
+    # every group the server reports is in the timeline, with a target series as long as time
+    assert groups == set(tl["nodes"]) == set(tl["target"]) and groups
+    assert all(len(series) == len(tl["t"]) for series in tl["target"].values())
+    # every scale-up and scale-down is a marker on its group's panel
+    events = marker_events(r.decisions)
+    marked = {(g, t, k) for g, evs in events.items() for t, k, _ in evs}
+    for d in r.decisions:
+        if d.kind in ("scale-up", "scale-down"):
+            assert (d.group, d.t, d.kind) in marked
+    assert hmm(3600 + 5 * 60) == "1:05" and hmm(70) == "0:01:10"
+    pytest.importorskip("matplotlib")
+    note = write_timeline(r, tmp_path / "timeline.png")
+    assert note.startswith("wrote") and (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_marker_labels_merge_nodes_removed_together(reports):
+    from cloudprovider_grpc.simulator.report import marker_events
+
+    events = marker_events(reports("burst").decisions)
+    assert (60.0, "scale-up", "+7") in events["general"]
+    assert (1500.0, "scale-down", "-7 (general-0 … general-6)") in events["general"]

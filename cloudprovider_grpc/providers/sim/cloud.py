@@ -327,6 +327,10 @@ class _SimReadSide(DriverBase):
         self._templates = {g.id: _template(g) for g in cloud.options.groups}
 
     def groups(self) -> list[GroupConfig]:
+        return self.group_configs()
+
+    def group_configs(self) -> list[GroupConfig]:
+        """The configured groups (the pool listing carries them too)."""
         return [
             GroupConfig(
                 g.id,
@@ -366,7 +370,7 @@ class SimPoolDriver(_SimReadSide, PoolDriver):
     """The sim cloud in pool mode: the cloud owns each group's desired size."""
 
     def list_pools(self) -> list[Pool]:
-        configs = {c.id: c for c in self.groups()}
+        configs = {c.id: c for c in self.group_configs()}
         return [
             Pool(configs[gid], desired, tuple(machines), failure)
             for gid, (desired, machines, failure) in self.cloud.list_pools().items()
