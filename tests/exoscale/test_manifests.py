@@ -13,9 +13,9 @@ import kubernetes_validate
 import pytest
 
 from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
-from tests.deploy_support import certmanager
-from tests.deploy_support.kustomize import pod_containers, render
-from tests.deploy_support.pods import ContainerView, flag_value
+from tests.deploy_support import crds, issuer
+from tests.deploy_support.pods import ContainerView, flag_value, pod_containers
+from tests.deploy_support.tools import kustomize_build as render
 from tests.exoscale.conftest import KEY, SECRET, ZONE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def ours(objects: list[dict[str, Any]]) -> ContainerView:
     ]
     secret = {"api-key": KEY.encode(), "api-secret": SECRET.encode(), "api-zone": ZONE.encode()}
     return ContainerView(
-        workload, "cloudprovider-grpc", objects, {**certmanager.issue(objects), IN_TREE_SECRET: secret}
+        workload, "cloudprovider-grpc", objects, {**issuer.issue(objects), IN_TREE_SECRET: secret}
     )
 
 
@@ -45,8 +45,8 @@ def test_overlay_validates_and_reads_the_in_tree_secret(overlay: str) -> None:
     objects = render(OVERLAYS[overlay])
     latest = max(kubernetes_validate.utils.all_versions(), key=lambda v: tuple(map(int, v.split("."))))
     for obj in objects:
-        if certmanager.is_cert_manager(obj):
-            certmanager.validate(obj)
+        if crds.is_custom(obj):
+            crds.validate(obj)
         else:
             kubernetes_validate.validate(obj, latest, strict=True)
     view = ours(objects)
