@@ -47,13 +47,16 @@ class Layout:
     render: Callable[[], Objects]
     #: the kustomization's directory (kustomize layouts)
     directory: Path | None = None
+    #: a cloud's variant (Helm layouts: `<cloud>-<variant>.yaml`, e.g. alicloud-rrsa), whose example
+    #: Secrets are those of the overlay `manifests/providers/<cloud>/<variant>/`
+    variant: str = ""
 
     def example_secrets_file(self) -> Path:
         """The cloud's example Secrets for this layout: the nearest `secrets.example.yaml` from the
         kustomization up to `manifests/providers/<cloud>/` (a variant such as AliCloud's RRSA ships
         its own), or the cloud's for Helm layouts."""
         cloud_dir = MANIFESTS / "providers" / self.backend
-        here = self.directory if self.directory is not None else cloud_dir
+        here = self.directory if self.directory is not None else cloud_dir / self.variant
         while here.is_relative_to(cloud_dir):
             if (here / "secrets.example.yaml").is_file():
                 return here / "secrets.example.yaml"
@@ -87,7 +90,7 @@ def _kustomize(directory: Path) -> Callable[[], Objects]:
 
 
 def official_values_files() -> dict[str, Path]:
-    """Cloud -> our values file for the official chart's sidecar layout."""
+    """`<cloud>` or `<cloud>-<variant>` -> our values file for the official chart's sidecar layout."""
     return {p.stem: p for p in sorted(OFFICIAL_VALUES.glob("*.yaml")) if p.stem != STANDALONE_VALUES}
 
 
@@ -126,8 +129,15 @@ CHART_EXAMPLE_SETTINGS: dict[str, tuple[str, ...]] = {
 
 def helm_layouts(backends: list[str]) -> list[Layout]:
     sidecars = [
-        Layout(f"helm-{cloud}", "helm", "sidecar", cloud, _official(path))
-        for cloud, path in official_values_files().items()
+        Layout(
+            f"helm-{stem}",
+            "helm",
+            "sidecar",
+            stem.partition("-")[0],
+            _official(path),
+            variant=stem.partition("-")[2],
+        )
+        for stem, path in official_values_files().items()
     ]
     standalone = [
         Layout(f"chart-{cloud}", "helm", "standalone", cloud, _standalone(cloud)) for cloud in backends
