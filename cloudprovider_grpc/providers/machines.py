@@ -38,7 +38,7 @@ from typing import Any
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
-from cloudprovider_grpc.errors import FailedPrecondition, InvalidArgument, Unavailable
+from cloudprovider_grpc.errors import Unavailable
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, MachineListing
@@ -127,16 +127,8 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        if delta <= 0:
-            raise InvalidArgument(f"size increase must be positive, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target, cap = state.target(), state.config.max_size
-            if target + delta > cap:
-                raise FailedPrecondition(
-                    f"increasing node group {group_id!r} by {delta} would make its size {target + delta}, "
-                    f"above its max size {cap} (current target {target})"
-                )
+            state, target = self._check_increase(group_id, delta)
             for _ in range(delta):
                 creation = _Creation(token=secrets.token_hex(8), group=group_id)
                 state.creations[creation.token] = creation
@@ -146,19 +138,9 @@ class MachineProvider(GroupProvider[_GroupState]):
         log.info("node group %s: target %d -> %d", group_id, target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        if delta >= 0:
-            raise InvalidArgument(f"size decrease must be negative, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target = state.target()
-            existing = len(state.live_machines())
+            state, target = self._check_decrease(group_id, delta)
             new = target + delta
-            if new < existing:
-                raise FailedPrecondition(
-                    f"decreasing node group {group_id!r} by {-delta} would make its target {new}, below the "
-                    f"{existing} machines it already has (current target {target}); "
-                    "use DeleteNodes to remove machines"
-                )
             # cancel the requests least likely to deliver first: failed, then not yet sent, then newest
             wanted = [c for c in state.creations.values() if not c.cancelled]
             wanted.sort(key=lambda c: c.status.value)
@@ -179,24 +161,13 @@ class MachineProvider(GroupProvider[_GroupState]):
                 elif kind is Resolved.CREATION and isinstance(obj, _Creation):
                     creations[obj.token] = obj
                 elif kind is Resolved.FOREIGN:
-                    label = node.name or node.provider_id
-                    other = self._by_id.get(node.provider_id) if node.provider_id else None
-                    where = f"; it belongs to node group {other!r}" if other and other != group_id else ""
-                    raise InvalidArgument(
-                        f"node {label!r} (providerID {node.provider_id!r}) does not belong to node group "
-                        f"{group_id!r}{where}; nothing was deleted"
-                    )
+                    raise self._not_in_group(group_id, node)
             reducing = sum(
                 1
                 for m in machines.values()
                 if m.id not in state.deleting and m.state != InstanceState.DELETING
             ) + sum(1 for c in creations.values() if c.status != CreationStatus.FAILED and not c.cancelled)
-            target = state.target()
-            if reducing and target - reducing < state.config.min_size:
-                raise FailedPrecondition(
-                    f"deleting {reducing} node(s) from node group {group_id!r} would make its size "
-                    f"{target - reducing}, below its min size {state.config.min_size}; nothing was deleted"
-                )
+            self._check_min(state, reducing)
             for creation in creations.values():
                 self._cancel_creation(state, creation)
             for machine in machines.values():

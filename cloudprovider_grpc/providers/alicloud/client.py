@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import requests
 
@@ -118,7 +118,8 @@ class AcsV3Auth(SecretAuth):
         action = next((v for k, v in query if k == "Action"), "")
         version = next((v for k, v in query if k == "Version"), "")
         query = [(k, v) for k, v in query if k not in ("Action", "Version")]
-        r.url = urlunsplit(parts._replace(query=urlencode(query, quote_via=_quote)))
+        encoded = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in query)  # RFC 3986, as both signatures want
+        r.url = urlunsplit((parts.scheme, parts.netloc, parts.path, encoded, parts.fragment))
         body = r.body if isinstance(r.body, bytes) else (r.body or "").encode()
         headers = {
             "host": parts.netloc,

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
+from cloudprovider_grpc.secrets import read_secret
 
 #: in-tree default of EXOSCALE_API_ENVIRONMENT (exoscale_manager.go)
 DEFAULT_ENVIRONMENT = "api"
@@ -131,8 +132,8 @@ def default_endpoint(environment: str, zone: str) -> str:
 
 
 def credential(value: str, key: str) -> str:
-    """A key or secret as it goes into a header: surrounding whitespace (a Secret file's trailing
-    newline) stripped, and nothing that could split or corrupt the Authorization header."""
+    """A key or secret as it goes into the Authorization header's pragmas: surrounding whitespace
+    (a Secret file's trailing newline) stripped, and no space or comma, which would split a pragma."""
     value = value.strip()
     if any(ord(c) < 0x21 or ord(c) > 0x7E for c in value) or "," in value:
         raise ConfigError(key, "contains whitespace, a comma or a non-printable character")
@@ -264,8 +265,9 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
 
     # credentials come only from the environment (or secret files offered as env), as in-tree:
     # never from the YAML file, which is not a Secret
-    key, secret = env.get("EXOSCALE_API_KEY", ""), env.get("EXOSCALE_API_SECRET", "")
+    # read_secret strips, checks header-safety and registers both for redaction everywhere
     key_where, secret_where = "EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"
+    key, secret = read_secret(env, key_where), read_secret(env, secret_where)
     if not key.strip():
         if not ctx.emulate:
             raise ConfigError(key_where, "no Exoscale API key specified")
