@@ -812,6 +812,21 @@ def test_our_chart_values_schema_accepts_the_defaults() -> None:
     assert schema["properties"]["provider"]["enum"] == CHART_BACKENDS
 
 
+def test_our_chart_readme_documents_every_value() -> None:
+    """`helm show readme` lists every top-level value of values.yaml, and shows a tested command."""
+    readme = run([tool(HELM), "show", "readme", OUR_CHART])
+    rows = "\n".join(line for line in readme.splitlines() if line.startswith("| `"))
+    documented = set(re.findall(r"`(\w+)`", rows))
+    values = set(yaml.safe_load((OUR_CHART / "values.yaml").read_text()))
+    assert values <= documented, sorted(values - documented)
+    (command,) = [shlex.split(line) for line in readme.splitlines() if line.startswith("helm install ")]
+    settings = tuple(command[i + 1] for i, a in enumerate(command) if a == "--set")
+    provider = settings[0].partition("=")[2]
+    assert settings[1:] == CHART_EXAMPLE_SETTINGS[provider], (
+        "the chart README's command is not the tested one"
+    )
+
+
 @pytest.mark.parametrize(
     ("setting", "named"),
     [
