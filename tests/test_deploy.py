@@ -742,6 +742,14 @@ def test_our_probes_hit_the_metrics_port(layout: str) -> None:
     assert {m["mountPath"] for m in ours["volumeMounts"]} >= {"/tmp"}
 
 
+def cloud_secrets_read(view: ContainerView) -> set[tuple[str, str]]:
+    """(Secret, key) pairs our container reads for the cloud: all it reads but its TLS Secret."""
+    tls_file = flag_value(view.args, "--tls-cert")
+    hit = view.mount_path_of(tls_file) if tls_file else None
+    tls_secret = view.volumes[hit[0]["name"]]["secret"]["secretName"] if hit else None
+    return {ref for ref in secrets_read(view) if ref[0] != tls_secret}
+
+
 def secrets_read(view: ContainerView) -> set[tuple[str, str]]:
     """(Secret, key) pairs a container reads, through env and through mounted Secret volumes."""
     refs = {
@@ -765,8 +773,7 @@ def test_each_cloud_reads_its_in_tree_secrets_unchanged(layout: str) -> None:
     backend = LAYOUTS[layout].backend
     assert flag_value(our_args(objects), "--provider") == backend
     view = ContainerView(our_workload(objects), OUR_CONTAINER, objects)
-    tls = {(s, "*") for s, _ in secrets_read(view) if s.endswith("-tls")}
-    read = secrets_read(view) - tls
+    read = cloud_secrets_read(view)
     assert read <= IN_TREE_SECRETS[backend], sorted(read - IN_TREE_SECRETS[backend])
     assert bool(read) == bool(IN_TREE_SECRETS[backend]), f"{backend}: reads no cloud credentials"
     required = [
@@ -787,7 +794,7 @@ def test_example_secrets_hold_what_the_layout_reads(layout: str) -> None:
         (o["metadata"]["name"], k) for o in secrets for k in {**o.get("data", {}), **o.get("stringData", {})}
     }
     view = ContainerView(our_workload(rendered(layout)), OUR_CONTAINER, rendered(layout))
-    wanted = {ref for ref in secrets_read(view) if not ref[0].endswith("-tls")}
+    wanted = cloud_secrets_read(view)
     assert wanted <= have, sorted(wanted - have)
     assert {o["metadata"]["name"] for o in secrets} == {name for name, _ in IN_TREE_SECRETS[backend]}
 
