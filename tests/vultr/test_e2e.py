@@ -260,16 +260,7 @@ def test_a_capacity_failure_shows_as_error_class_1_on_the_placeholders(emu_clock
 @pytest.mark.parametrize(
     "journal",
     [
-        pytest.param(
-            True,
-            id="with-state-file",
-            # Known gap in the shared machinery (reported to the lead): PoolProvider loads the journal
-            # when it is built, before the first listing, and drops entries for groups it does not
-            # know yet; VKE's groups are discovered by that listing, so the wanted size is lost.
-            marks=pytest.mark.xfail(
-                strict=True, reason="pools.py drops journal entries of groups discovered after startup"
-            ),
-        ),
+        pytest.param(True, id="with-state-file"),
         pytest.param(False, id="cloud-only"),
     ],
 )
