@@ -36,6 +36,7 @@ import tomllib
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -977,11 +978,23 @@ def test_check_config_rejects_broken_layout_args(
     assert len(lines) == 1 and key in lines[0], result.stderr
 
 
+@dataclass
+class ServerRun:
+    """A server started by running_server(): its ports, and its log once it has stopped."""
+
+    grpc_port: int
+    metrics_port: int
+    output: str = ""
+
+
 @contextlib.contextmanager
-def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[tuple[int, int]]:
+def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[ServerRun]:
     """`cloudprovider-grpc serve` with the layout's args, on free loopback ports; SIGTERM at the end."""
-    grpc_port, metrics_port = free_port(), free_port()
-    args = [*args, "--address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics_port}"]
+    run_ = ServerRun(free_port(), free_port())
+    args = [
+        *args,
+        *("--address", f"127.0.0.1:{run_.grpc_port}", "--metrics-address", f"127.0.0.1:{run_.metrics_port}"),
+    ]
     proc = subprocess.Popen(
         [*CLI, *args], env=pod_env(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -990,17 +1003,18 @@ def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[
         while True:
             assert proc.poll() is None, f"server exited early: {proc.communicate()[0]}"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/healthz", timeout=2) as resp:
+                url = f"http://127.0.0.1:{run_.metrics_port}/healthz"
+                with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200:
                         break
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        yield grpc_port, metrics_port
+        yield run_
         proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=30)
-        assert proc.returncode == 0, f"SIGTERM must end the server cleanly:\n{output}"
+        run_.output, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, f"SIGTERM must end the server cleanly:\n{run_.output}"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -1019,13 +1033,17 @@ def test_sidecar_serves_cluster_autoscaler_over_loopback(layout: str, tmp_path: 
     mat, _ = materialize_ours(objects, tmp_path / "pod", [])
     _, config, _ = ca_cloud_config(objects)
     assert split_host_port(config["address"])[0] == "127.0.0.1"
-    with running_server(mat.args, mat.env, tmp_path) as (grpc_port, metrics_port):
+    with running_server(mat.args, mat.env, tmp_path) as server:
         for path in probe_paths(objects):
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}{path}", timeout=5) as resp:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}{path}", timeout=5) as resp:
                 assert resp.status == 200, path
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
             groups = pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
         assert groups.nodeGroups, "the sim backend serves its demo groups"
+    # The log line the README tells the reader to look for (the port is the test's).
+    promised = re.search(r"our log says\s+`([^`]+)`", " ".join(deploying_section().split()))
+    assert promised, "README Deploying no longer says what our log shows"
+    assert promised.group(1).replace(":8086", f":{server.grpc_port}") in server.output, server.output
 
 
 @pytest.mark.parametrize("layout", ["standalone", "chart-sim"])
@@ -1046,7 +1064,8 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
         return (ca_pod.mounts[mount["mountPath"]] / rel).read_bytes()
 
     host, _ = split_host_port(config["address"])
-    with running_server(mat.args, mat.env, tmp_path) as (grpc_port, _):
+    with running_server(mat.args, mat.env, tmp_path) as server:
+        grpc_port = server.grpc_port
         creds = grpc.ssl_channel_credentials(ca_file("cacert"), ca_file("key"), ca_file("cert"))
         options = [("grpc.ssl_target_name_override", host)]
         with grpc.secure_channel(f"127.0.0.1:{grpc_port}", creds, options=options) as channel:
