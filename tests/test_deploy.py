@@ -848,6 +848,7 @@ def test_our_chart_readme_documents_every_value() -> None:
         ("networkPolicy.enabled=maybe", "enabled"),
         ("replicas=2", "replicas"),
         ("logLevel=verbose", "logLevel"),
+        ("image.digest=sha256:abc", "digest"),
     ],
 )
 def test_our_chart_refuses_bad_values_at_install(setting: str, named: str) -> None:
@@ -855,6 +856,15 @@ def test_our_chart_refuses_bad_values_at_install(setting: str, named: str) -> No
     error = helm_template_error(OUR_CHART, set_values=[setting])
     assert "values don't meet the specifications of the schema" in error, error
     assert named in error, error
+
+
+def test_our_chart_pins_the_image_by_digest() -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    objects = render_ours(
+        f"image.digest={digest}", "image.repository=registry.example.com/cloudprovider-grpc"
+    )
+    ours = container(our_workload(objects), OUR_CONTAINER)
+    assert ours["image"] == f"registry.example.com/cloudprovider-grpc@{digest}"
 
 
 def test_our_chart_with_your_own_tls_secret() -> None:
