@@ -97,7 +97,7 @@ class ClientTuning:
     read_timeout: float = 10.0
     retries: int = 4
     retry_budget: float = 8.0
-    rate_limit: float = 10.0
+    rate_limit: float | None = 10.0  # requests per second; None: no client-side limit
     catalog_ttl: float = 3600.0
 
     #: the option keys, as users write them
@@ -132,8 +132,10 @@ class ClientTuning:
             retry_budget=read_float(
                 pick("retry-budget", self.retry_budget), f"{section}.retry-budget", allow_zero=False
             ),
-            rate_limit=read_float(
-                pick("rate-limit", self.rate_limit), f"{section}.rate-limit", allow_zero=False
+            rate_limit=(
+                None
+                if (rate := pick("rate-limit", self.rate_limit)) is None
+                else read_float(rate, f"{section}.rate-limit", allow_zero=False)
             ),
             catalog_ttl=read_float(pick("catalog-ttl", self.catalog_ttl), f"{section}.catalog-ttl"),
         )

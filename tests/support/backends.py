@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CONFORMANCE = Path(__file__).resolve().parents[2] / "tests" / "conformance"
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,20 @@ cherry:
   emulator: {deploy-seconds: 0, stock: 20}
 """
 
+#: two scaling groups seeded in the emulator (each with a `nodepool=<id>` configuration tag, so their
+#: templates differ in that label); the scarce one's instance type has no stock, so its scale-outs
+#: end as Failed activities (OperationDenied.NoStock)
+_ALICLOUD_E2E = """
+nodes: ["0:4:asg-bp1realcaworkers00001", "0:3:asg-bp1realcascarce000001"]
+alicloud:
+  emulator:
+    pending-seconds: 2
+    removing-seconds: 1
+    activity-seconds: 1
+    instance-types: {asg-bp1realcascarce000001: ecs.g7.2xlarge}
+    stock: {ecs.g7.2xlarge: 0, "*": 100}
+"""
+
 BACKENDS: tuple[BackendUnderTest, ...] = (
     BackendUnderTest(
         "sim", ("--provider", "sim"), e2e_config=_SIM_E2E, e2e_group="workers", stockout_group="scarce"
@@ -115,9 +130,13 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
     BackendUnderTest(
         "alicloud",
         ("--provider", "alicloud", "--emulate"),
-        secret_env=("ACCESS_KEY_SECRET",),
+        # both halves of the AccessKey: given alone, one of them is a configuration error
+        secret_env=("ACCESS_KEY_ID", "ACCESS_KEY_SECRET"),
         shape="pools",
-        extra_env={"ACCESS_KEY_ID": "LTAI5tProbeAccessKey0001", "REGION_ID": "cn-hangzhou"},
+        e2e_config=_ALICLOUD_E2E,
+        e2e_group="asg-bp1realcaworkers00001",
+        stockout_group="asg-bp1realcascarce000001",
+        conformance_config=(CONFORMANCE / "alicloud-emulate.yaml").read_text(),
     ),
     BackendUnderTest("spc", ("--provider", "spc", "--emulate"), secret_env=("CLUSTER_API_TOKEN",)),
 )
