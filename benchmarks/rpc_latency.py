@@ -15,16 +15,14 @@ floor is what our code costs; the floor itself is Python gRPC on both ends of a 
 (CA's Go client is cheaper than this Python client, so CA sees lower figures).
 
 When Go is installed it then measures the same server with the conformance harness's Go client
-(tests/conformance, `conformance bench`: CA's call path over the upstream master schema), which is
-what cluster-autoscaler experiences. `--no-go` skips that.
+(tests/conformance, `conformance bench`: CA master's own externalgrpc client code and generated
+stub), which is what cluster-autoscaler experiences. `--no-go` skips that.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 import socket
 import statistics
 import subprocess
@@ -88,32 +86,21 @@ def measure(call: Callable[[], object], calls: int) -> tuple[float, float, float
 
 
 def go_client(port: int, calls: int) -> None:
-    """Build the conformance harness (module cache under .cache/go, as tests/conformance/run.sh does)
-    and run its `bench` command against our server."""
+    """Run the conformance harness's `bench` (linked against CA master's own externalgrpc client,
+    built once and cached outside the clone by tests/realca/builds.py) against our server."""
     root = Path(__file__).resolve().parent.parent
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if go is None:
+    sys.path.insert(0, str(root))
+    from tests.realca import builds
+    from tests.support import gotools
+
+    if gotools.go_binary() is None:
         print("(Go is not installed: skipping the Go client measurement)")
         return
-    cache = root / ".cache" / "go"
-    env = {
-        **os.environ,
-        "GOMODCACHE": str(cache / "mod"),
-        "GOCACHE": str(cache / "build"),
-        "GOPATH": str(cache / "path"),
-    }
-    binary = cache / "bin" / "conformance"
-    subprocess.run(
-        [go, "build", "-o", str(binary), "."], cwd=root / "tests" / "conformance", env=env, check=True
-    )
+    binary = builds.conformance_harness("master")
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as cfg:
         cfg.write(f'address: "127.0.0.1:{port}"\ngrpc_timeout: 5s\n')
     try:
-        golden = root.parent / "shared" / "golden" / "externalgrpc"
-        subprocess.run(
-            [str(binary), "bench", "-cloud-config", cfg.name, "-golden", str(golden), "-calls", str(calls)],
-            check=True,
-        )
+        subprocess.run([str(binary), "bench", "-cloud-config", cfg.name, "-calls", str(calls)], check=True)
     finally:
         Path(cfg.name).unlink()
 

@@ -7,6 +7,8 @@ anything starts.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 import threading
@@ -21,9 +23,19 @@ EXIT_CONFIG = 2
 
 def _add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML config file (env CLOUDPROVIDER_GRPC_CONFIG)")
-    p.add_argument("--provider", help="backend: sim (default), cherry")
-    p.add_argument("--address", help="gRPC listen address HOST:PORT (default :8086)")
-    p.add_argument("--metrics-address", help="metrics and /healthz HTTP address (default :8087)")
+    p.add_argument("--provider", help="backend: sim (default), cherry, vultr, exoscale, alicloud, spc")
+    p.add_argument(
+        "--address", help="gRPC listen address HOST:PORT (default 127.0.0.1:8086; :8086 = all interfaces)"
+    )
+    p.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        default=None,
+        help="allow gRPC without TLS on an address beyond loopback (logged as a warning)",
+    )
+    p.add_argument(
+        "--metrics-address", help="metrics and /healthz HTTP address (default 127.0.0.1:8087; '' disables)"
+    )
     p.add_argument(
         "--nodes", action="append", metavar="MIN:MAX:NAME", help="node group, as CA's --nodes (repeatable)"
     )
@@ -61,6 +73,7 @@ def _settings(args: argparse.Namespace) -> Any:
         "provider": flag("provider") if args.command != "emulate" else args.cloud,
         "address": args.address if args.command != "emulate" else None,
         "metrics_address": flag("metrics_address"),
+        "allow_plaintext": flag("allow_plaintext"),
         "nodes": flag("nodes"),
         "cloud_config": flag("cloud_config"),
         "cluster_name": flag("cluster_name"),
@@ -83,26 +96,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     logs.setup(settings.log_level, settings.log_format)
     try:
-        return serve_forever(settings)
+        code = serve_forever(settings)
     except ServerStartError as exc:
         print(f"cloudprovider-grpc: {exc}", file=sys.stderr)
         return 1
+    # the grace period is a hard bound: threads still blocked on the cloud must not keep the process
+    # alive (interpreter exit would join them), so leave at once after flushing the log
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate flags, files and the backend's configuration without starting anything."""
-    from cloudprovider_grpc.providers.registry import build_provider
+    from cloudprovider_grpc.providers.registry import backend_module, build_provider
 
     settings = _settings(args)
     ctx = settings.provider_context(emulate=False)
     provider = build_provider(settings.provider, ctx)
     groups = provider.node_groups()
     provider.stop(timeout=0)
+    # a backend may add read-only checks against its cloud (Exoscale: max sizes beyond the quota)
+    backend_checks = getattr(backend_module(settings.provider), "check_config", None)
+    if backend_checks is not None:
+        for line in backend_checks(ctx):
+            print(line)
     tls = "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext"
     print(
         f"configuration OK: provider {settings.provider}, {len(groups)} node group(s) "
         f"[{', '.join(f'{g.id} {g.min_size}..{g.max_size}' for g in groups)}], "
-        f"gRPC {settings.address} ({tls}), metrics {settings.metrics_address}"
+        f"gRPC {settings.address} ({tls}), "
+        + (f"metrics {settings.metrics_address}" if settings.metrics_address else "metrics disabled")
     )
     return 0
 
@@ -115,11 +140,11 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     module = backend_module(args.cloud)
     if not hasattr(module, "build_emulator"):
         raise ConfigError("cloud", f"backend {args.cloud!r} has no API emulator")
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before announcing: a SIGTERM right after must stop cleanly
+        signal.signal(sig, lambda *_: done.set())
     emulator = module.build_emulator(settings.provider_context(), args.address, args.state)
     print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
     done.wait()
     emulator.stop()
     return 0
@@ -177,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cloudprovider_grpc.secrets import register_environment
+
+    register_environment(os.environ)
+    logs.install_hooks()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

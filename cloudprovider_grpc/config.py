@@ -11,6 +11,7 @@ validation failure is reported as a ConfigError naming the offending key.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -23,6 +24,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
+from cloudprovider_grpc.secrets import register_environment
+from cloudprovider_grpc.tlsfiles import TLSFileError, load_tls_files
 
 ENV_PREFIX = "CLOUDPROVIDER_GRPC_"
 _ADDRESS_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):(?P<port>\d{1,5})$")
@@ -30,6 +33,26 @@ _ADDRESS_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):(?P<por
 
 #: the YAML file's contents while load_settings() builds Settings (settings load once, at startup)
 _yaml_data: dict[str, Any] = {}
+
+
+def yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
+    """`FILE:LINE:COLUMN: problem` for a YAML syntax error, on one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return f"{path} is not valid YAML: {problem}"
+    return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
+
+
+def is_loopback(address: str) -> bool:
+    """True when HOST:PORT binds only this host's loopback interface (127.0.0.0/8, ::1, localhost)."""
+    host = address.rpartition(":")[0].strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "" (all interfaces), a name that may resolve anywhere
 
 
 class TLSSettings(BaseModel):
@@ -52,6 +75,11 @@ class TLSSettings(BaseModel):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{name}: file {str(path)!r} does not exist")
+        if self.cert is not None and self.key is not None:
+            try:  # readable, PEM, and the key belongs to the certificate: found now, not at the handshake
+                load_tls_files(self.cert, self.key, self.ca)
+            except TLSFileError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     @property
@@ -79,8 +107,11 @@ class Settings(BaseSettings):
     )
 
     provider: str = "sim"
-    address: str = ":8086"
-    metrics_address: str = ":8087"
+    #: loopback by default: the gRPC port creates and deletes machines, so serving it beyond the host
+    #: in plaintext must be asked for (`allow_plaintext`); manifests give their addresses explicitly
+    address: str = "127.0.0.1:8086"
+    metrics_address: str = "127.0.0.1:8087"
+    allow_plaintext: bool = False
     nodes: list[str] = Field(default_factory=list)
     cloud_config: Path | None = None
     cluster_name: str | None = None
@@ -135,6 +166,17 @@ class Settings(BaseSettings):
             raise ValueError(f"{v!r} is not HOST:PORT (e.g. :8086, 127.0.0.1:8086, [::1]:8086)")
         return v
 
+    @model_validator(mode="after")
+    def _plaintext_beyond_loopback(self) -> Settings:
+        if not self.tls.enabled and not is_loopback(self.address) and not self.allow_plaintext:
+            raise ConfigError(
+                "address",
+                f"{self.address} is reachable beyond this host and TLS is off, so anyone who can "
+                "reach it could create and delete machines; give --tls-cert/--tls-key, a loopback address "
+                "(127.0.0.1:8086), or --allow-plaintext to accept that",
+            )
+        return self
+
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, v: list[str]) -> list[str]:
@@ -152,9 +194,17 @@ class Settings(BaseSettings):
     def provider_context(self, env: Mapping[str, str] | None = None, **overrides: Any) -> ProviderContext:
         environ = dict(os.environ if env is None else env)
         if self.secrets_dir is not None:
+            files: dict[str, str] = {}
             for f in sorted(self.secrets_dir.iterdir()):
                 if f.is_file() and not f.name.startswith("."):
-                    environ.setdefault(f.name, f.read_text().strip())
+                    try:
+                        files[f.name] = f.read_text(encoding="utf-8")
+                    except (OSError, UnicodeDecodeError) as exc:
+                        reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+                        raise ConfigError("secrets_dir", f"cannot read {f}: {reason}") from None
+            register_environment(files)
+            for name, value in files.items():  # backends also check them (secrets.read_secret)
+                environ.setdefault(name, value.strip())
         fields: dict[str, Any] = {
             "nodes": tuple(NodesSpec.parse(n) for n in self.nodes),
             "options": self.backends.get(self.provider, {}),
@@ -182,7 +232,7 @@ def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] 
         except FileNotFoundError:
             raise ConfigError("config", f"file {str(path)!r} does not exist") from None
         except yaml.YAMLError as exc:
-            raise ConfigError("config", f"{path} is not valid YAML: {exc}".splitlines()[0]) from None
+            raise ConfigError("config", yaml_problem(path, exc)) from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError("config", f"{path} must hold a mapping of settings")
         data = loaded or {}

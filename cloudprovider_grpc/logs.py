@@ -1,7 +1,10 @@
 """Structured logging: one JSON object per line (or plain text for people at a terminal).
 
-Secrets never reach this layer: components log ids, counts and cloud error messages that the HTTP
-layer has already stripped of credentials.
+Components log ids, counts and cloud error messages. As a last line of defence every formatted line,
+exception text included, passes through `secrets.redact`, so a registered secret that some library
+put into an exception message never reaches the pod log. `install_hooks()` does the same for the
+crashes nobody catches (an unexpected exception at startup or in a thread): one redacted entry, no
+raw traceback on stderr.
 """
 
 from __future__ import annotations
@@ -9,7 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
+from types import TracebackType
+
+from cloudprovider_grpc.secrets import redact
 
 _STD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -26,16 +33,45 @@ class JsonFormatter(logging.Formatter):
         doc.update({k: v for k, v in vars(record).items() if k not in _STD})
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
+        return redact(json.dumps(doc, default=str))
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def setup(level: str = "info", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        JsonFormatter()
-        if fmt == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def _uncaught(
+    exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None, where: str
+) -> None:
+    if issubclass(exc_type, KeyboardInterrupt):
+        return
+    logger = logging.getLogger("cloudprovider_grpc")
+    if logging.getLogger().handlers:
+        logger.critical("unexpected error %s", where, exc_info=(exc_type, exc, tb))
+    else:  # before logging is set up: still one redacted line per entry, never the raw traceback
+        sys.stderr.write(
+            redact(f"cloudprovider-grpc: unexpected error {where}: {exc_type.__name__}: {exc}\n")
+        )
+
+
+def install_hooks() -> None:
+    """Route uncaught exceptions (main thread and other threads) through the redacting log."""
+    sys.excepthook = lambda t, e, tb: _uncaught(t, e, tb, "in the main thread")
+    threading.excepthook = lambda a: _uncaught(
+        a.exc_type,
+        a.exc_value or a.exc_type(),
+        a.exc_traceback,
+        f"in thread {a.thread.name if a.thread else '?'}",
+    )

@@ -47,3 +47,13 @@ OPERATIONS = Counter(
     "Background machine operations, by backend, operation (create/delete) and result.",
     ["backend", "operation", "result"],
 )
+GROUP_LISTING_FAILURES = Counter(
+    "cloudprovider_grpc_node_group_listing_failures_total",
+    "Refreshes on which a node group could not be listed (its last known state was kept).",
+    ["backend", "group"],
+)
+SIZE_PUSHES = Counter(
+    "cloudprovider_grpc_pool_size_pushes_total",
+    "Absolute size changes sent to cloud-owned pools, by backend, group and result.",
+    ["backend", "group", "result"],
+)

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,12 +24,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from cloudprovider_grpc import metrics
-from cloudprovider_grpc.config import Settings, TLSSettings
-from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
+from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
-from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer
+from cloudprovider_grpc.secrets import redact
+from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
+from cloudprovider_grpc.tlsfiles import TLSFileError, TLSFiles, load_tls_files
 
 log = logging.getLogger(__name__)
 
@@ -51,51 +52,54 @@ class _CertReloader:
     """Serves the current certificate files to gRPC core, which asks on every new handshake.
 
     Re-reads the files when their modification times change (Kubernetes swaps Secret volumes
-    atomically); a half-written or unreadable pair keeps the previous one (returns None), so a
-    rotation in progress never breaks handshakes."""
+    atomically). A changed set that does not load or whose key does not belong to its certificate (a
+    rotation half done, a wrong file) is rejected once, with an error naming the file, and the
+    previous pair stays in use, so a bad rotation never breaks handshakes."""
 
     def __init__(self, tls: TLSSettings) -> None:
         self._tls = tls
         self._lock = threading.Lock()
-        self._stamp: tuple[float, ...] = ()
-        self.config = self._load()
-        if self.config is None:
-            raise ServerStartError("TLS certificate, key or CA file could not be read")
+        self._stamp = self._stat()
+        self._rejected: tuple[int, ...] | None = None
+        try:
+            self.config = self._configuration(self._read())
+        except TLSFileError as exc:
+            raise ServerStartError(f"TLS {exc}") from None
 
     def _paths(self) -> list[Path]:
         return [p for p in (self._tls.cert, self._tls.key, self._tls.ca) if p is not None]
 
-    def _load(self) -> grpc.ServerCertificateConfiguration | None:
+    def _stat(self) -> tuple[int, ...]:
         try:
-            stamp = tuple(os.stat(p).st_mtime_ns for p in self._paths())
-            key = Path(self._tls.key).read_bytes()  # type: ignore[arg-type]
-            cert = Path(self._tls.cert).read_bytes()  # type: ignore[arg-type]
-            ca = Path(self._tls.ca).read_bytes() if self._tls.ca else None
-        except OSError as exc:
-            log.error("reading TLS files failed: %s", exc.strerror)
-            return None
-        if (
-            b"PRIVATE KEY" not in key
-            or b"CERTIFICATE" not in cert
-            or (ca is not None and b"CERTIFICATE" not in ca)
-        ):
-            log.error("TLS files are not PEM certificate/key files")
-            return None
-        self._stamp = stamp
-        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+            return tuple(os.stat(p).st_mtime_ns for p in self._paths())
+        except OSError:
+            return ()
+
+    def _read(self) -> TLSFiles:
+        return load_tls_files(self._tls.cert, self._tls.key, self._tls.ca)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _configuration(files: TLSFiles) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration(
+            [(files.key, files.cert)], root_certificates=files.ca
+        )
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        try:
-            stamp = tuple(os.stat(p).st_mtime_ns for p in self._paths())
-        except OSError:
+        stamp = self._stat()
+        if not stamp or stamp == self._stamp or stamp == self._rejected:
             return None
         with self._lock:
-            if stamp == self._stamp:
+            if stamp in (self._stamp, self._rejected):
                 return None
-            new = self._load()
-        if new is not None:
-            log.info("TLS certificate files changed; new handshakes use them")
-        return new
+            try:
+                files = self._read()
+            except TLSFileError as exc:
+                self._rejected = stamp
+                log.error("changed TLS files rejected, the previous certificate stays in use: %s", exc)
+                return None
+            self._stamp = stamp
+        log.info("TLS certificate files changed and were loaded; new handshakes use them")
+        return self._configuration(files)
 
     def credentials(self) -> grpc.ServerCredentials:
         return grpc.dynamic_ssl_server_credentials(
@@ -108,7 +112,9 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.split("?")[0] == "/metrics":
-            body, ctype, code = generate_latest(REGISTRY), CONTENT_TYPE_LATEST, 200
+            # label values are ids and codes, never secrets; redacting the page makes that a guarantee
+            body = redact(generate_latest(REGISTRY).decode()).encode()
+            ctype, code = CONTENT_TYPE_LATEST, 200
         elif self.path.split("?")[0] in ("/healthz", "/readyz"):
             ok = self.server.handle_ref is not None and self.server.handle_ref.serving  # type: ignore[attr-defined]
             body, ctype, code = (b"ok\n" if ok else b"shutting down\n"), "text/plain", (200 if ok else 503)
@@ -124,15 +130,27 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         return
 
 
+class _Health(health.HealthServicer):
+    """The standard health service, plus a way to end open Watch streams at shutdown: they never end
+    on their own, and grpcio's graceful stop waits for every open call until the grace runs out."""
+
+    def end_watches(self) -> None:
+        with self._lock:
+            callbacks = [cb for cbs in self._send_response_callbacks.values() for cb in cbs]
+        for callback in callbacks:
+            callback(None)  # the blocking watcher's iterator ends: the stream closes with OK
+
+
 @dataclass
 class ServerHandle:
     """A running server. `stop()` is idempotent and safe from a signal handler thread."""
 
     server: grpc.Server
     provider: CloudProvider
-    health: health.HealthServicer
+    health: _Health
     port: int
     host: str
+    gate: Gate = field(default_factory=Gate)
     metrics_server: ThreadingHTTPServer | None = None
     metrics_port: int = 0
     serving: bool = True
@@ -145,14 +163,25 @@ class ServerHandle:
         return f"{host}:{self.port}"
 
     def stop(self, grace: float = 10.0) -> None:
-        """Health NOT_SERVING, refuse new RPCs, let in-flight ones finish within grace, stop workers."""
+        """Stop within `grace` seconds, which bound the whole shutdown.
+
+        Order: health NOT_SERVING; new RPCs answer UNAVAILABLE ("not executed") while the port stays
+        open, so a call in transit is never cut off mid-way; the admitted RPCs finish (until the
+        deadline); health Watch streams end; the port closes, cancelling only what still runs at the
+        deadline; background workers get what is left of the grace."""
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            deadline = time.monotonic() + grace
             self.serving = False
             self.health.enter_graceful_shutdown()
-            self.server.stop(grace).wait(grace + 1)
-            self.provider.stop(timeout=grace)
+            self.gate.close()
+            if not self.gate.wait_idle(deadline - time.monotonic()):
+                log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
+            self.health.end_watches()
+            remaining = max(deadline - time.monotonic(), 0.0)
+            self.server.stop(remaining).wait(remaining)
+            self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
             if self.metrics_server is not None:
                 self.metrics_server.shutdown()
                 self.metrics_server.server_close()
@@ -174,8 +203,11 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
         # a second server on the same port must fail loudly, not silently share it (grpc default is 1)
         options=[("grpc.so_reuseport", 0)],
     )
-    pb_grpc.add_CloudProviderServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
+    # raw-bytes handlers: the service parses requests itself (see service._raw_handler)
+    handlers = method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    health_servicer = _Health()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -192,7 +224,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if not port:
         raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
 
-    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0])
+    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
     if settings.metrics_address:
         try:
             httpd = ThreadingHTTPServer(_http_address(settings.metrics_address), _MetricsHandler)
@@ -203,39 +235,62 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             ) from None
         httpd.daemon_threads = True
         httpd.handle_ref = handle  # type: ignore[attr-defined]
-        threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
+        threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="metrics-http", daemon=True
+        ).start()
         handle.metrics_server, handle.metrics_port = httpd, httpd.server_address[1]
 
     provider.start()
     server.start()
     for svc in ("", SERVICE_NAME):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
-    for gid, sizes in provider.sizes().items():
-        metrics.GROUP_TARGET_SIZE.labels(provider.name, gid).set(sizes.target)
-        metrics.GROUP_REGISTERED_SIZE.labels(provider.name, gid).set(sizes.registered)
+    metrics_at = (
+        f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"
+        if handle.metrics_server is not None
+        else "metrics disabled"
+    )
     log.info(
-        "serving externalgrpc on %s (%s), metrics on %s, provider %s with %d node groups",
-        settings.address if port == 0 else f"{address.rpartition(':')[0]}:{port}",
+        "serving externalgrpc on %s (%s), %s, provider %s%s with %d node groups",
+        f"{address.rpartition(':')[0]}:{port}",
         "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext",
-        settings.metrics_address,
+        metrics_at,
         provider.name,
+        " (emulated cloud)" if settings.emulate else "",
         len(provider.node_groups()),
     )
+    if not settings.tls.enabled and not is_loopback(settings.address):
+        log.warning(
+            "gRPC on %s is plaintext and reachable beyond this host (--allow-plaintext): anyone who can "
+            "reach it can create and delete machines; use TLS or a loopback address",
+            settings.address,
+        )
     return handle
 
 
 def serve_forever(settings: Settings) -> int:
-    """Run until SIGTERM/SIGINT, then shut down gracefully within settings.grace_period."""
+    """Run until SIGTERM/SIGINT, then shut down within settings.grace_period.
+
+    Returns 0 after a clean stop, 1 when work was still running at the end of the grace period. The
+    caller must then end the process without waiting for threads (`os._exit`): a handler thread
+    blocked on the cloud would otherwise hold the process past the grace period."""
     handle = start_server(settings)
+    signalled = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info(
-            "received %s, shutting down (grace %.0fs)", signal.Signals(signum).name, settings.grace_period
-        )
-        threading.Thread(target=handle.stop, args=(settings.grace_period,), name="shutdown").start()
+        if signalled.is_set():
+            return
+        signalled.set()
+        log.info("received %s, shutting down (grace %gs)", signal.Signals(signum).name, settings.grace_period)
+        threading.Thread(
+            target=handle.stop, args=(settings.grace_period,), name="shutdown", daemon=True
+        ).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    while not handle.wait(1.0):
+    while not signalled.wait(1.0):
         pass
-    return 0
+    # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
+    if handle.wait(settings.grace_period + 0.25):
+        return 0
+    log.error("grace period of %gs over with work unfinished; exiting anyway", settings.grace_period)
+    return 1

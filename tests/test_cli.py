@@ -39,8 +39,28 @@ def test_check_config_defaults() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
         "configuration OK: provider sim, 3 node group(s) [general 1..10, highmem 0..5, gpu 0..3], "
-        "gRPC :8086 (plaintext), metrics :8087"
+        "gRPC 127.0.0.1:8086 (plaintext), metrics 127.0.0.1:8087"
     )
+
+
+def test_plaintext_beyond_loopback_must_be_asked_for() -> None:
+    out = run("check-config", "--address", ":8086")
+    assert out.returncode == 2
+    assert out.stderr.startswith(
+        "cloudprovider-grpc: invalid configuration: address: :8086 is reachable beyond"
+    )
+    out = run("check-config", "--address", ":8086", "--allow-plaintext", "--metrics-address", "")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("gRPC :8086 (plaintext), metrics disabled")
+
+
+def test_a_broken_yaml_file_is_reported_with_its_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text("provider: sim\nnodes:\n  - '0:3:a'\n  bad: [\n")
+    out = run("check-config", "--config", str(cfg))
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"cloudprovider-grpc: invalid configuration: config: {cfg}:4:")
+    assert len(out.stderr.strip().splitlines()) == 1
 
 
 def test_check_config_nodes_flag_defines_sim_groups() -> None:
@@ -90,7 +110,10 @@ def test_invalid_configuration_is_one_line_naming_the_key(
 
 def test_sources_precedence_flags_env_secrets_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "config.yaml"
-    cfg.write_text("address: ':1111'\nmetrics_address: ':2222'\ncluster_name: from-yaml\nlog_level: debug\n")
+    cfg.write_text(
+        "allow_plaintext: true\naddress: ':1111'\nmetrics_address: ':2222'\n"
+        "cluster_name: from-yaml\nlog_level: debug\n"
+    )
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "cloudprovider_grpc_cluster_name").write_text("from-secret")

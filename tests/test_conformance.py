@@ -1,22 +1,27 @@
-"""Conformance against cluster-autoscaler's externalgrpc client behaviour, in Go, over real sockets.
+"""Conformance through cluster-autoscaler's own externalgrpc client code, over real sockets.
 
-This is the pytest entry point of `tests/conformance/run.sh` (see README "## Conformance"): it builds
-the Go harness and grpcurl, starts three servers on loopback with mutual TLS, drives them with the wire
-schemas of CA master, 1.34.2 and 1.33.0, and runs the README's grpcurl examples. Go is not a Python
-dependency, so outside CI the test skips when Go is missing; in CI (CI=true) a missing Go or a missing
-schema directory is a failure, never a skip.
+The pytest entry point of `tests/conformance/run.sh` (README "## Conformance"): for every backend of
+`tests/support/backends.py` and every CA generation whose source snapshot sits in
+`../shared/upstream/cluster-autoscaler/` (1.34.1 with the legacy wire fields, 1.36.1, master), the
+Go harness is linked against that CA's `externalgrpc` package (built once, cached outside the clone)
+and drives three servers on loopback with mutual TLS through CA's own `CloudProvider`, `NodeGroup`
+and `PricingModel`. The README's grpcurl examples run once. Outside CI the test skips when Go or
+the snapshots are missing; in CI (CI=true) that is a failure, never a skip.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.realca import builds
+from tests.support import gotools
+from tests.support.backends import BACKENDS, BackendUnderTest
 
 pytestmark = pytest.mark.conformance
 
@@ -25,7 +30,7 @@ RUN = ROOT / "tests" / "conformance" / "run.sh"
 GOLDEN = ROOT.parent / "shared" / "golden" / "externalgrpc"
 
 #: every RPC of the service and the upstream client function that issues it; each must appear in a
-#: passed check, so no RPC goes unexercised by the CA-shaped client.
+#: passed check, so no RPC goes unexercised by CA's client.
 UPSTREAM_CALLERS = {
     "NodeGroups": "CloudProvider.NodeGroups",
     "NodeGroupForNode": "CloudProvider.NodeGroupForNode",
@@ -45,15 +50,6 @@ UPSTREAM_CALLERS = {
 }
 
 
-#: what the older CA generations must get right (their legacy fields)
-LEGACY_CHECKED = (
-    "NodeGroup.TemplateNodeInfo",
-    "NodeGroup.GetOptions",
-    "PricingModel.NodePrice",
-    "PricingModel.PodPrice",
-)
-
-
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
@@ -64,29 +60,36 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"conformance skipped: {reason}")
 
 
-#: backends the suite drives: the sim cloud with its documented demo groups (exact expectations), and
-#: each emulated cloud through a config file (generic expectations)
-TARGETS = {
-    "sim-demo": [],
-    "cherry-emulate": ["--config", str(ROOT / "tests" / "conformance" / "cherry-emulate.yaml")],
-}
-
-
-@pytest.mark.timeout(1500)  # a cold Go module download and build takes about two minutes here
-@pytest.mark.parametrize("target", sorted(TARGETS))
-def test_conformance_run_passes(target: str) -> None:
-    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").is_file():
-        _unavailable("no `go` on PATH; install Go >= 1.26 to run tests/conformance/run.sh")
+@pytest.mark.timeout(2400)  # a cold build of one CA generation's harness takes minutes on 2 cores
+@pytest.mark.parametrize("version", list(builds.GENERATIONS))
+@pytest.mark.parametrize("be", BACKENDS, ids=lambda b: b.name)
+def test_conformance_through_cas_own_client(be: BackendUnderTest, version: str, tmp_path: Path) -> None:
+    if gotools.go_binary() is None:
+        _unavailable("no Go toolchain; install Go >= 1.26 to build CA's client code")
+    if not (builds.UPSTREAM / version).is_dir():
+        _unavailable(f"CA {version} snapshot not found at {builds.UPSTREAM / version}")
     if not GOLDEN.is_dir():
         _unavailable(f"upstream schema dumps not found at {GOLDEN}")
+    harness = builds.conformance_harness(version)
+    args = list(be.serve_args)
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "CA_VERSION": version,
+        "CONFORMANCE_BIN": str(harness),
+        "GRPCURL_BIN": str(builds.grpcurl()),
+        # the README's grpcurl lines once, not per CA generation and backend
+        "GRPCURL_EXAMPLES": "1" if (be.name, version) == ("sim", "master") else "0",
+    }
+    if be.conformance_config:
+        config = tmp_path / "conformance.yaml"
+        config.write_text(be.conformance_config)
+        args += ["--config", str(config)]
+        env["CONFORMANCE_PROFILE"] = "generic"
+    else:
+        env["CONFORMANCE_PROFILE"] = "sim" if be.name == "sim" else "generic"
     proc = subprocess.run(
-        ["bash", str(RUN), *TARGETS[target]],
-        cwd=ROOT,
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=1400,
-        check=False,
+        ["bash", str(RUN), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
     )
     out = proc.stdout
     print(out)
@@ -95,18 +98,12 @@ def test_conformance_run_passes(target: str) -> None:
     assert proc.returncode == 0 and not failed, (
         f"{len(failed)} conformance check(s) failed; output:\n{out[-8000:]}\n{proc.stderr[-3000:]}"
     )
+    assert f"harness on CA {version}" in out, out[-2000:]
     assert "conformance: " in out and ", 0 failed" in out, out[-2000:]
-    grpcurl = re.search(r"^grpcurl examples: (\d+) passed, (\d+) failed$", out, re.M)
-    assert grpcurl and int(grpcurl[1]) >= 4 and grpcurl[2] == "0", out[-2000:]
-
     passed = [line for line in out.splitlines() if line.startswith("ok ")]
     missing = [rpc for rpc, fn in UPSTREAM_CALLERS.items() if not any(fn in line for line in passed)]
     assert not missing, f"RPCs no passed check exercised: {missing}"
-    for release in ("[v1.34.2]", "[v1.33.0]"):
-        for fn in (
-            "NodeGroup.TemplateNodeInfo",
-            "NodeGroup.GetOptions",
-            "PricingModel.NodePrice",
-            "PricingModel.PodPrice",
-        ):
-            assert any(release in line and fn in line for line in passed), f"{fn} not proven for {release}"
+    assert all(f"[{version}]" in line for line in passed), "a check ran under another CA generation"
+    if env["GRPCURL_EXAMPLES"] == "1":
+        grpcurl = re.search(r"^grpcurl examples: (\d+) passed, (\d+) failed$", out, re.M)
+        assert grpcurl and int(grpcurl[1]) >= 4 and grpcurl[2] == "0", out[-2000:]

@@ -1,21 +1,29 @@
-"""Deployment artefacts: the Dockerfile and the Kubernetes manifests under manifests/.
+"""Deployment artefacts: the Dockerfile, the kustomize manifests and the Helm values and chart.
 
-No Docker engine and no cluster are available here, so the tests check what can be checked
-without them, against real tools wherever one exists:
+No Docker engine and no cluster are available here, so the tests check what can be checked without
+them, with the real tools wherever one exists:
 - the Dockerfile with hadolint, and its install step against the README's (same package spec),
   building the package from exactly the files the build context would hold;
-- every kustomization rendered (tests/deploy_support/kustomize.py) and every object validated
-  against the Kubernetes JSON schemas (kubernetes-validate, strict) or, for cert-manager kinds, a
-  schema written from cert-manager's API reference;
+- every layout (tests/deploy_support/layouts.py: each kustomization under manifests/, the official
+  cluster-autoscaler chart with each of our values files, our own chart with each cloud) rendered by
+  the real `kustomize build` and `helm template`, and every object validated against the Kubernetes
+  1.33+ JSON schemas (kubernetes-validate, strict) or, for cert-manager and prometheus-operator
+  kinds, against those projects' published CRDs (tests/deploy_support/crds.py);
+- `helm lint --strict` on our chart, and its values.schema.json refusing bad values;
 - the wiring between objects (cloud-config address -> Service -> container port -> our --address,
-  SANs, mounts, Secrets, probes, NetworkPolicy selectors);
-- our container's arguments accepted by `cloudprovider-grpc check-config`, and the server started
-  with them and the files the pod would mount, then called the way cluster-autoscaler calls it.
+  SANs, mounts, Secrets, probes, NetworkPolicy selectors), and each cloud reading the Secrets its
+  in-tree provider used, unchanged;
+- our container's arguments accepted by `cloudprovider-grpc check-config` with the files and
+  environment the pod would have, cluster-autoscaler's arguments checked against the flags its
+  source defines, and the server started that way and called as cluster-autoscaler calls it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
+import json
 import os
 import re
 import shlex
@@ -32,41 +40,97 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
-from tests.deploy_support import certmanager, dockerfile
-from tests.deploy_support.kustomize import (
-    CLUSTER_SCOPED,
+from cloudprovider_grpc.providers.registry import BACKENDS as REGISTERED_BACKENDS
+from tests.deploy_support import crds, dockerfile, issuer
+from tests.deploy_support.layouts import (
+    CA_RELEASE,
+    CHART_EXAMPLE_SETTINGS,
     KUSTOMIZATION_FILE,
-    KustomizeError,
+    MANIFESTS,
+    NAMESPACE,
+    OFFICIAL_CHART,
+    OFFICIAL_VALUES,
+    OUR_CHART,
+    OUR_RELEASE,
+    STANDALONE_VALUES,
+    helm_layouts,
+    kustomize_layouts,
+    official_values_files,
+    render_ours,
+)
+from tests.deploy_support.pods import (
+    ContainerView,
+    config_data,
+    container,
+    find,
+    flag_value,
     load_documents,
     pod_containers,
     pod_spec,
-    render,
-    strategic_merge,
 )
-from tests.deploy_support.pods import ContainerView, config_data, container, find, flag_value
+from tests.deploy_support.tools import helm_template, helm_template_error, kustomize_build, run, tool
+from tests.support.gotools import HELM, KUSTOMIZE
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "manifests"
-NAMESPACE = "kube-system"
 OUR_CONTAINER = "cloudprovider-grpc"
 CA_CONTAINER = "cluster-autoscaler"
 CA_DEPLOYMENT = "cluster-autoscaler"
-OVERLAYS = {
-    "sidecar": "sidecar",
-    "standalone": "standalone",
-    "cherry": "providers/cherry",
-    "cherry-standalone": "providers/cherry/standalone",
+#: Every cloud our chart knows (its values' `backends`); the registry says which exist in this build.
+CHART_BACKENDS = list(yaml.safe_load((OUR_CHART / "values.yaml").read_text())["backends"])
+LAYOUTS = {layout.name: layout for layout in [*kustomize_layouts(), *helm_layouts(CHART_BACKENDS)]}
+SIDECARS = [name for name, layout in LAYOUTS.items() if layout.shape == "sidecar"]
+STANDALONES = [name for name, layout in LAYOUTS.items() if layout.shape == "standalone"]
+#: Layouts whose cloud is implemented in this build: their server arguments can be checked.
+RUNNABLE = [name for name, layout in LAYOUTS.items() if layout.backend in REGISTERED_BACKENDS]
+
+#: The Secrets (name, key) each in-tree provider read, as its upstream examples define them
+#: (../shared/research: cherry-spc.md, vultr-exoscale.md, alicloud.md). Our containers read these
+#: and nothing else, so a migration keeps the user's Secrets unchanged.
+IN_TREE_SECRETS: dict[str, set[tuple[str, str]]] = {
+    "sim": set(),
+    "cherry": {
+        ("cluster-autoscaler-cherry", "authtoken"),
+        ("cluster-autoscaler-cloud-config", "cloud-config"),
+        ("bootstrap-token-cluster-autoscaler-cherry", "token-id"),
+        ("bootstrap-token-cluster-autoscaler-cherry", "token-secret"),
+    },
+    "vultr": {("cluster-autoscaler-cloud-config", "cloud-config")},
+    "exoscale": {
+        ("exoscale-api-credentials", "api-key"),
+        ("exoscale-api-credentials", "api-secret"),
+        ("exoscale-api-credentials", "api-zone"),
+    },
+    "alicloud": {
+        ("cloud-config", key)
+        for key in (
+            "access-key-id",
+            "access-key-secret",
+            "region-id",
+            # the RRSA (OIDC) variant's keys
+            "oidc-provider-arn",
+            "oidc-token-file-path",
+            "role-arn",
+            "session-name",
+        )
+    },
+    "spc": {("stackpointio", k) for k in ("api-token", "api-url", "organization-id", "cluster-id")},
 }
-#: the Cherry overlays and the layout each one patches
-CHERRY_OVERLAYS = {"cherry": "sidecar", "cherry-standalone": "standalone"}
-CHERRY_EXAMPLE_SECRETS = MANIFESTS / "providers/cherry/secrets.example.yaml"
+#: Kinds that never carry metadata.namespace.
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Namespace",
+    "CustomResourceDefinition",
+    "PriorityClass",
+}
 # Every Kubernetes schema from 1.33 (native sidecar containers are GA there) to the newest installed.
 SCHEMA_VERSIONS = sorted(
     {v for v in kubernetes_validate.utils.all_versions() if tuple(map(int, v.split(".")[:2])) >= (1, 33)},
@@ -80,21 +144,32 @@ _SCRIPT = Path(sys.executable).parent / "cloudprovider-grpc"
 CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "cloudprovider_grpc.cli"]
 
 Objects = list[dict[str, Any]]
-Rendered = dict[str, Objects]
 
 
 def project_version() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
-@pytest.fixture(scope="module")
-def rendered() -> Rendered:
-    return {name: render(MANIFESTS / path) for name, path in OVERLAYS.items()}
+@functools.cache
+def _render(name: str) -> tuple[str, ...]:
+    # Cached as text so that no test can change what another one sees.
+    return tuple(json.dumps(obj) for obj in LAYOUTS[name].render())
 
 
-@pytest.fixture(scope="module")
-def cherry_example_secrets() -> Objects:
-    return load_documents(CHERRY_EXAMPLE_SECRETS)
+def rendered(name: str) -> Objects:
+    """The objects of one layout, rendered once per session by the real tool."""
+    return [json.loads(text) for text in _render(name)]
+
+
+def example_secrets(layout: str) -> Objects:
+    """The example Secrets a cloud's overlay ships (manifests/providers/<cloud>/secrets.example.yaml)."""
+    if LAYOUTS[layout].backend == "sim":
+        return []
+    path = LAYOUTS[layout].example_secrets_file()
+    assert path.is_file(), (
+        f"{layout}: its cloud is registered but ships no {path.relative_to(ROOT)} to test with"
+    )
+    return load_documents(path)
 
 
 def our_workload(objects: Objects) -> dict[str, Any]:
@@ -270,10 +345,68 @@ def test_dockerfile_runtime_contract() -> None:
     for key in ("title", "description", "version", "revision", "licenses", "base.name"):
         assert f"org.opencontainers.image.{key}=" in labels, key
     assert df.arg_default("VERSION") == project_version()
-    # The manifests run the image as this user; keep them in step.
-    for objects in (render(MANIFESTS / p) for p in OVERLAYS.values()):
-        ours = container(our_workload(objects), OUR_CONTAINER)
-        assert str(ours["securityContext"]["runAsUser"]) == uid
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools and sources
+
+
+def test_go_tools_are_pinned_and_cached_outside_the_clone() -> None:
+    """The deployment tests use exactly the pinned helm and kustomize, built outside the clone."""
+    helm, kustomize = tool(HELM), tool(KUSTOMIZE)
+    for binary in (helm, kustomize):
+        assert not binary.resolve().is_relative_to(ROOT), binary
+    assert run([helm, "version", "--template", "{{.Version}}"]).strip() == HELM[1].rsplit(".", 1)[0]
+    assert run([kustomize, "version"]).strip() == KUSTOMIZE[1]
+
+
+def test_official_chart_is_the_upstream_snapshot() -> None:
+    """Tests render kubernetes/autoscaler's own chart from ../shared, never a copy in the project."""
+    chart = yaml.safe_load((OFFICIAL_CHART / "Chart.yaml").read_text())
+    assert (chart["name"], chart["version"]) == ("cluster-autoscaler", "9.59.0")
+    assert not list(ROOT.glob("**/charts/cluster-autoscaler/Chart.yaml"))
+    for values in official_values_paths():
+        assert f"chart {chart['version']}" in values.read_text(), f"{values.name} names another chart version"
+
+
+def test_every_registered_backend_has_official_chart_values() -> None:
+    """A cloud that exists in the registry is installable with the official chart."""
+    assert set(REGISTERED_BACKENDS) <= set(official_values_files()), sorted(
+        set(REGISTERED_BACKENDS) - set(official_values_files())
+    )
+    assert set(REGISTERED_BACKENDS) <= set(CHART_BACKENDS)
+
+
+def official_values_paths() -> list[Path]:
+    return [*official_values_files().values(), OFFICIAL_VALUES / f"{STANDALONE_VALUES}.yaml"]
+
+
+def unknown_keys(ours: dict[str, Any], defaults: dict[str, Any], where: str = "") -> list[str]:
+    """Keys of our values the chart does not have. Maps the chart leaves free (empty by default,
+    such as podAnnotations, and extraArgs, CA's flags, checked against CA's source elsewhere) are
+    not descended into."""
+    found = []
+    for key, value in ours.items():
+        if key not in defaults:
+            found.append(where + key)
+        elif (
+            isinstance(value, dict)
+            and isinstance(defaults[key], dict)
+            and defaults[key]
+            and key != "extraArgs"
+        ):
+            found += unknown_keys(value, defaults[key], f"{where}{key}.")
+    return found
+
+
+@pytest.mark.parametrize("values", official_values_paths(), ids=lambda p: p.stem)
+def test_official_chart_knows_every_value_we_set(values: Path) -> None:
+    """The official chart has no values schema and ignores a misspelt key: check ours against its
+    values.yaml, then let `helm lint --strict` render it with ours."""
+    defaults = yaml.safe_load((OFFICIAL_CHART / "values.yaml").read_text())
+    assert not unknown_keys(yaml.safe_load(values.read_text()), defaults)
+    out = run([tool(HELM), "lint", "--strict", OFFICIAL_CHART, "--values", values])
+    assert "0 chart(s) failed" in out, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,8 +426,8 @@ def test_every_manifest_file_parses(path: Path) -> None:
 
 
 def test_every_resource_file_is_used() -> None:
-    """No stray YAML: each file is a kustomization, referenced by one, or the Secrets example."""
-    referenced = {CHERRY_EXAMPLE_SECRETS}
+    """No stray YAML: each file is a kustomization, referenced by one, or a Secrets example."""
+    referenced = set(MANIFESTS.glob("providers/**/secrets*.example.yaml"))
     for kfile in MANIFESTS.rglob(KUSTOMIZATION_FILE):
         referenced.add(kfile)
         (spec,) = load_documents(kfile)
@@ -304,9 +437,24 @@ def test_every_resource_file_is_used() -> None:
     assert not stray, stray
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_kustomization_renders_namespaced_objects(overlay: str, rendered: Rendered) -> None:
-    objects = rendered[overlay]
+def test_rbac_component_renders_and_validates() -> None:
+    """The RBAC component both kustomize layouts include, rendered and validated on its own."""
+    objects = kustomize_build(MANIFESTS / "cluster-autoscaler-rbac")
+    assert {o["kind"] for o in objects} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    }
+    for version in SCHEMA_VERSIONS:
+        for obj in objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layout_renders_namespaced_objects(layout: str) -> None:
+    objects = rendered(layout)
     assert objects
     for obj in objects:
         namespace = obj["metadata"].get("namespace")
@@ -316,91 +464,66 @@ def test_kustomization_renders_namespaced_objects(overlay: str, rendered: Render
             assert namespace == NAMESPACE, obj["metadata"]
 
 
+def validate(obj: dict[str, Any], version: str) -> None:
+    if crds.is_custom(obj):
+        crds.validate(obj)
+    else:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
-@pytest.mark.parametrize("overlay", [*OVERLAYS, "cherry-example-secrets"])
-def test_objects_validate_against_schemas(
-    overlay: str, version: str, rendered: Rendered, cherry_example_secrets: Objects
-) -> None:
-    objects = cherry_example_secrets if overlay == "cherry-example-secrets" else rendered[overlay]
-    for obj in objects:
-        if certmanager.is_cert_manager(obj):
-            # cert-manager CRDs are not in kubernetes-validate's schemas: our own, written from
-            # cert-manager's API reference (tests/deploy_support/certmanager.py).
-            certmanager.validate(obj)
-        else:
-            kubernetes_validate.validate(obj, version, strict=True)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_objects_validate_against_schemas(layout: str, version: str) -> None:
+    for obj in rendered(layout):
+        validate(obj, version)
 
 
-def test_schema_validation_rejects_typos(rendered: Rendered) -> None:
-    """Both validators refuse unknown fields, so a misspelt key cannot slip through as valid."""
-    deployment = strategic_merge(
-        find(rendered["sidecar"], "Deployment", CA_DEPLOYMENT),
-        {"spec": {"template": {"spec": {"containers": [{"name": CA_CONTAINER, "volumeMount": []}]}}}},
-    )
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+@pytest.mark.parametrize(
+    "path",
+    sorted(MANIFESTS.glob("providers/**/secrets*.example.yaml")),
+    ids=lambda p: str(p.parent.relative_to(MANIFESTS / "providers")),
+)
+def test_example_secrets_validate(path: Path, version: str) -> None:
+    for obj in load_documents(path):
+        assert obj["kind"] == "Secret"
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_schema_validation_rejects_typos() -> None:
+    """Every validator refuses unknown fields, so a misspelt key cannot slip through as valid."""
+    deployment = copy.deepcopy(find(rendered("sidecar"), "Deployment", CA_DEPLOYMENT))
+    container(deployment, CA_CONTAINER)["volumeMount"] = []
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, SCHEMA_VERSIONS[0], strict=True)
-    cert = strategic_merge(
-        find(rendered["standalone"], "Certificate", "cloudprovider-grpc-server"), {"spec": {"dnsName": ["x"]}}
-    )
-    with pytest.raises(certmanager.jsonschema.ValidationError):
-        certmanager.validate(cert)
-
-
-# ---------------------------------------------------------------------------------------------
-# The renderer itself
-
-
-def test_strategic_merge_follows_merge_keys() -> None:
-    base = {
-        "containers": [{"name": "a", "args": ["x", "y"], "env": [{"name": "E", "value": "1"}]}, {"name": "b"}]
-    }
-    patch = {
-        "containers": [{"name": "a", "args": ["z"], "env": [{"name": "F", "value": "2"}]}, {"name": "c"}]
-    }
-    merged = strategic_merge(base, patch)
-    assert merged["containers"][0] == {
-        "name": "a",
-        "args": ["z"],
-        "env": [{"name": "E", "value": "1"}, {"name": "F", "value": "2"}],
-    }
-    assert [c["name"] for c in merged["containers"]] == ["a", "b", "c"]
-    assert base["containers"][0]["args"] == ["x", "y"], "the base must not be modified"
-
-
-def test_renderer_refuses_unsupported_kustomize_features(tmp_path: Path) -> None:
-    (tmp_path / KUSTOMIZATION_FILE).write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamePrefix: x-\n"
-    )
-    with pytest.raises(KustomizeError, match="namePrefix"):
-        render(tmp_path)
-
-
-def test_renderer_applies_images(tmp_path: Path) -> None:
-    (tmp_path / "d.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "p", "namespace": "n"},
-                "spec": {"containers": [{"name": "c", "image": "app:1"}, {"name": "d", "image": "apps:1"}]},
-            }
-        )
-    )
-    (tmp_path / KUSTOMIZATION_FILE).write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [d.yaml]\n"
-        "images: [{name: app, newName: reg.example:5000/team/app, newTag: '2'}]\n"
-    )
-    (pod,) = render(tmp_path)
-    assert [c["image"] for c in pod["spec"]["containers"]] == ["reg.example:5000/team/app:2", "apps:1"]
+    cert = copy.deepcopy(find(rendered("standalone"), "Certificate", "cloudprovider-grpc-server"))
+    crds.validate(cert)
+    cert["spec"]["dnsName"] = ["x"]
+    with pytest.raises(jsonschema.ValidationError, match="dnsName"):
+        crds.validate(cert)
+    cert = copy.deepcopy(find(rendered("standalone"), "Certificate", "cloudprovider-grpc-server"))
+    cert["spec"]["usages"] = ["server auth", "server-auth"]
+    with pytest.raises(jsonschema.ValidationError, match="server-auth"):
+        crds.validate(cert)
+    issuer_obj = copy.deepcopy(find(rendered("standalone"), "Issuer", "cloudprovider-grpc-ca"))
+    issuer_obj["spec"]["ca"]["secret"] = issuer_obj["spec"]["ca"].pop("secretName")
+    with pytest.raises(jsonschema.ValidationError):
+        crds.validate(issuer_obj)
+    monitor = [o for o in render_ours("serviceMonitor.enabled=true") if o["kind"] == "ServiceMonitor"]
+    assert len(monitor) == 1
+    crds.validate(monitor[0])
+    monitor[0]["spec"]["endpoints"][0]["intervall"] = "30s"
+    with pytest.raises(jsonschema.ValidationError, match="intervall"):
+        crds.validate(monitor[0])
 
 
 # ---------------------------------------------------------------------------------------------
 # Wiring between objects
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_images_are_pinned(overlay: str, rendered: Rendered) -> None:
-    objects = rendered[overlay]
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_images_are_pinned(layout: str) -> None:
+    objects = rendered(layout)
     ca = container(find(objects, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
     m = CA_IMAGE_RE.match(ca["image"])
     assert m, f"cluster-autoscaler image must be a pinned upstream release, got {ca['image']}"
@@ -409,25 +532,70 @@ def test_images_are_pinned(overlay: str, rendered: Rendered) -> None:
     assert ours["image"] == f"cloudprovider-grpc:{project_version()}"
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_cluster_autoscaler_uses_externalgrpc(overlay: str, rendered: Rendered) -> None:
-    objects = rendered[overlay]
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layouts_run_the_image_user(layout: str) -> None:
+    """Our container runs as the Dockerfile's USER."""
+    df = dockerfile.parse((ROOT / "Dockerfile").read_text())
+    user = [i.value for i in df.stages[-1].instructions if i.keyword == "USER"][-1]
+    ours = container(our_workload(rendered(layout)), OUR_CONTAINER)
+    assert str(ours["securityContext"]["runAsUser"]) == user.partition(":")[0]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cluster_autoscaler_uses_externalgrpc(layout: str) -> None:
+    objects = rendered(layout)
     view, config, _ = ca_cloud_config(objects)
     assert flag_value(view.args, "--cloud-provider") == "externalgrpc"
     assert set(config) <= {"address", "key", "cert", "cacert", "grpc_timeout"}, config
     assert re.fullmatch(r"(\d+(\.\d+)?(ms|s|m|h))+", str(config["grpc_timeout"])), config["grpc_timeout"]
     assert find(objects, "ServiceAccount", "cluster-autoscaler")
-    pod = pod_spec(find(objects, "Deployment", CA_DEPLOYMENT))
+    pod = pod_spec(find(objects, "Deployment", CA_DEPLOYMENT)) or {}
     assert pod["serviceAccountName"] == "cluster-autoscaler"
     binding = find(objects, "ClusterRoleBinding", "cluster-autoscaler")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "cluster-autoscaler", "namespace": NAMESPACE}
     ]
+    # CA never holds a cloud's credentials: they are our container's business.
+    ca = container(find(objects, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    assert not [e for e in ca.get("env") or [] if "secretKeyRef" in (e.get("valueFrom") or {})]
+    assert not any(a.startswith("--nodes") for a in view.args)
 
 
-@pytest.mark.parametrize("overlay", ["sidecar", "cherry"])
-def test_sidecar_dials_our_loopback_port(overlay: str, rendered: Rendered) -> None:
-    objects = rendered[overlay]
+def ca_flags_defined_upstream() -> set[str]:
+    """Flag names cluster-autoscaler 1.36.1 defines: its own (config/flags, main.go), klog's and the
+    leader-election ones, read from the upstream source in ../shared and the klog module."""
+    source = ROOT.parent / "shared" / "upstream" / "cluster-autoscaler" / "1.36.1" / "cluster-autoscaler"
+    names: set[str] = set()
+    pattern = re.compile(r'\bflag\.(?:[A-Z]\w*)\(\s*"([a-z0-9][a-z0-9-]*)"')
+    for path in source.rglob("*.go"):
+        names.update(pattern.findall(path.read_text(errors="replace")))
+    return names
+
+
+#: klog.InitFlags (k8s.io/klog/v2 klog.go) registers these; CA calls it in main.go.
+KLOG_FLAGS = {
+    "v", "vmodule", "logtostderr", "alsologtostderr", "stderrthreshold", "log_dir", "log_file",
+    "log_file_max_size", "skip_headers", "skip_log_headers", "add_dir_header", "one_output",
+    "log_backtrace_at",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cluster_autoscaler_args_are_flags_it_defines(layout: str) -> None:
+    """Each of CA's arguments names a flag the CA source defines, so CA would start with them."""
+    ca = container(find(rendered(layout), "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
+    args = [*ca.get("command", [])[1:], *ca.get("args", [])]
+    defined = ca_flags_defined_upstream()
+    assert {"cloud-config", "cloud-provider", "namespace"} <= defined, "flag scan found nothing"
+    for arg in args:
+        assert arg.startswith("--"), f"positional argument {arg!r}"
+        name = arg[2:].partition("=")[0]
+        assert name in defined | KLOG_FLAGS, f"cluster-autoscaler defines no flag --{name}"
+
+
+@pytest.mark.parametrize("layout", SIDECARS)
+def test_sidecar_dials_our_loopback_port(layout: str) -> None:
+    objects = rendered(layout)
     _, config, _ = ca_cloud_config(objects)
     assert config["address"] == "127.0.0.1:8086"
     assert not {"cert", "key", "cacert"} & set(config), "loopback needs no TLS"
@@ -436,11 +604,12 @@ def test_sidecar_dials_our_loopback_port(overlay: str, rendered: Rendered) -> No
     )
     ours = container(our_workload(objects), OUR_CONTAINER)
     assert ours.get("restartPolicy") == "Always", "runs as a native sidecar"
+    assert our_workload(objects) is find(objects, "Deployment", CA_DEPLOYMENT)
 
 
-@pytest.mark.parametrize("overlay", ["standalone", "cherry-standalone"])
-def test_standalone_dials_service_with_mtls(overlay: str, rendered: Rendered) -> None:
-    objects = rendered[overlay]
+@pytest.mark.parametrize("layout", STANDALONES)
+def test_standalone_dials_service_with_mtls(layout: str) -> None:
+    objects = rendered(layout)
     view, config, _ = ca_cloud_config(objects)
     host, port = split_host_port(config["address"])
     service_name, ns, svc = host.split(".")
@@ -451,7 +620,9 @@ def test_standalone_dials_service_with_mtls(overlay: str, rendered: Rendered) ->
     assert service["spec"]["selector"].items() <= workload["spec"]["template"]["metadata"]["labels"].items()
     ours = container(workload, OUR_CONTAINER)
     (cport,) = [p for p in ours["ports"] if svc_port["targetPort"] in (p["name"], p["containerPort"])]
-    assert split_host_port(flag_value(our_args(objects), "--address") or "")[1] == cport["containerPort"]
+    # An explicit listen address on every interface, and TLS: never the loopback default.
+    address = flag_value(our_args(objects), "--address") or ""
+    assert split_host_port(address) == ("", cport["containerPort"]), address
 
     # CA trusts the server by the host it dials (Go's TLS ServerName = host of `address`).
     server_cert = next(
@@ -481,10 +652,10 @@ def test_standalone_dials_service_with_mtls(overlay: str, rendered: Rendered) ->
     assert ca_issuer["spec"]["ca"]["secretName"] == ca_cert["spec"]["secretName"]
 
 
-@pytest.mark.parametrize("overlay", ["standalone", "cherry-standalone"])
-def test_network_policy_admits_only_cluster_autoscaler_to_grpc(overlay: str, rendered: Rendered) -> None:
-    objects = rendered[overlay]
-    policy = find(objects, "NetworkPolicy", "cloudprovider-grpc")["spec"]
+@pytest.mark.parametrize("layout", STANDALONES)
+def test_network_policy_admits_only_cluster_autoscaler_to_grpc(layout: str) -> None:
+    objects = rendered(layout)
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")["spec"]
     ours = our_workload(objects)["spec"]["template"]["metadata"]["labels"]
     ca_labels = find(objects, "Deployment", CA_DEPLOYMENT)["spec"]["template"]["metadata"]["labels"]
     assert policy["podSelector"]["matchLabels"].items() <= ours.items()
@@ -501,6 +672,7 @@ def test_network_policy_admits_only_cluster_autoscaler_to_grpc(overlay: str, ren
         for o in objects
         if o["kind"] == "Deployment" and o is not find(objects, "Deployment", CA_DEPLOYMENT)
     ]
+    assert other_pods
     for other in other_pods:
         labels = other["spec"]["template"]["metadata"]["labels"]
         assert not peer["podSelector"]["matchLabels"].items() <= labels.items(), other["metadata"]["name"]
@@ -508,10 +680,10 @@ def test_network_policy_admits_only_cluster_autoscaler_to_grpc(overlay: str, ren
     assert [p["port"] for p in metrics_rule["ports"]] == [metrics_port]
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_pods_are_locked_down(overlay: str, rendered: Rendered) -> None:
-    for workload in (o for o in rendered[overlay] if pod_spec(o)):
-        pod = pod_spec(workload)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pods_are_locked_down(layout: str) -> None:
+    for workload in (o for o in rendered(layout) if pod_spec(o)):
+        pod = pod_spec(workload) or {}
         pod_sc = pod.get("securityContext") or {}
         assert pod_sc.get("seccompProfile") == {"type": "RuntimeDefault"}
         assert pod_sc.get("runAsNonRoot") is True
@@ -527,11 +699,13 @@ def test_pods_are_locked_down(overlay: str, rendered: Rendered) -> None:
             for kind in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(c["resources"][kind]), where
             assert c.get("imagePullPolicy") == "IfNotPresent", where
+        if any(c["name"] == OUR_CONTAINER for c in pod_containers(workload)) and layout in STANDALONES:
+            assert pod.get("automountServiceAccountToken") is False, "our server never calls the API"
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_our_probes_hit_the_metrics_port(overlay: str, rendered: Rendered) -> None:
-    objects = rendered[overlay]
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_our_probes_hit_the_metrics_port(layout: str) -> None:
+    objects = rendered(layout)
     ours = container(our_workload(objects), OUR_CONTAINER)
     metrics_port = split_host_port(flag_value(our_args(objects), "--metrics-address") or "")[1]
     ports = {p["name"]: p["containerPort"] for p in ours["ports"]}
@@ -543,104 +717,196 @@ def test_our_probes_hit_the_metrics_port(overlay: str, rendered: Rendered) -> No
     assert {m["mountPath"] for m in ours["volumeMounts"]} >= {"/tmp"}
 
 
-@pytest.mark.parametrize("overlay", CHERRY_OVERLAYS)
-def test_cherry_overlay_reuses_in_tree_secrets(
-    overlay: str, rendered: Rendered, cherry_example_secrets: Objects
-) -> None:
-    """Secret names and keys exactly as the in-tree cherryservers examples define them."""
-    objects = rendered[overlay]
-    workload = our_workload(objects)
-    view = ContainerView(workload, OUR_CONTAINER, objects)
-    refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in view.container["env"]}
-    assert (refs["CHERRY_AUTH_TOKEN"]["name"], refs["CHERRY_AUTH_TOKEN"]["key"]) == (
-        "cluster-autoscaler-cherry",
-        "authtoken",
-    )
-    assert not refs["CHERRY_AUTH_TOKEN"].get("optional")
-    for var, key in (("BOOTSTRAP_TOKEN_ID", "token-id"), ("BOOTSTRAP_TOKEN_SECRET", "token-secret")):
-        assert (refs[var]["name"], refs[var]["key"]) == ("bootstrap-token-cluster-autoscaler-cherry", key)
-    args = our_args(objects)
-    assert flag_value(args, "--provider") == "cherry"
-    cloud_config = flag_value(args, "--cloud-config") or ""
-    mount, rel = view.mount_path_of(cloud_config) or ({}, "")
-    source = view.volumes[mount["name"]]["secret"]
-    assert source["secretName"] == "cluster-autoscaler-cloud-config"
-    assert {"key": "cloud-config", "path": rel} in source["items"]
-    assert [a for a in args if a == "--nodes"], "pools move from CA's flags to ours"
-    # The CA container is the base's, untouched: no in-tree flags, no cloud credentials.
-    ca = container(find(objects, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
-    base = rendered[CHERRY_OVERLAYS[overlay]]
-    assert ca == container(find(base, "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
-    assert not any(a.startswith("--nodes") for a in ca["args"]) and "env" not in ca
-    # Applying the overlay must never overwrite the user's real Secrets with examples.
-    assert not [o for o in objects if o["kind"] == "Secret"]
-    example = {o["metadata"]["name"]: o for o in cherry_example_secrets}
-    assert set(example) == {
-        "cluster-autoscaler-cherry",
-        "cluster-autoscaler-cloud-config",
-        "bootstrap-token-cluster-autoscaler-cherry",
+def secrets_read(view: ContainerView) -> set[tuple[str, str]]:
+    """(Secret, key) pairs a container reads, through env and through mounted Secret volumes."""
+    refs = {
+        (v["valueFrom"]["secretKeyRef"]["name"], v["valueFrom"]["secretKeyRef"]["key"])
+        for v in view.container.get("env") or []
+        if "secretKeyRef" in (v.get("valueFrom") or {})
     }
-    assert "authtoken" in example["cluster-autoscaler-cherry"]["stringData"]
+    for mount in view.container.get("volumeMounts") or []:
+        source = view.volumes[mount["name"]].get("secret")
+        if source:
+            items = source.get("items") or [{"key": "*"}]
+            refs.update((source["secretName"], item["key"]) for item in items)
+    return refs
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_each_cloud_reads_its_in_tree_secrets_unchanged(layout: str) -> None:
+    """Our container reads the Secret names and keys of the cloud's in-tree provider, nothing else;
+    no layout carries a Secret (applying it never overwrites the user's real ones)."""
+    objects = rendered(layout)
+    backend = LAYOUTS[layout].backend
+    assert flag_value(our_args(objects), "--provider") == backend
+    view = ContainerView(our_workload(objects), OUR_CONTAINER, objects)
+    tls = {(s, "*") for s, _ in secrets_read(view) if s.endswith("-tls")}
+    read = secrets_read(view) - tls
+    assert read <= IN_TREE_SECRETS[backend], sorted(read - IN_TREE_SECRETS[backend])
+    assert bool(read) == bool(IN_TREE_SECRETS[backend]), f"{backend}: reads no cloud credentials"
+    required = [
+        v["name"]
+        for v in view.container.get("env") or []
+        if "secretKeyRef" in (v.get("valueFrom") or {}) and not v["valueFrom"]["secretKeyRef"].get("optional")
+    ]
+    if backend == "cherry":
+        assert required == ["CHERRY_AUTH_TOKEN"], required
+    assert not [o for o in objects if o["kind"] == "Secret"]
+
+
+@pytest.mark.parametrize("layout", [n for n in RUNNABLE if LAYOUTS[n].backend != "sim"])
+def test_example_secrets_hold_what_the_layout_reads(layout: str) -> None:
+    backend = LAYOUTS[layout].backend
+    secrets = example_secrets(layout)
+    have = {
+        (o["metadata"]["name"], k) for o in secrets for k in {**o.get("data", {}), **o.get("stringData", {})}
+    }
+    view = ContainerView(our_workload(rendered(layout)), OUR_CONTAINER, rendered(layout))
+    wanted = {ref for ref in secrets_read(view) if not ref[0].endswith("-tls")}
+    assert wanted <= have, sorted(wanted - have)
+    assert {o["metadata"]["name"] for o in secrets} == {name for name, _ in IN_TREE_SECRETS[backend]}
 
 
 # ---------------------------------------------------------------------------------------------
-# Our CLI accepts the manifests' arguments and files
+# Our chart
+
+
+def test_our_chart_lints_strictly() -> None:
+    out = run([tool(HELM), "lint", "--strict", OUR_CHART])
+    assert "0 chart(s) failed" in out, out
+    for backend in CHART_BACKENDS:
+        run([tool(HELM), "lint", "--strict", OUR_CHART, "--set", f"provider={backend}"])
+
+
+def test_our_chart_values_schema_accepts_the_defaults() -> None:
+    schema = json.loads((OUR_CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.Draft7Validator(schema).validate(yaml.safe_load((OUR_CHART / "values.yaml").read_text()))
+    assert schema["properties"]["provider"]["enum"] == CHART_BACKENDS
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("provider=aws", "provider"),
+        ("nodes={10:1}", "nodes"),
+        ("grpcPort=0", "grpcPort"),
+        ("tls.mode=none", "mode"),
+        ("tls.mode=secret", "name"),
+        ("tls.certManager.duration=90d", "duration"),
+        ("backends.cherry.env[0].secret=Not_A_Name", "secret"),
+        ("networkPolicy.enabled=maybe", "enabled"),
+        ("replicas=2", "replicas"),
+        ("logLevel=verbose", "logLevel"),
+    ],
+)
+def test_our_chart_refuses_bad_values_at_install(setting: str, named: str) -> None:
+    """values.schema.json stops `helm install` before anything is created, naming the value."""
+    error = helm_template_error(OUR_CHART, set_values=[setting])
+    assert "values don't meet the specifications of the schema" in error, error
+    assert named in error, error
+
+
+def test_our_chart_with_your_own_tls_secret() -> None:
+    objects = render_ours("tls.mode=secret", "tls.secret.name=my-grpc-tls")
+    assert not [o for o in objects if o["apiVersion"].startswith("cert-manager.io/")]
+    view = ContainerView(our_workload(objects), OUR_CONTAINER, objects)
+    mount, rel = view.mount_path_of(flag_value(our_args(objects), "--tls-cert") or "") or ({}, "")
+    assert rel == "tls.crt" and view.volumes[mount["name"]]["secret"]["secretName"] == "my-grpc-tls"
+    for obj in objects:
+        validate(obj, SCHEMA_VERSIONS[-1])
+
+
+def test_our_chart_with_an_existing_issuer() -> None:
+    objects = render_ours(
+        "tls.certManager.issuerRef.name=corp-ca", "tls.certManager.issuerRef.kind=ClusterIssuer"
+    )
+    assert not [o for o in objects if o["kind"] == "Issuer"]
+    leaves = [o for o in objects if o["kind"] == "Certificate"]
+    assert len(leaves) == 2
+    for cert in leaves:
+        assert cert["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+        crds.validate(cert)
+
+
+def test_our_chart_optional_objects_switch_off() -> None:
+    objects = render_ours("networkPolicy.enabled=false", "podDisruptionBudget.enabled=false")
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"NetworkPolicy", "PodDisruptionBudget", "ServiceMonitor"}
+    assert {"Deployment", "Service", "ServiceAccount", "Certificate"} <= kinds
+    default_kinds = {o["kind"] for o in render_ours()}
+    assert {"NetworkPolicy", "PodDisruptionBudget"} <= default_kinds
+
+
+def test_our_chart_release_name_follows_through() -> None:
+    """Another release name renames every object, and the server certificate follows the Service."""
+    objects = helm_template(OUR_CHART, release="edge", namespace="autoscaling", set_values=["provider=sim"])
+    service = next(o for o in objects if o["kind"] == "Service")
+    assert service["metadata"]["name"] == "edge-cloudprovider-grpc"
+    server = next(
+        o for o in objects if o["kind"] == "Certificate" and "server auth" in o["spec"].get("usages", [])
+    )
+    assert "edge-cloudprovider-grpc.autoscaling.svc" in server["spec"]["dnsNames"]
+    assert all(o["metadata"].get("namespace") in (None, "autoscaling") for o in objects)
+
+
+# ---------------------------------------------------------------------------------------------
+# Our CLI accepts the layouts' arguments and files
 
 
 def materialize_ours(objects: Objects, root: Path, secrets: Objects) -> Any:
-    extra = certmanager.issue(objects)
+    extra = issuer.issue(objects)
     for obj in secrets:
         extra[obj["metadata"]["name"]] = config_data(secrets, "Secret", obj["metadata"]["name"])
     view = ContainerView(our_workload(objects), OUR_CONTAINER, objects, extra)
     return view.materialize(root), extra
 
 
+#: Environment variables that configure the server or a cloud (the in-tree names each backend reads).
+SERVER_ENV_PREFIXES = (
+    "CLOUDPROVIDER_GRPC_", "CHERRY_", "BOOTSTRAP_TOKEN_", "EXOSCALE_", "ACCESS_KEY_", "REGION_ID",
+    "ALIBABA_CLOUD_", "ALICLOUD_", "METADATA_ENDPOINT", "CLUSTER_API_TOKEN", "SPC_", "ORGANIZATION_ID",
+    "CLUSTER_ID",
+)  # fmt: skip
+
+
 def pod_env(env: dict[str, str]) -> dict[str, str]:
     """This process's environment minus anything that could configure the server, plus the pod's."""
-    ours = ("CLOUDPROVIDER_GRPC_", "CHERRY_", "BOOTSTRAP_TOKEN_")
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(ours)}, **env}
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(SERVER_ENV_PREFIXES)}, **env}
 
 
 def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    full_env = pod_env(env)
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=60, check=False
+        [*CLI, *args], capture_output=True, text=True, env=pod_env(env), cwd=cwd, timeout=60, check=False
     )
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_check_config_accepts_manifest_args(
-    overlay: str, rendered: Rendered, cherry_example_secrets: Objects, tmp_path: Path
-) -> None:
-    if overlay in CHERRY_OVERLAYS:
-        pytest.importorskip(
-            "cloudprovider_grpc.providers.cherry", reason="the Cherry backend (issue 3) has not landed"
-        )
-    secrets = cherry_example_secrets if overlay in CHERRY_OVERLAYS else []
-    mat, _ = materialize_ours(rendered[overlay], tmp_path / "pod", secrets)
+@pytest.mark.parametrize("layout", RUNNABLE)
+def test_check_config_accepts_layout_args(layout: str, tmp_path: Path) -> None:
+    objects = rendered(layout)
+    mat, _ = materialize_ours(objects, tmp_path / "pod", example_secrets(layout))
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"
     assert "configuration OK" in result.stdout
 
 
-def test_cherry_missing_bootstrap_secret_is_reported(
-    rendered: Rendered, cherry_example_secrets: Objects, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("layout", [n for n in RUNNABLE if LAYOUTS[n].backend == "cherry"])
+def test_cherry_missing_bootstrap_secret_is_reported(layout: str, tmp_path: Path) -> None:
     """The bootstrap Secret is `optional` in the pod, yet a cloudinit that needs it cannot start blind:
     without it the pod still starts, and the server refuses the configuration naming the variable."""
-    pytest.importorskip("cloudprovider_grpc.providers.cherry", reason="the Cherry backend has not landed")
     secrets = [
         s
-        for s in cherry_example_secrets
+        for s in example_secrets(layout)
         if s["metadata"]["name"] != "bootstrap-token-cluster-autoscaler-cherry"
     ]
-    mat, _ = materialize_ours(rendered["cherry"], tmp_path / "pod", secrets)
+    mat, _ = materialize_ours(rendered(layout), tmp_path / "pod", secrets)
     assert "BOOTSTRAP_TOKEN_ID" not in mat.env and mat.env["CHERRY_AUTH_TOKEN"]
     result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "BOOTSTRAP_TOKEN_" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("layout", ["standalone", "chart-sim"])
 @pytest.mark.parametrize(
     ("mutation", "key"),
     [
@@ -648,11 +914,11 @@ def test_cherry_missing_bootstrap_secret_is_reported(
         (("--tls-ca", "/etc/cloudprovider-grpc/server/missing.crt"), "tls"),
     ],
 )
-def test_check_config_rejects_broken_manifest_args(
-    mutation: tuple[str, str], key: str, rendered: Rendered, tmp_path: Path
+def test_check_config_rejects_broken_layout_args(
+    layout: str, mutation: tuple[str, str], key: str, tmp_path: Path
 ) -> None:
     """The same wiring with one bad value fails with one line naming the key: check-config checks."""
-    mat, _ = materialize_ours(rendered["standalone"], tmp_path / "pod", [])
+    mat, _ = materialize_ours(rendered(layout), tmp_path / "pod", [])
     flag, value = mutation
     if flag == "--tls-ca":
         value = str(mat.mounts["/etc/cloudprovider-grpc/server"] / "missing.crt")
@@ -664,12 +930,11 @@ def test_check_config_rejects_broken_manifest_args(
 
 @contextlib.contextmanager
 def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[tuple[int, int]]:
-    """`cloudprovider-grpc serve` with the manifest's args, on free loopback ports; SIGTERM at the end."""
+    """`cloudprovider-grpc serve` with the layout's args, on free loopback ports; SIGTERM at the end."""
     grpc_port, metrics_port = free_port(), free_port()
     args = [*args, "--address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics_port}"]
-    full_env = pod_env(env)
     proc = subprocess.Popen(
-        [*CLI, *args], env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [*CLI, *args], env=pod_env(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         deadline = time.monotonic() + 30
@@ -698,9 +963,10 @@ def probe_paths(objects: Objects) -> set[str]:
     return {ours[p]["httpGet"]["path"] for p in ("startupProbe", "livenessProbe", "readinessProbe")}
 
 
-def test_sidecar_serves_cluster_autoscaler_over_loopback(rendered: Rendered, tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["sidecar", "helm-sim"])
+def test_sidecar_serves_cluster_autoscaler_over_loopback(layout: str, tmp_path: Path) -> None:
     """Start our container's command as the pod would, then call it as CA's cloud-config says."""
-    objects = rendered["sidecar"]
+    objects = rendered(layout)
     mat, _ = materialize_ours(objects, tmp_path / "pod", [])
     _, config, _ = ca_cloud_config(objects)
     assert split_host_port(config["address"])[0] == "127.0.0.1"
@@ -713,13 +979,14 @@ def test_sidecar_serves_cluster_autoscaler_over_loopback(rendered: Rendered, tmp
         assert groups.nodeGroups, "the sim backend serves its demo groups"
 
 
-def test_standalone_mtls_works_as_cluster_autoscaler_dials(rendered: Rendered, tmp_path: Path) -> None:
-    """Certificates as cert-manager would issue them from the manifest; CA's side as its config says.
+@pytest.mark.parametrize("layout", ["standalone", "chart-sim"])
+def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path: Path) -> None:
+    """Certificates as cert-manager would issue them from the layout; CA's side as its config says.
 
     The client verifies the server under the host name in CA's `address` (Go sets ServerName to
     it), presenting the client certificate from the paths in CA's cloud-config.
     """
-    objects = rendered["standalone"]
+    objects = rendered(layout)
     mat, secrets = materialize_ours(objects, tmp_path / "pod", [])
     ca_view, config, _ = ca_cloud_config(objects)
     ca_view.extra_secrets = secrets
@@ -760,12 +1027,53 @@ def deploying_section() -> str:
 def test_readme_deploying_commands_name_real_paths() -> None:
     section = deploying_section()
     local = [p.rstrip(".") for p in re.findall(r"kubectl apply (?:-k|-f) ([\w./-]+)", section)]
-    assert {f"manifests/{path}" for path in OVERLAYS.values()} <= set(local)
+    assert {"manifests/sidecar", "manifests/standalone"} <= set(local)
     for path in local:
         assert (ROOT / path).exists(), path
     build = re.search(r"docker build -t (\S+) \.", section)
     assert build and build.group(1).endswith(f"cloudprovider-grpc:{project_version()}")
-    ca_image = container(find(render(MANIFESTS / "sidecar"), "Deployment", CA_DEPLOYMENT), CA_CONTAINER)[
-        "image"
-    ]
+    ca_image = container(find(rendered("sidecar"), "Deployment", CA_DEPLOYMENT), CA_CONTAINER)["image"]
     assert ca_image in section, "the README names the pinned cluster-autoscaler image"
+
+
+def readme_helm_commands() -> list[list[str]]:
+    """Every `helm install`/`helm upgrade` the Deploying section tells a reader to run."""
+    section = deploying_section().replace("\\\n", " ")
+    return [
+        shlex.split(line.strip())
+        for line in section.splitlines()
+        if re.match(r"\s*helm (install|upgrade) ", line)
+    ]
+
+
+def test_readme_helm_commands_are_the_tested_ones() -> None:
+    """Each Helm command of the README installs exactly a layout the tests render and check: the
+    official chart at the tested version with one of our values files, or our chart with the settings
+    the standalone layouts use; release names and namespace as in the tests."""
+    commands = readme_helm_commands()
+    assert commands, "README Deploying has no helm install command"
+    chart_version = yaml.safe_load((OFFICIAL_CHART / "Chart.yaml").read_text())["version"]
+    values_seen, providers_seen = set(), set()
+    for argv in commands:
+        verb_index = argv.index("install") if "install" in argv else argv.index("upgrade")
+        release, chart = argv[verb_index + 1 : verb_index + 3]
+        assert flag_value(argv, "--namespace") == NAMESPACE, argv
+        values = [argv[i + 1] for i, a in enumerate(argv) if a in ("--values", "-f")]
+        settings = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+        if chart == "autoscaler/cluster-autoscaler":
+            assert release == CA_RELEASE and flag_value(argv, "--version") == chart_version, argv
+            assert len(values) == 1 and not settings, argv
+            path = ROOT / values[0]
+            assert path.parent == OFFICIAL_VALUES and path.is_file(), argv
+            assert path.stem == STANDALONE_VALUES or f"helm-{path.stem}" in LAYOUTS, argv
+            values_seen.add(path.stem)
+        else:
+            assert chart == "deploy/helm/cloudprovider-grpc" and release == OUR_RELEASE, argv
+            assert not values, argv
+            provider = next((s.partition("=")[2] for s in settings if s.startswith("provider=")), "sim")
+            rest = tuple(s for s in settings if not s.startswith("provider="))
+            assert rest == CHART_EXAMPLE_SETTINGS.get(provider, ()), (rest, "differs from the tested layout")
+            assert f"chart-{provider}" in LAYOUTS
+            providers_seen.add(provider)
+    assert {"sim", STANDALONE_VALUES} <= values_seen
+    assert "sim" in providers_seen

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from cloudprovider_grpc.providers.jobs import JobRunner
 from tests.support.servers import ManualClock
@@ -12,44 +11,58 @@ from tests.support.servers import ManualClock
 def test_threaded_runner_never_exceeds_its_concurrency() -> None:
     runner = JobRunner(concurrency=3)
     runner.start()
-    lock = threading.Lock()
+    cond = threading.Condition()
+    release = threading.Event()
     running = peak = done = 0
 
     def job() -> None:
         nonlocal running, peak, done
-        with lock:
+        with cond:
             running += 1
             peak = max(peak, running)
-        time.sleep(0.02)
-        with lock:
+            cond.notify_all()
+        release.wait(10)  # every job holds its worker until the test lets go
+        with cond:
             running -= 1
             done += 1
 
     for _ in range(12):
         runner.submit(job)
+    with cond:
+        assert cond.wait_for(lambda: running == 3, timeout=10)
+    release.set()
     assert runner.wait_idle(10)
     runner.stop()
     assert done == 12 and peak == 3
 
 
 def test_retries_are_rescheduled_not_slept() -> None:
-    runner = JobRunner(concurrency=1)
+    clock = ManualClock()
+    runner = JobRunner(concurrency=1, clock=clock)
     runner.start()
     attempts: list[float] = []
+    attempted = [threading.Event() for _ in range(3)]
     other = threading.Event()
 
     def flaky() -> float | None:
-        attempts.append(time.monotonic())
-        return 0.2 if len(attempts) < 3 else None
+        attempts.append(clock())
+        attempted[len(attempts) - 1].set()
+        return 30.0 if len(attempts) < 3 else None
 
     runner.submit(flaky)
+    assert attempted[0].wait(10)
     runner.submit(other.set)
-    # the single worker is free while `flaky` waits for its retry, so the other job runs meanwhile
-    assert other.wait(0.15)
+    # the single worker is free while `flaky` waits for its retry (30 s of virtual time that never
+    # pass on their own), so the other job runs meanwhile
+    assert other.wait(10)
+    assert len(attempts) == 1
+    clock.advance(30)
+    assert attempted[1].wait(10)
+    clock.advance(30)
+    assert attempted[2].wait(10)
     assert runner.wait_idle(5)
     runner.stop()
-    assert len(attempts) == 3
-    assert attempts[2] - attempts[0] >= 0.4
+    assert attempts == [1000.0, 1030.0, 1060.0]
 
 
 def test_inline_runner_runs_due_jobs_in_submission_order() -> None:

@@ -20,3 +20,16 @@ def test_ruff_format_is_clean() -> None:
         [str(RUFF), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+#: what mypy checks in CI (config in pyproject.toml, pydantic plugin on): the shared machinery and
+#: every backend, the gRPC service and server, and the HTTP layer
+MYPY_PATHS = ("cloudprovider_grpc/providers", "cloudprovider_grpc/service.py", "cloudprovider_grpc/server.py",
+              "cloudprovider_grpc/http")  # fmt: skip
+
+
+def test_mypy_is_clean() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", *MYPY_PATHS], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout[-3000:]

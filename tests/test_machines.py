@@ -15,7 +15,7 @@ import pytest
 
 from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.driver import CloudError, Machine
+from cloudprovider_grpc.providers.driver import CloudError, Machine, MachineListing
 from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from cloudprovider_grpc.server import start_server
@@ -309,5 +309,109 @@ def test_a_late_executed_create_is_deduplicated() -> None:
         assert len(_alive(cloud)) == 1 and cloud.calls["delete"] == 1
         (kept,) = _alive(cloud)
         assert [i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances] == [kept]
+    finally:
+        handle.stop(1)
+
+
+class UntokenedDriver(SimDriver):
+    """A cloud whose create cannot carry a token (SPC): the machine is created without it, and the
+    first create's answer is lost after the cloud carried it out."""
+
+    create_carries_token = False
+
+    def __init__(self, cloud: SimCloud) -> None:
+        super().__init__(cloud)
+        self.creates = 0
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        self.creates += 1
+        machine = super().create_machine(group, "")
+        if self.creates == 1:
+            raise CloudError("read timed out", transient=True)
+        return machine
+
+
+def test_untokened_create_with_a_lost_answer_is_adopted_never_resent() -> None:
+    cloud = _cloud(initial=1)
+    driver = UntokenedDriver(cloud)
+    provider = MachineProvider(driver, inline_workers=True)
+    handle = _serve(provider)
+    try:
+        s = stub(channel(handle))
+        s.Refresh(pb.RefreshRequest())  # the baseline listing
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=2))
+        s.Refresh(pb.RefreshRequest())  # both creates run; the first one's answer is lost
+        s.Refresh(pb.RefreshRequest())  # the listing adopts the machine it made
+        s.Refresh(pb.RefreshRequest())
+        assert driver.creates == 2  # never re-sent
+        assert len(_alive(cloud)) == 3
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 3
+        ids = sorted(i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances)
+        assert ids == _alive(cloud)  # no placeholder left: the lost one was adopted
+    finally:
+        handle.stop(1)
+
+
+class HalfBrokenDriver(SimDriver):
+    """Two groups; listing one of them fails (a project answering 403) while `broken` is set."""
+
+    def __init__(self, cloud: SimCloud) -> None:
+        super().__init__(cloud)
+        self.broken = True
+
+    def list_machines(self) -> MachineListing:
+        machines = self.cloud.list_machines()
+        if not self.broken:
+            return MachineListing(machines)
+        denied = CloudError("403 Forbidden: Access denied: project belongs to another team", status=403)
+        return MachineListing([m for m in machines if m.group != "bad"], {"bad": denied})
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        if group == "bad" and self.broken:
+            raise CloudError("403 Forbidden: Access denied: project belongs to another team", status=403)
+        return super().create_machine(group, token)
+
+
+def test_one_broken_group_never_takes_the_others_down() -> None:
+    cloud = SimCloud(
+        SimOptions.model_validate(
+            {
+                "provisioning_delay": 0,
+                "deletion_delay": 0,
+                "groups": [
+                    {"id": "good", "min_size": 0, "max_size": 10, "initial_size": 2},
+                    {"id": "bad", "min_size": 0, "max_size": 10, "initial_size": 1},
+                ],
+            }
+        )
+    )
+    driver = HalfBrokenDriver(cloud)
+    driver.broken = False
+    provider = MachineProvider(driver, inline_workers=True)
+    handle = _serve(provider)
+    try:
+        s = stub(channel(handle))
+        s.Refresh(pb.RefreshRequest())
+        bad_machine = next(m.id for m in cloud.machines.values() if m.group == "bad")
+        driver.broken = True
+        s.Refresh(pb.RefreshRequest())  # no error: the healthy group was listed
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="good", delta=3))
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="bad", delta=1))
+        s.Refresh(pb.RefreshRequest())
+        s.Refresh(pb.RefreshRequest())
+        good = s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="good")).instances
+        assert len(good) == 5 and all(i.status.instanceState == RUNNING for i in good)
+        bad = s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="bad")).instances
+        assert bad_machine in {i.id for i in bad}  # what was known is kept
+        failed = [i for i in bad if i.id.startswith("sim://pending-")]
+        assert len(failed) == 1 and "403" in failed[0].status.errorInfo.errorMessage
+        victim = next(i.id for i in good)
+        s.NodeGroupDeleteNodes(
+            pb.NodeGroupDeleteNodesRequest(id="good", nodes=[pb.ExternalGrpcNode(providerID=victim)])
+        )
+        s.Refresh(pb.RefreshRequest())
+        s.Refresh(pb.RefreshRequest())
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="good")).targetSize == 4
+        assert victim not in _alive(cloud)
     finally:
         handle.stop(1)

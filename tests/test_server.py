@@ -103,16 +103,27 @@ def test_certificate_files_are_reread_when_they_change(tmp_path: Path) -> None:
 
 
 class SlowListDriver(SimDriver):
-    """A cloud whose listing takes a while, so a Refresh is in flight when shutdown starts."""
+    """A cloud whose listing holds until released, so a Refresh is in flight when shutdown starts."""
+
+    def __init__(self, cloud: SimCloud) -> None:
+        super().__init__(cloud)
+        self.listing = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
 
     def list_machines(self) -> list[Machine]:
-        time.sleep(0.8)
+        if not self.listing.is_set():  # the server's start-up refresh goes through at once
+            self.listing.set()
+            return super().list_machines()
+        self.entered.set()
+        self.release.wait(10)
         return super().list_machines()
 
 
 def test_graceful_stop_lets_in_flight_rpcs_finish() -> None:
     cloud = SimCloud(SimOptions.model_validate({"groups": [{"id": "g", "max_size": 3}]}))
-    provider = MachineProvider(SlowListDriver(cloud), inline_workers=True)
+    driver = SlowListDriver(cloud)
+    provider = MachineProvider(driver, inline_workers=True)
     handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=provider)
     s = stub(channel(handle))
     result: dict[str, object] = {}
@@ -126,8 +137,11 @@ def test_graceful_stop_lets_in_flight_rpcs_finish() -> None:
 
     t = threading.Thread(target=refresh)
     t.start()
-    time.sleep(0.2)  # the Refresh is now inside the slow listing
-    handle.stop(grace=5)
+    assert driver.entered.wait(10)  # the Refresh is now inside the listing
+    stopper = threading.Thread(target=handle.stop, kwargs={"grace": 5})
+    stopper.start()
+    driver.release.set()
+    stopper.join()
     t.join()
     assert result == {"ok": True}
     with pytest.raises(grpc.RpcError) as info:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 FAULT_KINDS = ("error", "error_after", "throttle", "slow", "drop")
@@ -49,10 +48,6 @@ class FaultPlan:
     @classmethod
     def none(cls) -> FaultPlan:
         return cls(rate=0.0)
-
-    @classmethod
-    def of(cls, rate: float, kinds: Iterable[str] = FAULT_KINDS, **kw: object) -> FaultPlan:
-        return cls(rate=rate, kinds=tuple(kinds), **kw)  # type: ignore[arg-type]
 
     def choose(self, method: str) -> tuple[str, int] | None:
         """(kind, status for `error`/`error_after`) for this request, or None for a normal answer."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 from cloudprovider_grpc.emulator.faults import FaultPlan
@@ -53,6 +53,7 @@ class Request:
     client: str
     params: dict[str, str] = field(default_factory=dict)
     principal: Any = None
+    raw_query: str = ""  # as sent, for emulators that verify signatures over it
 
     def arg(self, name: str, default: str | None = None) -> str | None:
         values = self.query.get(name)
@@ -72,7 +73,7 @@ class Response:
     status: int = 200
     body: Any = None
     #: a None value drops a default header (e.g. {"Content-Type": None} for a bare 204)
-    headers: dict[str, str | None] = field(default_factory=dict)
+    headers: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class EmulatorServer:
         raise HttpProblem(404, f"no such resource: {path}")
 
     # ---- lifecycle ----
-    def start(self) -> EmulatorServer:
+    def start(self) -> Self:
         if self.state_file and self.state_file.exists():
             with self.lock:
                 self.restore(json.loads(self.state_file.read_text()))
@@ -169,6 +170,9 @@ class EmulatorServer:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out as two writes; without TCP_NODELAY the body waits for the
+            # client's delayed ACK of the headers (~40 ms per keep-alive request on Linux)
+            disable_nagle_algorithm = True
             server_version = f"{emulator.name}-emulator"
 
             def log_message(self, format: str, *args: Any) -> None:
@@ -188,7 +192,9 @@ class EmulatorServer:
             daemon=True,
         )
         self._thread.start()
-        log.info("%s emulator listening on %s", self.name, self.base_url)
+        # debug: `emulate` prints its own listening line on stdout, and `serve --emulate` names the
+        # emulator in its serving line; two lines for one event confused users (issue 14)
+        log.debug("%s emulator listening on %s", self.name, self.base_url)
         return self
 
     def stop(self) -> None:
@@ -283,6 +289,7 @@ class EmulatorServer:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
         req = Request(h.command, split.path, parse_qs(split.query), h.headers, body, h.client_address[0])
+        req.raw_query = split.query
         fault = self.faults.choose(req.method)
         kind = fault[0] if fault else None
         if kind == "throttle" or self._throttled(req.client):

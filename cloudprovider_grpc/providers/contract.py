@@ -140,20 +140,36 @@ class CloudProvider(abc.ABC):
         return None
 
     # ---- node-group level (raise NotFound for unknown ids) ----
+    # Semantics are CA's NodeGroup interface (cluster-autoscaler cloudprovider/cloud_provider.go).
     @abc.abstractmethod
-    def target_size(self, group_id: str) -> int: ...
+    def target_size(self, group_id: str) -> int:
+        """The size the group should have: machines that exist plus those asked for and not yet
+        there. CA compares it with registered nodes to see upcoming nodes and scale-up timeouts,
+        so it must move the moment IncreaseSize/DeleteNodes/DecreaseTargetSize is accepted."""
 
     @abc.abstractmethod
-    def increase_size(self, group_id: str, delta: int) -> None: ...
+    def increase_size(self, group_id: str, delta: int) -> None:
+        """Raise the target by `delta` (> 0, else InvalidArgument); FailedPrecondition when that
+        would exceed the max size. Returns once the request is recorded: machines appear later
+        (instanceCreating, then running), never waited for here."""
 
     @abc.abstractmethod
-    def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None: ...
+    def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
+        """Delete exactly these nodes (machines or not-yet-created placeholders) and lower the
+        target by their number. All or nothing: a node not in the group is InvalidArgument and
+        nothing is deleted; going below the min size is FailedPrecondition. Nodes already deleted
+        are done (idempotent: CA retries after timeouts)."""
 
     @abc.abstractmethod
-    def decrease_target_size(self, group_id: str, delta: int) -> None: ...
+    def decrease_target_size(self, group_id: str, delta: int) -> None:
+        """Lower the target by `-delta` (< 0) WITHOUT deleting any existing machine: only requests
+        not yet fulfilled are dropped. CA uses it when it no longer expects upcoming nodes; a
+        target below the existing machines is FailedPrecondition (use DeleteNodes)."""
 
     @abc.abstractmethod
-    def nodes(self, group_id: str) -> list[Instance]: ...
+    def nodes(self, group_id: str) -> list[Instance]:
+        """Every instance of the group, including placeholders for ones being created, each with
+        its state and, if creating it failed, errorInfo (class 1 makes CA back off the group)."""
 
     def template(self, group_id: str) -> NodeTemplate:
         raise NotImplementedByProvider(f"{self.name}: node group {group_id!r} has no template")

@@ -36,6 +36,7 @@ __all__ = [
     "Machine",
     "MachineDriver",
     "MachineGone",
+    "MachineListing",
     "Operation",
     "OperationState",
     "OperationStatus",
@@ -158,6 +159,19 @@ class DriverBase(abc.ABC):
         return None
 
 
+class MachineListing(list[Machine]):
+    """What `MachineDriver.list_machines` may return instead of a plain list: the machines, plus
+    `failed`, the groups that could not be listed this time (one project answering 403, say). Their
+    last known state is kept and their error shown on their placeholders; the other groups go on
+    normally. A plain list means every group was listed."""
+
+    def __init__(
+        self, machines: Iterable[Machine] = (), failed: Mapping[str, CloudError] | None = None
+    ) -> None:
+        super().__init__(machines)
+        self.failed: dict[str, CloudError] = dict(failed or {})
+
+
 class MachineDriver(DriverBase):
     """The machine shape: our server owns the size and creates machines one at a time."""
 
@@ -169,7 +183,9 @@ class MachineDriver(DriverBase):
     @abc.abstractmethod
     def list_machines(self) -> list[Machine]:
         """Every machine of every group, from as few API calls as the API allows (one paginated
-        list for Cherry). Called once per Refresh."""
+        list per project for Cherry). Called once per Refresh and before re-sending a create whose
+        outcome is unknown. Raise CloudError only when nothing could be listed; return a
+        `MachineListing` naming the groups that alone failed."""
 
     @abc.abstractmethod
     def create_machine(self, group: str, token: str) -> Machine:

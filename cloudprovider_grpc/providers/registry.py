@@ -25,9 +25,14 @@ from cloudprovider_grpc.providers.driver import DriverBase
 BACKENDS: dict[str, str] = {
     "sim": "cloudprovider_grpc.providers.sim",
     "cherry": "cloudprovider_grpc.providers.cherry",
+    "vultr": "cloudprovider_grpc.providers.vultr",
+    "exoscale": "cloudprovider_grpc.providers.exoscale",
+    "alicloud": "cloudprovider_grpc.providers.alicloud",
+    "spc": "cloudprovider_grpc.providers.spc",
 }
 
-_NODES_RE = re.compile(r"^(\d+):(\d+):([A-Za-z0-9][A-Za-z0-9._\-/]*)$")
+#: NAME may hold ":" for SPC gen 1's `<min>:<max>:<size>[:<id>]`; each backend validates its names
+_NODES_RE = re.compile(r"^(\d+):(\d+):([A-Za-z0-9][A-Za-z0-9._\-/:]*)$")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,14 @@ class ProviderContext:
     env: Mapping[str, str] = field(default_factory=dict)
     clock: Callable[[], float] | None = None
     inline_workers: bool = False
+
+    def secret(self, name: str, *, required: bool = False, default: str = "") -> str:
+        """The secret environment variable `name`: stripped, checked for header safety, and masked in
+        every log line from now on (see cloudprovider_grpc/secrets.py). Backends read every secret
+        through this."""
+        from cloudprovider_grpc.secrets import read_secret
+
+        return read_secret(self.env, name, required=required, default=default)
 
 
 def backend_module(name: str) -> Any:

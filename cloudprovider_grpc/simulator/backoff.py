@@ -41,8 +41,3 @@ class Backoff:
     def backed_off(self, group: str, now: float) -> _Entry | None:
         entry = self._entries.get(group)
         return entry if entry is not None and now < entry.until else None
-
-    def remove_stale(self, now: float) -> None:
-        """Forget groups whose last failure is older than the reset timeout."""
-        for g in [g for g, e in self._entries.items() if now - e.last_failure >= self.reset_timeout]:
-            del self._entries[g]

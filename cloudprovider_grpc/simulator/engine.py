@@ -608,12 +608,12 @@ class Simulation:
             return []
         cutoff = self.o.expendable_pods_priority_cutoff
         groups: dict[int, PodGroup] = {}
-        expendable = young = 0
+        expendable = 0
         for p in pods:
             if p.shape.priority < cutoff:
                 expendable += 1
             elif t - p.created < self.o.new_pod_scale_up_delay:
-                young += 1
+                continue  # too young: CA waits new-pod-scale-up-delay before acting on it
             else:
                 pg = groups.get(id(p.shape))
                 if pg is None:

@@ -58,7 +58,15 @@ def run(
     from cloudprovider_grpc.server import start_server
     from cloudprovider_grpc.service import CloudProviderServicer
 
-    ctx = ProviderContext(options=dict(scenario.cloud), clock=clock.now, inline_workers=True, emulate=emulate)
+    # the scenario's `cloud:` section configures the scenario's own backend; another backend chosen
+    # with --provider runs on its own defaults (with --emulate every backend needs nothing else)
+    options = dict(scenario.cloud) if backend == scenario.provider else {}
+    if echo is not None and backend != scenario.provider and scenario.cloud:
+        echo(
+            f"note: the scenario's cloud: section is for {scenario.provider!r}; "
+            f"{backend!r} runs with its own defaults"
+        )
+    ctx = ProviderContext(options=options, clock=clock.now, inline_workers=True, emulate=emulate)
     cloud = build_provider(backend, ctx)
     if transport == "in-process":
         cloud.start()

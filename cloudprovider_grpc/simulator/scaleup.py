@@ -73,7 +73,6 @@ class ScaleUpPlan:
     lines: list[str] = field(default_factory=list)
     reason: str = ""
     pods_triggered: int = 0
-    pods_remaining: int = 0
 
 
 def _flag(resource: str) -> str:
@@ -142,7 +141,6 @@ def plan_scale_up(
     (`limits.usage`); `gpu_label`: the cloud's GPU label, for `--gpu-total`; `context`: the
     cluster's nodes and pods for inter-pod predicates in the estimator (`interpod.py`)."""
     plan = ScaleUpPlan()
-    total_pods = sum(g.count for g in pod_groups)
     quota = Tracker.for_scale_up(opts.resource_limits(), usage)
     valid: list[GroupView] = []
     for g in groups:
@@ -171,7 +169,6 @@ def plan_scale_up(
     if cluster_room is not None and cluster_room < 1:
         plan.reason = f"max-nodes-total ({opts.max_nodes_total}) reached"
         plan.lines.append(f"Max total nodes in cluster reached: {opts.max_nodes_total}")
-        plan.pods_remaining = total_pods
         return plan
     by_id = {g.id: g for g in valid}
     for g in valid:
@@ -204,7 +201,6 @@ def plan_scale_up(
     if not plan.options:
         plan.reason = "No expansion options"
         plan.lines.append("No expansion options")
-        plan.pods_remaining = total_pods
         return plan
 
     best = chain.best_option(plan.options, ctx)
@@ -212,7 +208,6 @@ def plan_scale_up(
     if best is None or best.node_count <= 0:
         plan.reason = "expander chose no option"
         plan.lines.append("No expansion option chosen by the expanders")
-        plan.pods_remaining = total_pods
         return plan
     plan.best = best
     group = by_id[best.group]
@@ -270,5 +265,4 @@ def plan_scale_up(
             f"Scale-up: setting group {gid} size to {g.target + n} instead of {g.target} (max: {g.max_size})"
         )
     plan.pods_triggered = best.pod_count
-    plan.pods_remaining = total_pods - best.pod_count
     return plan

@@ -453,7 +453,9 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+        from cloudprovider_grpc.config import yaml_problem
+
+        raise ScenarioError(yaml_problem(p, exc)) from None
     return parse_scenario(data, str(p))
 
 

@@ -283,3 +283,20 @@ def test_emulate_mode_runs_server_and_emulator_together() -> None:
 
     with pytest.raises(requests.ConnectionError):
         requests.get(base_url + "plans", timeout=2)
+
+
+def test_the_encoded_template_is_reused_until_the_catalogue_reloads(emulator: CherryEmulator) -> None:
+    """The Cherry driver builds a new template object per call; the machinery caches it per group,
+    so the service's template-bytes cache hits for Cherry too (service.py _template_bytes)."""
+    from cloudprovider_grpc.service import CloudProviderServicer
+
+    provider = build_provider("cherry", example_ctx(emulator))
+    provider.start()
+    try:
+        first = provider.template("pool1")
+        assert provider.template("pool1") is first
+        servicer = CloudProviderServicer(provider)
+        raw = servicer._template_bytes("pool1")
+        assert servicer._template_bytes("pool1") is raw  # the encoded bytes object itself is reused
+    finally:
+        provider.stop(0)

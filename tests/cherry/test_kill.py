@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import yaml
 
+from cloudprovider_grpc.emulator.faults import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.cherry import CherryEmulator
 from tests.cherry.conftest import ENV, EXAMPLE
@@ -59,10 +60,16 @@ def test_sigkill_mid_scale_up_then_restart_on_the_journal(emulator: CherryEmulat
         deadline = time.monotonic() + 30
         while len(pool_servers(emulator, "pool1")) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
+        # from now on the cloud refuses creates (429, nothing processed), so the kill lands mid-way
+        # however slowly this machine runs: at most a create already being processed completes
+        emulator.set_faults(FaultPlan(rate=1.0, kinds=("throttle",), methods=frozenset({"POST"})))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    time.sleep(0.5)  # let a request the dead process had sent finish in the cloud
+    deadline = time.monotonic() + 10
+    while emulator.in_flight() and time.monotonic() < deadline:  # a request the dead process sent
+        time.sleep(0.01)
+    emulator.set_faults(None)
     made = len(pool_servers(emulator, "pool1"))
     assert 2 <= made < 5, made  # killed mid-way
 

@@ -1,10 +1,13 @@
-// Command conformance drives a live cloudprovider-grpc server the way cluster-autoscaler's externalgrpc
-// cloud provider does, with the wire schemas of three CA generations, and reports each check by the
-// upstream function it exercises. Run it through run.sh, which builds it, makes the test PKI, starts
-// the servers and passes the cloud-config files.
+// Command conformance drives a live cloudprovider-grpc server through cluster-autoscaler's own
+// externalgrpc cloud provider (one CA generation per binary, chosen by a build tag: ca_1_34, ca_1_36,
+// ca_master; see ca_*.go), and reports each check by the upstream function it exercises. Run it
+// through run.sh, which starts the servers, makes the test PKI and passes the cloud-config files;
+// tests/support/gotools.py builds it against the CA snapshots in ../shared/upstream.
 //
 //	conformance gencerts -dir DIR -server-name localhost
-//	conformance run -cloud-config FILE [-faulty-cloud-config FILE] [-pki DIR] [-golden DIR] [-profile sim|generic]
+//	conformance release
+//	conformance run -cloud-config FILE -metrics URL [-faulty-cloud-config FILE -faulty-metrics URL] [-pki DIR] [-golden DIR] [-profile sim|generic]
+//	conformance bench -cloud-config FILE [-calls N]
 package main
 
 import (
@@ -16,14 +19,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
-	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc/protos"
 	"sigs.k8s.io/yaml"
 )
 
@@ -58,11 +58,12 @@ func (r *Runner) Info(msg string) { fmt.Printf("      info: %s\n", msg) }
 
 type harnessConfig struct {
 	cloudConfig       string
+	metrics           string
 	faultyCloudConfig string
+	faultyMetrics     string
 	pki               string
 	golden            string
 	profile           string
-	releases          []string
 }
 
 func main() {
@@ -80,25 +81,26 @@ func main() {
 			fmt.Fprintln(os.Stderr, "gencerts:", err)
 			os.Exit(1)
 		}
+	case "release":
+		fmt.Println(caRelease)
 	case "run":
 		fs := flag.NewFlagSet("run", flag.ExitOnError)
 		cfg := &harnessConfig{}
 		fs.StringVar(&cfg.cloudConfig, "cloud-config", "", "CA cloud-config (YAML: address, cert, key, cacert, grpc_timeout)")
+		fs.StringVar(&cfg.metrics, "metrics", "", "the server's /metrics URL (its RPC counters prove CA's client-side caching)")
 		fs.StringVar(&cfg.faultyCloudConfig, "faulty-cloud-config", "", "cloud-config of a server whose first group stocks out and has no price/options")
+		fs.StringVar(&cfg.faultyMetrics, "faulty-metrics", "", "the faulty server's /metrics URL")
 		fs.StringVar(&cfg.pki, "pki", "", "directory from `gencerts` (for the untrusted-client check)")
-		fs.StringVar(&cfg.golden, "golden", "../shared/golden/externalgrpc", "directory of upstream schema dumps")
+		fs.StringVar(&cfg.golden, "golden", "../shared/golden/externalgrpc", "directory of upstream schema dumps (for the one dynamic-schema check)")
 		fs.StringVar(&cfg.profile, "profile", "sim", "sim: also check the documented demo groups exactly; generic: any backend")
-		releases := fs.String("releases", "master,v1.34.2,v1.33.0", "CA proto generations to speak, newest first")
 		_ = fs.Parse(os.Args[2:])
-		cfg.releases = strings.Split(*releases, ",")
 		os.Exit(run(cfg))
 	case "bench":
 		fs := flag.NewFlagSet("bench", flag.ExitOnError)
 		cloudConfig := fs.String("cloud-config", "", "CA cloud-config (YAML: address, ...)")
-		golden := fs.String("golden", "../shared/golden/externalgrpc", "directory of upstream schema dumps")
 		calls := fs.Int("calls", 3000, "calls per RPC")
 		_ = fs.Parse(os.Args[2:])
-		os.Exit(benchmark(*cloudConfig, *golden, *calls))
+		os.Exit(benchmark(*cloudConfig, *calls))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n", os.Args[1])
 		os.Exit(2)
@@ -107,56 +109,32 @@ func main() {
 
 func run(cfg *harnessConfig) int {
 	r := &Runner{}
-	s := &Suite{r: r, profile: cfg.profile, cfg: cfg,
-		templates: map[string]*apiv1.Node{}, options: map[string]optionsResult{}, prices: map[string]float64{}}
-	ok := true
-	for i, rel := range cfg.releases {
-		rel := rel
-		r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.cloudConfig)+")", rel, func() error {
-			schema, err := LoadSchema(cfg.golden, rel)
-			if err != nil {
-				return err
-			}
-			p, err := BuildExternalGrpc(cfg.cloudConfig, schema)
-			if err != nil {
-				return err
-			}
-			if i == 0 {
-				s.master = p
-			} else {
-				s.legacy = append(s.legacy, p)
-			}
-			return nil
-		})
+	s := &Suite{r: r, profile: cfg.profile, cfg: cfg}
+	r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.cloudConfig)+")", caRelease, func() error {
+		p, err := BuildExternalGrpc(cfg.cloudConfig, cfg.metrics)
+		s.ca = p
+		return err
+	})
+	if s.ca == nil {
+		fmt.Printf("conformance: %d passed, %d failed\n", r.passed, r.failed)
+		return 1
 	}
-	if s.master == nil {
-		ok = false
-	}
-	if cfg.faultyCloudConfig != "" && s.master != nil {
-		r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.faultyCloudConfig)+")", cfg.releases[0], func() error {
-			p, err := BuildExternalGrpc(cfg.faultyCloudConfig, s.master.schema)
+	if cfg.faultyCloudConfig != "" {
+		r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.faultyCloudConfig)+")", caRelease, func() error {
+			p, err := BuildExternalGrpc(cfg.faultyCloudConfig, cfg.faultyMetrics)
 			s.faulty = p
 			return err
 		})
 	}
-	if !ok {
-		fmt.Printf("conformance: %d passed, %d failed\n", r.passed, r.failed)
-		return 1
-	}
 	s.mtls()
 
-	s.nodeGroups(s.master)
+	s.nodeGroups(s.ca)
 	s.seed()
 	s.gpu()
-	s.templateNodeInfo(s.master)
-	s.getOptions(s.master)
-	s.pricing(s.master)
-	for _, p := range s.legacy {
-		s.nodeGroups(p)
-		s.templateNodeInfo(p)
-		s.getOptions(p)
-		s.pricing(p)
-	}
+	s.templateNodeInfo(s.ca)
+	s.dualTemplateFields()
+	s.getOptions(s.ca)
+	s.pricing(s.ca)
 	s.nodeGroupForNode()
 	s.errorMapping()
 	s.scaling()
@@ -194,12 +172,11 @@ func variantConfig(base string, change func(*cloudConfig)) (string, error) {
 	return f.Name(), err
 }
 
-// refused builds a client and expects its first RPC to fail at the transport (UNAVAILABLE).
+// refused builds CA's client and expects its first RPC to fail at the transport (UNAVAILABLE).
 func refused(p *Provider, err error) error {
 	if err != nil {
 		return err
 	}
-	defer p.Close()
 	rerr := p.Refresh()
 	if rerr == nil {
 		return errors.New("the server answered")
@@ -220,38 +197,49 @@ func (s *Suite) mtls() {
 		return
 	}
 	host, port, _ := net.SplitHostPort(c.Address)
-	s.r.Check("CloudProvider.BuildExternalGrpc (mTLS handshake, ServerName = host of address)", "master", func() error {
-		return s.master.Refresh()
+	s.r.Check("CloudProvider.BuildExternalGrpc (mTLS handshake, ServerName = host of address)", caRelease, func() error {
+		return s.ca.Refresh()
 	})
 	if host == "localhost" {
-		s.r.Check("CloudProvider.BuildExternalGrpc (address host not in the server certificate is refused)", "master", func() error {
+		s.r.Check("CloudProvider.BuildExternalGrpc (address host not in the server certificate is refused)", caRelease, func() error {
 			path, err := variantConfig(base, func(c *cloudConfig) { c.Address = net.JoinHostPort("127.0.0.1", port) })
 			if err != nil {
 				return err
 			}
 			defer os.Remove(path)
-			return refused(BuildExternalGrpc(path, s.master.schema))
+			return refused(BuildExternalGrpc(path, ""))
 		})
 	}
-	s.r.Check("CloudProvider.BuildExternalGrpc (no cert in cloud-config = insecure client, refused)", "master", func() error {
+	s.r.Check("CloudProvider.BuildExternalGrpc (no cert in cloud-config = insecure client, refused)", caRelease, func() error {
 		path, err := variantConfig(base, func(c *cloudConfig) { c.Cert, c.Key, c.Cacert = "", "", "" })
 		if err != nil {
 			return err
 		}
 		defer os.Remove(path)
-		return refused(BuildExternalGrpc(path, s.master.schema))
+		return refused(BuildExternalGrpc(path, ""))
 	})
-	s.r.Check("CloudProvider.Refresh (TLS client without a client certificate is refused)", "master", func() error {
+	s.r.Check("CloudProvider.Refresh (TLS client without a client certificate is refused)", caRelease, func() error {
 		pem, err := os.ReadFile(c.Cacert)
 		if err != nil {
 			return err
 		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(pem)
-		return refused(dialTLS(s.master.schema, c.Address, &tls.Config{ServerName: host, RootCAs: pool}))
+		client, closeConn, err := stub(base, &tls.Config{ServerName: host, RootCAs: pool})
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		ctx, cancel := withTimeout()
+		defer cancel()
+		_, rerr := client.Refresh(ctx, &protos.RefreshRequest{})
+		if st, _ := status.FromError(rerr); rerr == nil || st.Code() != codes.Unavailable {
+			return fmt.Errorf("answered %v, want UNAVAILABLE (a transport refusal)", rerr)
+		}
+		return nil
 	})
 	if s.cfg.pki != "" {
-		s.r.Check("CloudProvider.BuildExternalGrpc (client certificate from an untrusted CA is refused)", "master", func() error {
+		s.r.Check("CloudProvider.BuildExternalGrpc (client certificate from an untrusted CA is refused)", caRelease, func() error {
 			path, err := variantConfig(base, func(c *cloudConfig) {
 				c.Cert, c.Key = filepath.Join(s.cfg.pki, "rogue-client.crt"), filepath.Join(s.cfg.pki, "rogue-client.key")
 			})
@@ -259,16 +247,7 @@ func (s *Suite) mtls() {
 				return err
 			}
 			defer os.Remove(path)
-			return refused(BuildExternalGrpc(path, s.master.schema))
+			return refused(BuildExternalGrpc(path, ""))
 		})
 	}
-}
-
-func dialTLS(schema *Schema, address string, tc *tls.Config) (*Provider, error) {
-	conn, err := grpc.Dial(address, grpc.WithTransportCredentials(credentials.NewTLS(tc))) //nolint:staticcheck // as upstream
-	if err != nil {
-		return nil, err
-	}
-	return &Provider{schema: schema, conn: conn, grpcTimeout: defaultGRPCTimeout, calls: &callLog{counts: map[string]int{}},
-		nodeGroupForNodeCache: map[string]*NodeGroup{}}, nil
 }

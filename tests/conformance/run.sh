@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Conformance run: builds the Go harness and grpcurl (module and build caches under the repo's ignored
-# .cache/go), makes a throwaway PKI, starts three cloudprovider-grpc servers on loopback and drives
-# them the way cluster-autoscaler's externalgrpc client does, then runs the README's grpcurl examples.
+# Conformance run: makes a throwaway PKI, starts three cloudprovider-grpc servers on loopback and
+# drives them through cluster-autoscaler's own externalgrpc client code (the harness binary is linked
+# against one CA snapshot: 1.34.1, 1.36.1 or master), then runs the README's grpcurl examples.
 #
-#   tests/conformance/run.sh                               # the sim cloud with its demo groups
-#   tests/conformance/run.sh --provider cherry --emulate   # flags after the script go to the main server
+#   tests/conformance/run.sh                               # the sim cloud with its demo groups, CA master
+#   CA_VERSION=1.34.1 tests/conformance/run.sh --provider cherry --emulate   # flags go to the main server
+#
+# The harness and grpcurl are built (once, cached outside the clone) by tests/realca/builds.py and
+# tests/support/gotools.py; CONFORMANCE_BIN and GRPCURL_BIN name prebuilt ones. GRPCURL_EXAMPLES=0
+# skips the README's grpcurl lines (the pytest entry runs them once, not per CA version and backend).
 #
 # Servers: "main" (mTLS; the checks, all three proto generations), "faulty" (mTLS; a sim group that
 # stocks out and has no price or options: error info and UNIMPLEMENTED mapping), "plain" (plaintext
@@ -13,27 +17,19 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-GRPCURL_VERSION=v1.9.3
 python=${PYTHON:-$root/.venv/bin/python}
 golden=${CONFORMANCE_GOLDEN:-$root/../shared/golden/externalgrpc}
-
-# Go's official tarball installs to /usr/local/go; not every login shell puts it on PATH.
-if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
-export GOMODCACHE="$root/.cache/go/mod" GOCACHE="$root/.cache/go/build" GOPATH="$root/.cache/go/path"
-export GOBIN="$root/.cache/go/bin" GOFLAGS=-modcacherw GOTOOLCHAIN=local
-mkdir -p "$GOBIN"
+ca_version=${CA_VERSION:-master}
 
 t0=$(date +%s)
 step() { echo "== $* (+$(($(date +%s) - t0))s)"; }
 
-step "building the harness ($(go version | cut -d' ' -f3))"
-(cd "$here" && go build -o "$GOBIN/conformance" .)
-# grpcurl built by `go install` reports no version itself; its build info names the module version.
-if ! go version -m "$GOBIN/grpcurl" 2>/dev/null | grep -qE "^\s+mod\s+github.com/fullstorydev/grpcurl\s+$GRPCURL_VERSION\s"; then
-  step "installing grpcurl $GRPCURL_VERSION"
-  go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"
+if [ -z "${CONFORMANCE_BIN:-}" ] || [ -z "${GRPCURL_BIN:-}" ]; then
+  step "building (cached) the harness on CA $ca_version and grpcurl"
+  eval "$(cd "$root" && "$python" -m tests.realca.builds conformance "$ca_version")"
 fi
-step "build done"
+harness=$CONFORMANCE_BIN
+step "harness on CA $("$harness" release)"
 
 work=$(mktemp -d)
 pids=()
@@ -44,7 +40,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$GOBIN/conformance" gencerts -dir "$work/pki" -server-name localhost
+"$harness" gencerts -dir "$work/pki" -server-name localhost
 
 free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -104,18 +100,23 @@ EOF
 cloud_config "$main_port" >"$work/cloud-config.yaml"
 cloud_config "$faulty_port" >"$work/faulty-cloud-config.yaml"
 
+# "sim": the documented demo groups, checked exactly; "generic": any backend. CONFORMANCE_PROFILE wins.
 profile=sim
 for arg in "$@"; do
   case "$arg" in --provider|--provider=*|--config|--config=*|--nodes|--nodes=*) profile=generic ;; esac
 done
+profile=${CONFORMANCE_PROFILE:-$profile}
 
 status=0
 step "harness (profile $profile)"
-"$GOBIN/conformance" run -cloud-config "$work/cloud-config.yaml" -faulty-cloud-config "$work/faulty-cloud-config.yaml" \
+"$harness" run -cloud-config "$work/cloud-config.yaml" -metrics "http://127.0.0.1:$main_metrics/metrics" \
+  -faulty-cloud-config "$work/faulty-cloud-config.yaml" -faulty-metrics "http://127.0.0.1:$faulty_metrics/metrics" \
   -pki "$work/pki" -golden "$golden" -profile "$profile" || status=1
 
-step "README grpcurl examples"
-PATH="$GOBIN:$PATH" PYTHON="$python" "$here/grpcurl_examples.sh" "$plain_port" || status=1
+if [ "${GRPCURL_EXAMPLES:-1}" != 0 ]; then
+  step "README grpcurl examples"
+  PATH="$(dirname "$GRPCURL_BIN"):$PATH" PYTHON="$python" "$here/grpcurl_examples.sh" "$plain_port" || status=1
+fi
 
 step "done, exit status $status"
 exit $status

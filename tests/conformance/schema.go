@@ -2,13 +2,9 @@ package main
 
 // The wire schema of cluster-autoscaler's externalgrpc.proto at one CA release, rebuilt at run time
 // from the golden descriptor dumps in ../shared/golden/externalgrpc/<release>.json (made with protoc
-// from the upstream .proto files; see shared/README.md). Building the schema from those dumps, and
-// never from our own proto/ files, is what lets this suite catch a wire mismatch that our server
-// and our own generated code would share.
-//
-// The upstream Go module (k8s.io/autoscaler/cluster-autoscaler) is refused by the Go module proxy
-// here (403 "This module version is not available" for every version), so its generated protos
-// package cannot be imported; README.md "## Conformance" records exactly what was tried.
+// from the upstream .proto files; see shared/README.md). Used only by dualfields.go, for the one
+// release whose reading CA's own code in the snapshots cannot reproduce (1.34.2); everything else
+// goes through CA's externalgrpc package itself.
 
 import (
 	"encoding/json"

@@ -15,7 +15,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.deploy_support.kustomize import pod_containers, pod_spec
+import yaml
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    """All non-empty YAML documents of a file."""
+    with path.open() as fh:
+        return [doc for doc in yaml.safe_load_all(fh) if doc is not None]
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod spec inside a workload object, or None for non-workloads."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Pod":
+        return spec
+    template = spec.get("template")
+    if isinstance(template, dict):
+        return template.get("spec")
+    return None
+
+
+def pod_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Init containers (native sidecars included) and containers of a workload, in start order."""
+    spec = pod_spec(obj)
+    if not spec:
+        return []
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
 
 
 def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -89,18 +114,35 @@ class ContainerView:
     def volume_files(self, volume_name: str) -> dict[str, bytes]:
         """Relative path -> content of what a volume shows inside the container."""
         volume = self.volumes[volume_name]
-        if "configMap" in volume:
-            source, data = (
-                volume["configMap"],
-                config_data(self.objects, "ConfigMap", volume["configMap"]["name"]),
-            )
-        elif "secret" in volume:
-            source, data = volume["secret"], self.secret(volume["secret"]["secretName"])
-        elif "emptyDir" in volume:
+        if "emptyDir" in volume:
             return {}
+        if "projected" in volume:
+            files: dict[str, bytes] = {}
+            for source in volume["projected"]["sources"]:
+                files.update(self._source_files(source))
+            return files
+        return self._source_files(volume)
+
+    def _source_files(self, source: dict[str, Any]) -> dict[str, bytes]:
+        """Files of one volume source (or one source of a projected volume)."""
+        if "serviceAccountToken" in source:
+            # The kubelet writes a token for the pod's ServiceAccount; any non-empty JWT-shaped text
+            # stands in for it here (no API server signs one in these tests).
+            return {source["serviceAccountToken"]["path"]: b"eyJhbGciOiJSUzI1NiJ9.e30.test-token"}
+        if "configMap" in source:
+            spec, kind = source["configMap"], "ConfigMap"
+        elif "secret" in source:
+            spec, kind = source["secret"], "Secret"
         else:
-            raise ValueError(f"volume {volume_name!r}: unsupported source {sorted(volume)}")
-        items = source.get("items")
+            raise ValueError(f"unsupported volume source {sorted(source)}")
+        name = spec.get("secretName") or spec["name"]
+        try:
+            data = config_data(self.objects, kind, name) if kind == "ConfigMap" else self.secret(name)
+        except LookupError:
+            if spec.get("optional"):
+                return {}  # the kubelet mounts an empty directory for a missing optional source
+            raise
+        items = spec.get("items")
         if not items:
             return data
         return {item["path"]: data[item["key"]] for item in items}
@@ -113,11 +155,24 @@ class ContainerView:
                 return mount, path[len(prefix) :]
         return None
 
+    def field(self, path: str) -> str:
+        """The downward API's value for a fieldRef the pod uses."""
+        fields = {
+            "metadata.namespace": self.workload["metadata"].get("namespace", ""),
+            "spec.serviceAccountName": (pod_spec(self.workload) or {}).get("serviceAccountName", ""),
+        }
+        if path not in fields:
+            raise ValueError(f"fieldRef {path!r} is not modelled")
+        return str(fields[path])
+
     def env(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for var in self.container.get("env") or []:
             if "value" in var:
                 out[var["name"]] = var["value"]
+                continue
+            if "fieldRef" in var["valueFrom"]:
+                out[var["name"]] = self.field(var["valueFrom"]["fieldRef"]["fieldPath"])
                 continue
             ref = var["valueFrom"]["secretKeyRef"]
             try:
@@ -145,4 +200,9 @@ class ContainerView:
                 mapped = str(mounts[hit[0]["mountPath"]] / hit[1])
                 arg = f"{flag}={mapped}" if eq else mapped
             args.append(arg)
-        return Materialized(args=args, env=self.env(), root=root, mounts=mounts)
+        # Paths under a mount, in arguments (above) and in environment values, point into the root.
+        env = {}
+        for name, value in self.env().items():
+            hit = self.mount_path_of(value) if value.startswith("/") else None
+            env[name] = str(mounts[hit[0]["mountPath"]] / hit[1]) if hit else value
+        return Materialized(args=args, env=env, root=root, mounts=mounts)

@@ -8,9 +8,14 @@ binaries, one directory per tool and version so a version bump never reuses a st
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 #: Go's official tarball installs to /usr/local/go; not every login shell puts it on PATH.
@@ -70,3 +75,135 @@ def go_install(package: str, version: str, binary: str, *, timeout: float = 1800
     if proc.returncode != 0 or not exe.exists():
         raise RuntimeError(f"go install {package}@{version} failed:\n{proc.stdout}\n{proc.stderr}")
     return exe
+
+
+def go_module_dir(module: str, version: str, *, timeout: float = 600) -> Path:
+    """`go mod download module@version` into the shared module cache; the unpacked module's directory.
+
+    For test data that a project publishes inside its Go module (cert-manager's CRDs in
+    `deploy/crds/`, prometheus-operator's in `example/prometheus-operator-crd/`): the module proxy is
+    an ordinary package registry, and the cache makes every run after the first offline.
+    Raises RuntimeError (with Go's output) when Go is missing or the download fails."""
+    if go_binary() is None:
+        raise RuntimeError(f"Go is not installed (needed to download {module}@{version})")
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        env=go_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        # Outside any go.mod, so no project module influences the download.
+        cwd=_neutral_dir(),
+    )
+    info: dict[str, str] = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    if proc.returncode != 0 or "Dir" not in info or info.get("Error"):
+        raise RuntimeError(
+            f"go mod download {module}@{version} failed:\n{info.get('Error', '')}{proc.stderr}"
+        )
+    return Path(info["Dir"])
+
+
+def _neutral_dir() -> Path:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def in_ci() -> bool:
+    """CI=true: a missing tool is a failure there, never a skip."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+# Go tools the deployment tests run, pinned. helm: the newest v3 release on the module proxy when it
+# was pinned. kustomize: v5.7.1, the newest release that builds with Go 1.26 (issue 16).
+HELM = ("helm.sh/helm/v3/cmd/helm", "v3.22.0", "helm")
+KUSTOMIZE = ("sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1", "kustomize")
+# ---------------------------------------------------------------- builds from a source tree
+
+
+def tree_key(*roots: Path, extra: str = "") -> str:
+    """A short content hash of every file under `roots` (names and bytes) plus `extra`.
+
+    Binaries built from a source tree are cached under this key, so an edit to the source (or a
+    different snapshot) builds afresh and an unchanged tree never rebuilds."""
+    digest = hashlib.sha256(extra.encode())
+    for root in roots:
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for path in files:
+            digest.update(str(path.relative_to(root if root.is_dir() else root.parent)).encode())
+            digest.update(b"\0")
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def build_lock(name: str) -> Iterator[None]:
+    """One builder per binary at a time, across processes (two suites warming the same cache)."""
+    locks = cache_root() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def go_build(
+    name: str,
+    key: str,
+    prepare: Callable[[Path], Path],
+    packages: Sequence[str],
+    *,
+    tags: Sequence[str] = (),
+    ldflags: str = "",
+    timeout: float = 3600,
+) -> Path:
+    """Build `packages` into `bin/<name>-<key>/` (one executable per package, named after its last
+    path element) and return that directory; a no-op when it is already there.
+
+    `prepare(workdir)` lays out the module to build inside `workdir` (a scratch copy under the cache,
+    so `-mod=mod` may complete go.mod/go.sum without touching the clone or shared sources) and
+    returns the directory to run `go build` in. The result is moved into place only when every
+    package built, so an interrupted build is never mistaken for a cached one."""
+    dest = cache_root() / "bin" / f"{name}-{key}"
+    if dest.is_dir():
+        return dest
+    if go_binary() is None:
+        raise RuntimeError(f"Go is not installed (needed to build {name})")
+    with build_lock(f"{name}-{key}"):
+        if dest.is_dir():
+            return dest
+        scratch = cache_root() / "src" / f"{name}-{key}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        out = cache_root() / "bin" / f".{name}-{key}.partial"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        try:
+            cwd = prepare(scratch)
+            cmd = ["go", "build", "-mod=mod", "-o", str(out) + os.sep]
+            if tags:
+                cmd += ["-tags", ",".join(tags)]
+            if ldflags:
+                cmd += ["-ldflags", ldflags]
+            proc = subprocess.run(
+                [*cmd, *packages],
+                cwd=cwd,
+                env=go_env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(
+                    f"go build {name} ({' '.join(packages)}) failed:\n{proc.stdout}\n{proc.stderr}"
+                )
+            out.rename(dest)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
+    return dest

@@ -106,14 +106,6 @@ class CherryClient:
             ):
                 return servers
 
-    def get_server(self, server_id: int | str) -> dict[str, Any]:
-        try:
-            return self.http.request("GET", f"servers/{server_id}", operation="get_server").json()
-        except CloudError as err:
-            if err.status == 404:
-                raise MachineGone(f"cherry server {server_id} not found") from err
-            raise
-
     def create_server(self, project_id: int, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a server. Not retried after it may have been sent (see http/retry.py)."""
         try:

@@ -38,6 +38,12 @@ DEFAULT_CONTROLLER_LABEL = CONTROL_PLANE_LABELS[0]
 #: an emulated cloud needs some token; used only with --emulate when CHERRY_AUTH_TOKEN is unset
 EMULATOR_DEFAULT_TOKEN = "cherry-emulator-token"
 
+#: with --emulate, what a configuration that says nothing else gets: a demo project in the emulated
+#: catalogue (plan, region and image exist in emulator_seed.py), cluster "demo", two pools
+EMULATE_DEFAULTS = {"project-id": "1", "plan": "cloud_vps_4", "region": "eu_nord_1", "os": "ubuntu_24_04"}
+EMULATE_CLUSTER = "demo"
+EMULATE_POOLS = (("pool1", 0, 10), ("pool2", 0, 5))
+
 CLOUDINIT_FIELDS = ("BootstrapTokenID", "BootstrapTokenSecret", "APIServerEndpoint", "NodeGroup")
 HOSTNAME_FIELDS = ("ClusterName", "NodeGroup", "RandString8")
 
@@ -344,6 +350,14 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
             bounds[name] = (lo, hi, "config")
     for spec in ctx.nodes:
         bounds[spec.name] = (spec.min_size, spec.max_size, "--nodes")
+    if ctx.emulate:
+        # a demo that needs nothing else: `serve --provider cherry --emulate` (issue 14, item 9)
+        base = _Raw(
+            {**{k: ([v], f"--emulate default {k}") for k, v in EMULATE_DEFAULTS.items()}, **base.values}
+        )
+        cluster_flag = cluster_flag or EMULATE_CLUSTER
+        if not bounds:
+            bounds = {name: (lo, hi, "--emulate default") for name, lo, hi in EMULATE_POOLS}
     if not bounds:
         raise ConfigError(
             "nodes", "no node groups: give --nodes=MIN:MAX:POOL or pools with min-size/max-size"
@@ -357,13 +371,12 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
             'no "default" or [global] pool definition was found (set project-id, plan, region, ...)',
         )
 
-    token = env.get("CHERRY_AUTH_TOKEN", "")
-    if not token:
-        if not ctx.emulate:
-            raise ConfigError("CHERRY_AUTH_TOKEN", "is required and missing")
-        token = EMULATOR_DEFAULT_TOKEN
-    boot_id = env.get("BOOTSTRAP_TOKEN_ID", "")
-    boot_secret = env.get("BOOTSTRAP_TOKEN_SECRET", "")
+    # secrets: stripped (a Secret made with --from-file ends in a newline), header-safe, masked in logs
+    token = ctx.secret(
+        "CHERRY_AUTH_TOKEN", required=not ctx.emulate, default=EMULATOR_DEFAULT_TOKEN if ctx.emulate else ""
+    )
+    boot_id = ctx.secret("BOOTSTRAP_TOKEN_ID")
+    boot_secret = ctx.secret("BOOTSTRAP_TOKEN_SECRET")
 
     pools: dict[str, PoolSpec] = {}
     groups: list[GroupConfig] = []

@@ -27,6 +27,7 @@ from cloudprovider_grpc.providers.driver import (
     Machine,
     MachineDriver,
     MachineGone,
+    MachineListing,
 )
 
 log = logging.getLogger(__name__)
@@ -147,22 +148,37 @@ class CherryDriver(MachineDriver):
             error=error,
         )
 
-    def list_machines(self) -> list[Machine]:
+    def list_machines(self) -> MachineListing:
+        """One paginated listing per project. A project that fails (403 on a wrong project-id, say)
+        fails only its own pools; nothing listed at all raises."""
         machines: list[Machine] = []
+        failed: dict[str, CloudError] = {}
+        errors: list[CloudError] = []
         for project_id in self.config.project_ids:
-            for server in self.client.list_servers(project_id):
+            try:
+                servers = self.client.list_servers(project_id)
+            except CloudError as exc:
+                errors.append(exc)
+                for pool in self.config.pools.values():
+                    if pool.project_id == project_id:
+                        failed[pool.name] = exc
+                continue
+            for server in servers:
                 tags = _tags(server)
-                pool = self.config.pools.get(tags.get(TAG_POOL, ""))
+                member = self.config.pools.get(tags.get(TAG_POOL, ""))
                 if (
-                    pool is None
-                    or pool.project_id != project_id
-                    or tags.get(TAG_CLUSTER) != pool.cluster_name
+                    member is None
+                    or member.project_id != project_id
+                    or tags.get(TAG_CLUSTER) != member.cluster_name
                 ):
                     continue
                 if "id" not in server:
                     continue
-                machines.append(self._machine(server, pool.name))
-        return machines  # servers sharing a creation token are deduplicated by MachineProvider
+                machines.append(self._machine(server, member.name))
+        if errors and len(errors) == len(self.config.project_ids):
+            raise errors[0]
+        # servers sharing a creation token are deduplicated by MachineProvider
+        return MachineListing(machines, failed)
 
     # ---- create / delete ----
     def _rand8(self) -> str:

@@ -95,10 +95,6 @@ class CherryEmulator(EmulatorServer):
         self.route("GET", f"{v}/regions", self._list_regions)
 
     # ------------------------------------------------------------------ seeding and inspection
-    def add_token(self, token: str, team: int = DEFAULT_TEAM) -> None:
-        with self.lock:
-            self.tokens[token] = team
-
     def add_project(self, project_id: int, team: int = DEFAULT_TEAM) -> None:
         with self.lock:
             self.projects[int(project_id)] = team

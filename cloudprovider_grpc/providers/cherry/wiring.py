@@ -96,7 +96,7 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
     except ConfigError:
         config = None
     emu = config.emulator if config else EmulatorOptions()
-    emulator = _emulator_for(config, ctx.env.get("CHERRY_AUTH_TOKEN", ""), emu, address, state_file)
+    emulator = _emulator_for(config, ctx.secret("CHERRY_AUTH_TOKEN"), emu, address, state_file)
     if config is None:
         for pid in _project_ids_hint(ctx):
             emulator.add_project(pid)

@@ -6,9 +6,9 @@ from pydantic import ValidationError
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
-from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions
+from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions, SimPoolDriver
 
-__all__ = ["SimCloud", "SimDriver", "SimOptions", "build_driver", "parse_options"]
+__all__ = ["SimCloud", "SimDriver", "SimOptions", "SimPoolDriver", "build_driver", "parse_options"]
 
 
 def parse_options(ctx: ProviderContext) -> SimOptions:
@@ -39,4 +39,5 @@ def parse_options(ctx: ProviderContext) -> SimOptions:
 
 def build_driver(ctx: ProviderContext) -> BuiltDriver:
     cloud = SimCloud(parse_options(ctx), clock=ctx.clock)
-    return BuiltDriver(SimDriver(cloud), seed=cloud.options.seed)
+    driver = SimPoolDriver(cloud) if cloud.options.shape == "pools" else SimDriver(cloud)
+    return BuiltDriver(driver, seed=cloud.options.seed)

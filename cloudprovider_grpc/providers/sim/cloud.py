@@ -13,14 +13,25 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
-from cloudprovider_grpc.providers.contract import AutoscalingOptions, ErrorClass, InstanceState
-from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver, MachineGone
+from cloudprovider_grpc.providers.contract import AutoscalingOptions, ErrorClass, InstanceError, InstanceState
+from cloudprovider_grpc.providers.driver import (
+    CloudError,
+    DriverBase,
+    GroupConfig,
+    Machine,
+    MachineDriver,
+    MachineGone,
+    Pool,
+    PoolDriver,
+    RemoveOutcome,
+)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABEL = "cloudprovider-grpc.io/gpu"
@@ -104,8 +115,14 @@ class SimGroupSpec(_Strict):
 
 
 class SimOptions(_Strict):
-    """The `sim:` section of the config file."""
+    """The `sim:` section of the config file.
 
+    `shape` picks which machinery serves the cloud: `machines` (our server owns each group's size and
+    creates machines one by one, like Cherry Servers) or `pools` (the cloud owns a desired size per
+    group and creates and deletes instances itself, like Vultr VKE, Exoscale and AliCloud ESS; a size
+    lowered below the group's count deletes random instances, as VKE does)."""
+
+    shape: Literal["machines", "pools"] = "machines"
     provisioning_delay: float = Field(30.0, ge=0)
     deletion_delay: float = Field(5.0, ge=0)
     seed: int = 0
@@ -177,7 +194,10 @@ class SimCloud:
         self._rng = random.Random(options.seed)
         self._counters = dict.fromkeys(self.groups, 0)
         self.machines: dict[str, SimMachine] = {}
-        self.calls: dict[str, int] = {"list": 0, "create": 0, "delete": 0}
+        self.calls: dict[str, int] = {"list": 0, "create": 0, "delete": 0, "set_size": 0, "remove": 0}
+        # pool mode: the cloud's desired size per group and its last scaling failure
+        self.desired: dict[str, int] = {g.id: g.initial_size for g in options.groups}
+        self.failures: dict[str, InstanceError | None] = dict.fromkeys(self.groups)
         booted = self.clock() - options.provisioning_delay
         for g in options.groups:
             for _ in range(g.initial_size):
@@ -198,7 +218,7 @@ class SimCloud:
             return InstanceState.CREATING
         return InstanceState.RUNNING
 
-    def list(self) -> list[Machine]:
+    def list_machines(self) -> list[Machine]:
         now = self.clock()
         with self._lock:
             self.calls["list"] += 1
@@ -227,6 +247,64 @@ class SimCloud:
             m = self._add(group, token, self.clock())
             return Machine(m.id, m.group, InstanceState.CREATING, m.name, m.token)
 
+    # ---- pool mode: the cloud owns the desired size and converges on it itself ----
+    def _alive(self, group: str) -> list[SimMachine]:
+        return [m for m in self.machines.values() if m.group == group and m.deleted_at is None]
+
+    def _converge(self, group: str, now: float) -> None:
+        """Create or delete instances until the group holds its desired size. Creation honours the
+        group's failure injection; a failure is remembered as the pool's scaling failure until the
+        group reaches its size. A lower size deletes random instances (VKE's behaviour)."""
+        spec, want = self.groups[group], self.desired[group]
+        alive = self._alive(group)
+        while len(alive) > want:
+            victim = alive.pop(self._rng.randrange(len(alive)))
+            victim.deleted_at = now
+        failure: InstanceError | None = None
+        while len(alive) < want:
+            if spec.fail.stockout_after is not None and len(alive) >= spec.fail.stockout_after:
+                failure = InstanceError(
+                    "STOCKOUT",
+                    f"no capacity left for {spec.instance_type or group} in {spec.zone}",
+                    ErrorClass.OUT_OF_RESOURCES,
+                )
+                break
+            if spec.fail.error_rate and self._rng.random() < spec.fail.error_rate:
+                failure = InstanceError("SIMULATED_ERROR", "simulated provisioning error")
+                break
+            alive.append(self._add(group, "", now))
+        self.failures[group] = failure
+
+    def list_pools(self) -> dict[str, tuple[int, list[Machine], InstanceError | None]]:
+        """Per group: desired size, members, last scaling failure (one call, like a cluster listing)."""
+        now = self.clock()
+        with self._lock:
+            for group in self.groups:
+                self._converge(group, now)
+        machines = self.list_machines()
+        with self._lock:
+            return {
+                g: (self.desired[g], [m for m in machines if m.group == g], self.failures[g])
+                for g in self.groups
+            }
+
+    def set_size(self, group: str, size: int) -> None:
+        with self._lock:
+            self.calls["set_size"] += 1
+            self.desired[group] = size
+            self._converge(group, self.clock())
+
+    def remove(self, group: str, machine_ids: Sequence[str]) -> None:
+        """Delete exactly these instances and lower the desired size by the number that existed."""
+        with self._lock:
+            self.calls["remove"] += 1
+            now = self.clock()
+            for mid in machine_ids:
+                m = self.machines.get(mid)
+                if m is not None and m.group == group and m.deleted_at is None:
+                    m.deleted_at = now
+                    self.desired[group] = max(0, self.desired[group] - 1)
+
     def delete(self, machine_id: str) -> None:
         with self._lock:
             self.calls["delete"] += 1
@@ -237,7 +315,9 @@ class SimCloud:
                 m.deleted_at = self.clock()
 
 
-class SimDriver(MachineDriver):
+class _SimReadSide(DriverBase):
+    """What both sim drivers say about groups, templates and prices."""
+
     name = "sim"
     id_prefix = "sim://"
     gpu_label = GPU_LABEL
@@ -247,6 +327,10 @@ class SimDriver(MachineDriver):
         self._templates = {g.id: _template(g) for g in cloud.options.groups}
 
     def groups(self) -> list[GroupConfig]:
+        return self.group_configs()
+
+    def group_configs(self) -> list[GroupConfig]:
+        """The configured groups (the pool listing carries them too)."""
         return [
             GroupConfig(
                 g.id,
@@ -258,15 +342,6 @@ class SimDriver(MachineDriver):
             for g in self.cloud.options.groups
         ]
 
-    def list_machines(self) -> list[Machine]:
-        return self.cloud.list()
-
-    def create_machine(self, group: str, token: str) -> Machine:
-        return self.cloud.create(group, token)
-
-    def delete_machine(self, machine: Machine) -> None:
-        self.cloud.delete(machine.id)
-
     def template(self, group: str) -> NodeTemplate | None:
         return self._templates.get(group)
 
@@ -276,6 +351,37 @@ class SimDriver(MachineDriver):
 
     def gpu_types(self) -> list[str]:
         return sorted({g.gpu.type for g in self.cloud.options.groups if g.gpu})
+
+
+class SimDriver(_SimReadSide, MachineDriver):
+    """The sim cloud in machine mode: our server creates machines one by one."""
+
+    def list_machines(self) -> list[Machine]:
+        return self.cloud.list_machines()
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        return self.cloud.create(group, token)
+
+    def delete_machine(self, machine: Machine) -> None:
+        self.cloud.delete(machine.id)
+
+
+class SimPoolDriver(_SimReadSide, PoolDriver):
+    """The sim cloud in pool mode: the cloud owns each group's desired size."""
+
+    def list_pools(self) -> list[Pool]:
+        configs = {c.id: c for c in self.group_configs()}
+        return [
+            Pool(configs[gid], desired, tuple(machines), failure)
+            for gid, (desired, machines, failure) in self.cloud.list_pools().items()
+        ]
+
+    def set_size(self, group: str, size: int) -> None:
+        self.cloud.set_size(group, size)
+
+    def remove_machines(self, group: str, machines: Sequence[Machine]) -> RemoveOutcome:
+        self.cloud.remove(group, [m.id for m in machines])
+        return RemoveOutcome()
 
 
 def _template(g: SimGroupSpec) -> NodeTemplate:

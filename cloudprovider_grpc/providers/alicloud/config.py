@@ -1,0 +1,432 @@
+"""AliCloud configuration: the in-tree provider's inputs, accepted verbatim, plus our options.
+
+In-tree facts (kubernetes/autoscaler cloudprovider/alicloud, research alicloud.md §1):
+- node groups only from `--nodes=MIN:MAX:<ScalingGroupId>`; bounds from the flag, not from ESS;
+- credentials from the environment, first complete mode wins: AK/SK (`ACCESS_KEY_ID`,
+  `ACCESS_KEY_SECRET`, `REGION_ID`), then RRSA (`ALIBABA_CLOUD_OIDC_PROVIDER_ARN`,
+  `ALIBABA_CLOUD_OIDC_TOKEN_FILE`, `ALIBABA_CLOUD_ROLE_ARN`, `ALIBABA_CLOUD_SESSION_NAME`, each
+  with its older `ALICLOUD_*` name as fallback, kubernetes/autoscaler #8170), then the ECS RAM role
+  from the metadata server (`METADATA_ENDPOINT` overrides its address);
+- `--cloud-config` is read by gcfg into a flat struct, so no real file can set anything; we accept
+  the file and, as an extension, a `[global]` section with the struct's field names.
+
+New here, documented in the README: endpoint overrides (`ALICLOUD_ESS_ENDPOINT`,
+`ALICLOUD_ECS_ENDPOINT`, `ALICLOUD_VPC_ENDPOINT`, `ALICLOUD_STS_ENDPOINT` or the `alicloud:` YAML
+section) instead of the
+Location service lookup, and stricter validation: a credential mode given in part is an error
+naming the missing variable (in-tree silently fell through to the next mode).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.driver import GroupConfig
+from cloudprovider_grpc.providers.registry import ProviderContext
+
+#: AK/SK and region used with --emulate when the environment names no credentials
+EMULATOR_ACCESS_KEY_ID = "LTAI5tEmulatorAccessKey"
+EMULATOR_ACCESS_KEY_SECRET = "emulator-access-key-secret"
+EMULATOR_REGION = "cn-hangzhou"
+
+#: (new name, old name) of each RRSA variable (in-tree alicloud_cloud_config.go)
+RRSA_VARS = {
+    "oidc_provider_arn": ("ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "ALICLOUD_OIDC_PROVIDER_ARN"),
+    "oidc_token_file": ("ALIBABA_CLOUD_OIDC_TOKEN_FILE", "ALICLOUD_OIDC_TOKEN_FILE_PATH"),
+    "role_arn": ("ALIBABA_CLOUD_ROLE_ARN", "ALICLOUD_ROLE_ARN"),
+    "session_name": ("ALIBABA_CLOUD_SESSION_NAME", "ALICLOUD_SESSION_NAME"),
+}
+#: gcfg variable (lower case, as gcfg matches names) -> the in-tree struct field it fills
+_FILE_KEYS = {
+    "regionid": "region",
+    "accesskeyid": "access_key_id",
+    "accesskeysecret": "access_key_secret",
+    "oidcproviderarn": "oidc_provider_arn",
+    "oidctokenfilepath": "oidc_token_file",
+    "rolearn": "role_arn",
+    "rolesessionname": "session_name",
+}
+_REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
+_GROUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,127}$")
+_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+_ARN_RE = re.compile(r"^acs:ram::[0-9A-Za-z]+:[a-z\-]+/.+$")
+_TOP_KEYS = frozenset(
+    {
+        "region",
+        "ess-endpoint",
+        "ecs-endpoint",
+        "vpc-endpoint",
+        "sts-endpoint",
+        "metadata-endpoint",
+        "remove-policy",
+        "auto-discovery",
+        "reserved",
+        "connect-timeout",
+        "read-timeout",
+        "retries",
+        "retry-budget",
+        "rate-limit",
+        "catalog-ttl",
+        "emulator",
+    }
+)
+_EMULATOR_KEYS = frozenset(
+    {"pending-seconds", "removing-seconds", "activity-seconds", "stock", "rate-limit", "sts-duration"}
+)
+REMOVE_POLICIES = ("release", "recycle")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The credential mode and its inputs (secrets never in the repr)."""
+
+    mode: str  # "access-key" | "rrsa" | "ecs-ram-role"
+    access_key_id: str = ""
+    access_key_secret: str = field(default="", repr=False)
+    oidc_provider_arn: str = ""
+    oidc_token_file: Path | None = None
+    role_arn: str = ""
+    session_name: str = ""
+    #: where each input came from, for messages
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class EmulatorOptions:
+    """How `--emulate` seeds the emulated cloud (providers/alicloud/emulator.py)."""
+
+    pending_seconds: float = 5.0
+    removing_seconds: float = 3.0
+    activity_seconds: float = 1.0
+    rate_limit: float | None = None
+    #: instance type -> instances the emulated region can still create ("*": any type)
+    stock: Mapping[str, int] = field(default_factory=lambda: {"*": 1000})
+    sts_duration: int = 3600
+
+
+@dataclass(frozen=True)
+class AliConfig:
+    groups: tuple[GroupConfig, ...]
+    credentials: Credentials
+    region: str = ""
+    ess_endpoint: str = ""
+    ecs_endpoint: str = ""
+    vpc_endpoint: str = ""
+    sts_endpoint: str = ""
+    metadata_endpoint: str = "http://100.100.100.200"
+    remove_policy: str = "release"
+    reserved: Mapping[str, str] = field(default_factory=dict)
+    connect_timeout: float = 3.05
+    read_timeout: float = 10.0
+    retries: int = 4
+    #: seconds one API call may spend retrying: Refresh lists synchronously, within CA's deadline
+    retry_budget: float = 8.0
+    rate_limit: float | None = 20.0
+    catalog_ttl: float = 3600.0
+    emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
+    #: True when the groups are the emulator's demo groups (no --nodes with --emulate)
+    demo_groups: bool = False
+    #: groups discovered on every listing by these ESS tags (an empty value matches any value);
+    #: empty: only the --nodes groups (in-tree)
+    discovery_tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def _norm(key: object) -> str:
+    return str(key).strip().lower().replace("_", "-")
+
+
+def _secret(value: str, key: str) -> str:
+    """Stripped of surrounding whitespace (a Secret file's trailing newline) and header-safe."""
+    value = value.strip()
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ConfigError(key, "contains control characters (a line break inside the value?)")
+    if not value.isascii():
+        raise ConfigError(key, "contains non-ASCII characters")
+    return value
+
+
+def _float(value: Any, where: str, *, allow_zero: bool = True) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(where, f"{value!r} is not a number") from None
+    if f < 0 or (not allow_zero and f == 0):
+        raise ConfigError(where, f"must be {'above' if not allow_zero else 'at least'} 0, got {f:g}")
+    return f
+
+
+def _url(value: str, where: str) -> str:
+    """An endpoint: a full http(s) URL, or a bare host[:port] (https is meant)."""
+    value = value.strip()
+    if "://" not in value:
+        value = f"https://{value}"
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(where, f"{value!r} is not a host or an http(s) URL")
+    return value if value.endswith("/") else value + "/"
+
+
+def _read_cloud_config(path: Path) -> dict[str, tuple[str, str]]:
+    """field -> (value, key name) from the gcfg file's `[global]` section."""
+    from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("cloud-config", f"cannot read {path}: {exc.strerror or exc}") from exc
+    out: dict[str, tuple[str, str]] = {}
+    for sec in parse_gcfg(text):
+        if sec.name != "global" or sec.sub is not None:
+            raise ConfigError(f"cloud-config {sec.label()}", "unknown section (only [global] is read)")
+        for key, values in sec.values.items():
+            where = f"cloud-config [global] {key}"
+            fld = _FILE_KEYS.get(key.lower())
+            if fld is None:
+                known = "RegionId, AccessKeyID, AccessKeySecret, OIDCProviderARN, OIDCTokenFilePath, "
+                known += "RoleARN, RoleSessionName"
+                raise ConfigError(where, f"unknown key (known: {known})")
+            out[fld] = (values[-1] if values else "", where)
+    return out
+
+
+def _credentials(env: Mapping[str, str], file: Mapping[str, tuple[str, str]], emulate: bool) -> Credentials:
+    def pick(fld: str, names: tuple[str, ...]) -> tuple[str, str]:
+        for name in names:
+            if env.get(name, "").strip():
+                return env[name], name
+        return file.get(fld, ("", names[0]))
+
+    ak, ak_key = pick("access_key_id", ("ACCESS_KEY_ID",))
+    sk, sk_key = pick("access_key_secret", ("ACCESS_KEY_SECRET",))
+    if ak.strip() or sk.strip():
+        if not ak.strip():
+            raise ConfigError("ACCESS_KEY_ID", "missing (ACCESS_KEY_SECRET is set)")
+        if not sk.strip():
+            raise ConfigError("ACCESS_KEY_SECRET", "missing (ACCESS_KEY_ID is set)")
+        return Credentials(
+            "access-key", _secret(ak, ak_key), _secret(sk, sk_key), source=f"{ak_key}/{sk_key}"
+        )
+    rrsa = {fld: pick(fld, names) for fld, names in RRSA_VARS.items()}
+    given = [fld for fld, (value, _) in rrsa.items() if value.strip()]
+    if given:
+        missing = [RRSA_VARS[f][0] for f in RRSA_VARS if f not in given]
+        if missing:
+            raise ConfigError(
+                missing[0], f"missing: RRSA needs all of {', '.join(v[0] for v in RRSA_VARS.values())}"
+            )
+        arn, arn_key = rrsa["oidc_provider_arn"]
+        role, role_key = rrsa["role_arn"]
+        for value, key in ((arn, arn_key), (role, role_key)):
+            if not _ARN_RE.match(value.strip()):
+                raise ConfigError(key, f"{value.strip()!r} is not an ARN (acs:ram::<account>:<type>/<name>)")
+        token_file, token_key = rrsa["oidc_token_file"]
+        path = Path(token_file.strip())
+        if not emulate and not path.is_file():
+            raise ConfigError(token_key, f"{str(path)!r} is not a file (the projected service account token)")
+        session, session_key = rrsa["session_name"]
+        session = _secret(session, session_key)
+        if not re.fullmatch(r"[\w.@-]{2,64}", session):
+            raise ConfigError(session_key, f"{session!r}: 2-64 letters, digits, '.', '@', '-', '_'")
+        return Credentials(
+            "rrsa",
+            oidc_provider_arn=arn.strip(),
+            oidc_token_file=path,
+            role_arn=role.strip(),
+            session_name=session,
+            source="RRSA environment",
+        )
+    if emulate:
+        return Credentials(
+            "access-key", EMULATOR_ACCESS_KEY_ID, EMULATOR_ACCESS_KEY_SECRET, source="emulator default"
+        )
+    return Credentials("ecs-ram-role", source="ECS metadata server")
+
+
+def load_config(ctx: ProviderContext) -> AliConfig:
+    """Validate every input and build the configuration; raise ConfigError on the first problem."""
+    opts = {_norm(k): v for k, v in dict(ctx.options or {}).items()}
+    for key in opts:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"alicloud.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
+    env = ctx.env
+    file = _read_cloud_config(ctx.cloud_config) if ctx.cloud_config is not None else {}
+    creds = _credentials(env, file, ctx.emulate)
+
+    region, region_key = env.get("REGION_ID", "").strip(), "REGION_ID"
+    if not region and "region" in file:
+        region, region_key = file["region"][0].strip(), file["region"][1]
+    if not region and opts.get("region"):
+        region, region_key = str(opts["region"]).strip(), "alicloud.region"
+    if not region and ctx.emulate:
+        region = EMULATOR_REGION
+    if region and not _REGION_RE.match(region):
+        raise ConfigError(region_key, f"{region!r} is not a region id (e.g. cn-hangzhou)")
+    if not region and creds.mode != "ecs-ram-role":
+        raise ConfigError("REGION_ID", f"is required with {creds.mode} credentials and missing")
+
+    groups: list[GroupConfig] = []
+    seen: set[str] = set()
+    for spec in ctx.nodes:
+        if not _GROUP_ID_RE.match(spec.name):
+            raise ConfigError(f"nodes ({spec.name})", "is not a scaling group id (e.g. asg-bp1...)")
+        if spec.name in seen:
+            raise ConfigError(f"nodes ({spec.name})", "is given twice")
+        seen.add(spec.name)
+        groups.append(
+            GroupConfig(
+                id=spec.name,
+                min_size=spec.min_size,
+                max_size=spec.max_size,
+                debug=f"{spec.name} ({spec.min_size}:{spec.max_size})",
+                name=spec.name,
+            )
+        )
+    discovery = _discovery(opts.get("auto-discovery"))
+    demo = False
+    if not groups and not discovery:
+        if not ctx.emulate:
+            raise ConfigError(
+                "nodes",
+                "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree, "
+                "or alicloud.auto-discovery",
+            )
+        from cloudprovider_grpc.providers.alicloud.emulator_seed import DEMO_GROUPS
+
+        demo = True
+        groups = [
+            GroupConfig(
+                id=g["ScalingGroupId"],
+                min_size=g["MinSize"],
+                max_size=g["MaxSize"],
+                debug=f"{g['ScalingGroupId']} ({g['MinSize']}:{g['MaxSize']})",
+                name=g["ScalingGroupName"],
+            )
+            for g in DEMO_GROUPS
+        ]
+
+    def endpoint(product: str) -> str:
+        env_key = f"ALICLOUD_{product.upper()}_ENDPOINT"
+        if env.get(env_key, "").strip():
+            return _url(env[env_key], env_key)
+        if opts.get(f"{product}-endpoint"):
+            return _url(str(opts[f"{product}-endpoint"]), f"alicloud.{product}-endpoint")
+        return ""
+
+    metadata = env.get("METADATA_ENDPOINT", "").strip()
+    metadata_key = "METADATA_ENDPOINT"
+    if not metadata and opts.get("metadata-endpoint"):
+        metadata, metadata_key = str(opts["metadata-endpoint"]), "alicloud.metadata-endpoint"
+    metadata = _url(metadata, metadata_key) if metadata else "http://100.100.100.200/"
+
+    policy = str(opts.get("remove-policy", "release")).strip()
+    if policy not in REMOVE_POLICIES:
+        raise ConfigError("alicloud.remove-policy", f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
+    reserved: dict[str, str] = {}
+    res_opt = opts.get("reserved") or {}
+    if not isinstance(res_opt, Mapping):
+        raise ConfigError("alicloud.reserved", "expected a mapping of resource name to quantity")
+    for k, v in res_opt.items():
+        if not _QUANTITY_RE.match(str(v)):
+            raise ConfigError(f"alicloud.reserved.{k}", f"{v!r} is not a Kubernetes quantity")
+        reserved[str(k)] = str(v)
+    retries = opts.get("retries", 4)
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigError("alicloud.retries", f"expected a non-negative integer, got {retries!r}")
+    rate = opts.get("rate-limit", 20.0)
+    return AliConfig(
+        groups=tuple(groups),
+        credentials=creds,
+        region=region,
+        ess_endpoint=endpoint("ess"),
+        ecs_endpoint=endpoint("ecs"),
+        vpc_endpoint=endpoint("vpc"),
+        sts_endpoint=endpoint("sts"),
+        metadata_endpoint=metadata,
+        remove_policy=policy,
+        reserved=reserved,
+        connect_timeout=_float(
+            opts.get("connect-timeout", 3.05), "alicloud.connect-timeout", allow_zero=False
+        ),
+        read_timeout=_float(opts.get("read-timeout", 10.0), "alicloud.read-timeout", allow_zero=False),
+        retries=retries,
+        retry_budget=_float(opts.get("retry-budget", 8.0), "alicloud.retry-budget", allow_zero=False),
+        rate_limit=_float(rate, "alicloud.rate-limit", allow_zero=False) if rate is not None else None,
+        catalog_ttl=_float(opts.get("catalog-ttl", 3600.0), "alicloud.catalog-ttl"),
+        emulator=_emulator_options(opts.get("emulator") or {}),
+        demo_groups=demo,
+        discovery_tags=discovery,
+    )
+
+
+_TAG_KEY_RE = re.compile(r"^[^\s=,][^=,]{0,127}$")
+
+
+def _discovery(value: Any) -> dict[str, str]:
+    """`asg:tag=<key>[=<value>],...` (CA's AWS auto-discovery format) or `{tags: {key: value}}`."""
+    where = "alicloud.auto-discovery"
+    if value in (None, "", {}):
+        return {}
+    tags: dict[str, str] = {}
+    if isinstance(value, str):
+        kind, _, rest = value.strip().partition(":")
+        if kind != "asg" or not rest.startswith("tag="):
+            raise ConfigError(where, f"{value!r} is not asg:tag=<key>[=<value>],...")
+        for item in rest.removeprefix("tag=").split(","):
+            key, _, tag_value = item.strip().partition("=")
+            tags[key] = tag_value
+    elif isinstance(value, Mapping) and set(value) == {"tags"} and isinstance(value["tags"], Mapping):
+        tags = {str(k): "" if v is None else str(v) for k, v in value["tags"].items()}
+    else:
+        raise ConfigError(where, "expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
+    if not tags or len(tags) > 20:
+        raise ConfigError(where, "give 1 to 20 tags")
+    for key in tags:
+        if not _TAG_KEY_RE.match(key):
+            raise ConfigError(where, f"{key!r} is not a tag key")
+    return tags
+
+
+def _emulator_options(value: Any) -> EmulatorOptions:
+    if not isinstance(value, Mapping):
+        raise ConfigError("alicloud.emulator", "expected a mapping")
+    emu = {_norm(k): v for k, v in value.items()}
+    for k in emu:
+        if k not in _EMULATOR_KEYS:
+            raise ConfigError(
+                f"alicloud.emulator.{k}", f"unknown option (known: {', '.join(sorted(_EMULATOR_KEYS))})"
+            )
+    stock: dict[str, int] = dict(EmulatorOptions().stock)
+    if "stock" in emu:
+        raw = emu["stock"]
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            raw = {"*": raw}
+        if not isinstance(raw, Mapping):
+            raise ConfigError("alicloud.emulator.stock", "expected a number or {instance-type: quantity}")
+        stock = {}
+        for t, q in raw.items():
+            if not isinstance(q, int) or isinstance(q, bool) or q < 0:
+                raise ConfigError(
+                    f"alicloud.emulator.stock.{t}", f"expected a non-negative integer, got {q!r}"
+                )
+            stock[str(t)] = q
+    sts = emu.get("sts-duration", 3600)
+    if not isinstance(sts, int) or isinstance(sts, bool) or sts <= 0:
+        raise ConfigError("alicloud.emulator.sts-duration", f"expected a positive integer, got {sts!r}")
+    return EmulatorOptions(
+        pending_seconds=_float(emu.get("pending-seconds", 5.0), "alicloud.emulator.pending-seconds"),
+        removing_seconds=_float(emu.get("removing-seconds", 3.0), "alicloud.emulator.removing-seconds"),
+        activity_seconds=_float(emu.get("activity-seconds", 1.0), "alicloud.emulator.activity-seconds"),
+        rate_limit=(
+            _float(emu["rate-limit"], "alicloud.emulator.rate-limit", allow_zero=False)
+            if emu.get("rate-limit")
+            else None
+        ),
+        stock=stock,
+        sts_duration=sts,
+    )

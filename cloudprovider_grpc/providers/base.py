@@ -1,0 +1,427 @@
+"""What both shapes of the shared machinery do the same way: the read side.
+
+`GroupProvider` is the base of `MachineProvider` (providers/machines.py, our server owns the size)
+and `PoolProvider` (providers/pools.py, the cloud owns it). It holds, once:
+
+- **The group set, possibly dynamic.** `driver.groups()` is re-read after every listing, so groups
+  discovered from the cloud (VKE pools with the autoscaler on, SKS nodepools, SPC pools) appear and
+  disappear with the cloud; the `NodeGroups` answer object stays the same while the set is unchanged
+  (the service reuses its encoded answer).
+- **NodeGroupForNode from memory**: by providerID, by name for nodes CA sends without one, then the
+  driver's label fallbacks (`machine_of`, `group_of`); control-plane nodes never belong.
+- **Templates, prices, options, GPU facts** from the driver, with templates cached per group until the
+  catalogue is reloaded (so the service's encoded template is reused), the catalogue reloaded on
+  Refresh when older than `catalog_ttl`.
+- **Per-group listing errors**: a group the cloud could not list keeps what was known and shows the
+  error on its placeholders; Refresh answers UNAVAILABLE only when nothing could be listed.
+- **Size gauges** (their one owner), the background `JobRunner`, retry backoff, and the journal
+  (`providers/journal.py`) that `--state-file` keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from cloudprovider_grpc import metrics
+from cloudprovider_grpc.clouderrors import CloudError, InstanceError
+from cloudprovider_grpc.errors import NotFound, NotImplementedByProvider, Unavailable
+from cloudprovider_grpc.k8s.template import NodeTemplate
+from cloudprovider_grpc.providers.contract import (
+    AutoscalingOptions,
+    CloudProvider,
+    GroupSizes,
+    InstanceState,
+    NodeGroup,
+    NodeRef,
+)
+from cloudprovider_grpc.providers.driver import DriverBase, GroupConfig, Machine
+from cloudprovider_grpc.providers.jobs import JobRunner
+from cloudprovider_grpc.providers.journal import Journal
+
+log = logging.getLogger(__name__)
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+TEMPLATE_NAME_PREFIX = "template-node-for-"
+
+
+@dataclass
+class GroupStateBase:
+    """What both shapes track per group."""
+
+    config: GroupConfig
+    machines: dict[str, Machine] = field(default_factory=dict)  # as last listed (or created by us)
+    deleting: dict[str, float] = field(default_factory=dict)  # id -> clock when we accepted its deletion
+    tombstones: dict[str, float] = field(default_factory=dict)  # id -> clock when it left the cloud
+    listing_error: InstanceError | None = None  # this group could not be listed on the last Refresh
+    listed_once: bool = False  # a listing of this group has been applied since start
+
+    def live_machines(self) -> list[Machine]:
+        """Listed machines that are neither terminating nor being deleted by us."""
+        return [
+            m
+            for m in self.machines.values()
+            if m.state != InstanceState.DELETING and m.id not in self.deleting
+        ]
+
+
+S = TypeVar("S", bound=GroupStateBase)
+
+
+class GroupProvider(CloudProvider, Generic[S]):
+    """The read side shared by both shapes; subclasses add the write side and the listing."""
+
+    def __init__(
+        self,
+        driver: DriverBase,
+        *,
+        concurrency: int = 10,
+        clock: Callable[[], float] | None = None,
+        inline_workers: bool = False,
+        state_file: Path | None = None,
+        catalog_ttl: float = 300.0,
+        failed_ttl: float = 600.0,
+        tombstone_ttl: float = 3600.0,
+        max_attempts: int = 8,
+        max_backoff: float = 60.0,
+        seed: int | None = None,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
+        self.driver = driver
+        self.name = driver.name
+        self._clock = clock or time.monotonic
+        self._lock = threading.RLock()
+        self._jobs = JobRunner(
+            concurrency=concurrency, clock=self._clock, inline=inline_workers, name=driver.name
+        )
+        self._journal = Journal(state_file, backend=driver.name, shape=self.shape)
+        self._catalog_ttl = catalog_ttl
+        self._failed_ttl = failed_ttl
+        self._tombstone_ttl = tombstone_ttl
+        self._max_attempts = max_attempts
+        self._max_backoff = max_backoff
+        self._rng = random.Random(seed) if seed is not None or inline_workers else random.Random()
+        self._on_stop = on_stop
+        self._catalog_loaded_at: float | None = None
+        self._groups: dict[str, S] = {}
+        self._node_groups: tuple[NodeGroup, ...] = ()
+        self._group_objs: dict[str, NodeGroup] = {}
+        self._templates: dict[str, NodeTemplate | None] = {}
+        self._by_id: dict[str, str] = {}  # providerID or placeholder -> group
+        self._by_name: dict[str, str] = {}  # machine name -> group
+        self._started = False
+        self._sync_groups(driver.groups())
+        # journal entries per group, applied when the group exists: at start, or when a group the
+        # cloud offers only later is discovered (kept in the journal meanwhile)
+        self._unrestored: dict[str, Any] = self._parse_journal(self._journal.load())
+
+    #: "machines" or "pools": recorded in the journal so a file from the other shape is refused
+    shape: str = "base"
+
+    # ------------------------------------------------------------------ hooks for the shapes
+    def _new_state(self, config: GroupConfig) -> S:
+        raise NotImplementedError
+
+    def _placeholder_ids(self, state: S) -> Iterable[str]:
+        """Ids of instances CA sees that the cloud does not list (yet)."""
+        return ()
+
+    def _list(self) -> Any:
+        """The shape's one listing call (raise Unavailable when nothing could be listed)."""
+        raise NotImplementedError
+
+    def _configs(self, listing: Any) -> Sequence[GroupConfig]:
+        """The group set after a listing (drivers that discover groups update it while listing)."""
+        return self.driver.groups()
+
+    def _apply(self, listing: Any, started: float) -> None:
+        """Fold a listing into the group states (under the lock)."""
+        raise NotImplementedError
+
+    def _expire(self, now: float) -> None:
+        for state in self._groups.values():
+            state.tombstones = {k: v for k, v in state.tombstones.items() if now - v < self._tombstone_ttl}
+
+    def _journal_doc(self) -> dict[str, Any]:
+        """Per group id, what must survive a restart (only groups that have something)."""
+        return {}
+
+    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Validate a loaded journal into per-group entries (raise the journal's ConfigError)."""
+        return {}
+
+    def _restore(self, state: S, entry: Any) -> None:
+        """Resume what a group's journal entry holds (its operations are queued again)."""
+
+    def _target(self, state: S) -> int:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            for gid, state in self._groups.items():
+                if gid in self._unrestored:
+                    self._restore(state, self._unrestored.pop(gid))
+            self._reindex()
+        self._jobs.start()
+        try:
+            self.refresh()
+        except Unavailable as exc:  # the server still starts; CA's Refresh will try again
+            log.warning("initial refresh failed: %s", exc.message)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._jobs.stop(timeout)
+        self.driver.close()
+        if self._on_stop is not None:
+            self._on_stop()
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Block until no background operation is queued or running (tests, benchmarks)."""
+        return self._jobs.wait_idle(timeout)
+
+    # ------------------------------------------------------------------ refresh (cloud I/O)
+    def refresh(self) -> None:
+        self._jobs.run_due()  # inline mode only (simulation): queued operations run here, in order
+        self._refresh_catalog()
+        started = self._clock()
+        listing = self._list()
+        with self._lock:
+            self._sync_groups(self._configs(listing))
+            self._apply(listing, started)
+            self._expire(self._clock())
+            self._reindex()
+            self._save_journal()
+        self._publish_sizes()
+
+    def _refresh_catalog(self) -> None:
+        now = self._clock()
+        if self._catalog_loaded_at is not None and now - self._catalog_loaded_at < self._catalog_ttl:
+            return
+        try:
+            self.driver.refresh_catalog()
+        except CloudError as exc:
+            if self._catalog_loaded_at is None:
+                raise Unavailable(f"{self.name}: loading the catalogue failed: {exc.message}") from exc
+            log.warning("catalogue refresh failed, keeping the cached one: %s", exc.message)
+            return
+        self._catalog_loaded_at = now
+        with self._lock:
+            self._templates.clear()
+
+    def _sync_groups(self, configs: Sequence[GroupConfig]) -> None:
+        """Adopt the driver's current group set; keep the NodeGroups object while it is unchanged."""
+        seen: set[str] = set()
+        for cfg in configs:
+            if cfg.id in seen:
+                raise ValueError(f"node group {cfg.id!r} is configured twice")
+            seen.add(cfg.id)
+            state = self._groups.get(cfg.id)
+            if state is None:
+                state = self._groups[cfg.id] = self._new_state(cfg)
+                if self._node_groups:  # not the initial set
+                    log.info("node group %s discovered (min %d, max %d)", cfg.id, cfg.min_size, cfg.max_size)
+                if self._started and cfg.id in self._unrestored:
+                    self._restore(state, self._unrestored.pop(cfg.id))
+            elif state.config != cfg:
+                state.config = cfg
+                self._templates.pop(cfg.id, None)
+        for gone in set(self._groups) - seen:
+            log.info("node group %s is no longer offered by the cloud; forgetting it", gone)
+            del self._groups[gone]
+            self._templates.pop(gone, None)
+        groups = tuple(
+            NodeGroup(c.id, c.min_size, c.max_size, c.debug or c.name)
+            for c in (s.config for s in self._groups.values())
+        )
+        if groups != self._node_groups:
+            self._node_groups = groups
+            self._group_objs = {g.id: g for g in groups}
+
+    def _publish_sizes(self) -> None:
+        for gid, sizes in self.sizes().items():
+            metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(sizes.target)
+            metrics.GROUP_REGISTERED_SIZE.labels(self.name, gid).set(sizes.registered)
+
+    def _note_listing_error(self, state: S, error: CloudError | None) -> None:
+        """Record (or clear) a group's listing failure: logged once per change, counted, and shown
+        on the group's placeholders."""
+        gid = state.config.id
+        if error is None:
+            if state.listing_error is not None:
+                log.info("node group %s: listing works again", gid)
+            state.listing_error = None
+            return
+        if state.listing_error is None or state.listing_error.message != error.message:
+            log.error("node group %s: listing failed, keeping what was known: %s", gid, error.message)
+        metrics.GROUP_LISTING_FAILURES.labels(self.name, gid).inc()
+        state.listing_error = error.as_instance_error()
+
+    # ------------------------------------------------------------------ read RPCs (memory only)
+    def node_groups(self) -> Sequence[NodeGroup]:
+        return self._node_groups  # the same object while unchanged: the service caches its answer
+
+    def node_group_for_node(self, node: NodeRef) -> NodeGroup | None:
+        if self.driver.is_control_plane(node):
+            return None
+        with self._lock:
+            gid = self._by_id.get(node.provider_id) if node.provider_id else None
+            if gid is None and not node.provider_id and node.name:
+                gid = self._by_name.get(node.name)
+            if gid is None:
+                mid = self.driver.machine_of(node)
+                gid = self._by_id.get(mid) if mid else None
+            if gid is None:
+                gid = self.driver.group_of(node)
+            return self._group_objs.get(gid) if gid is not None else None
+
+    def target_size(self, group_id: str) -> int:
+        with self._lock:
+            return self._target(self._group(group_id))
+
+    def template(self, group_id: str) -> NodeTemplate:
+        with self._lock:
+            self._group(group_id)
+            if group_id in self._templates:
+                tpl = self._templates[group_id]
+            else:
+                tpl = self._templates[group_id] = self.driver.template(group_id)
+        if tpl is None:
+            raise NotImplementedByProvider(f"{self.name}: no template is known for node group {group_id!r}")
+        return tpl
+
+    def options(self, group_id: str, defaults: AutoscalingOptions) -> AutoscalingOptions:
+        with self._lock:
+            cfg = self._group(group_id).config
+        if not cfg.options:
+            raise NotImplementedByProvider(f"node group {group_id!r} has no autoscaling option overrides")
+        return defaults.merged(cfg.options)
+
+    def gpu_label(self) -> str:
+        return self.driver.gpu_label
+
+    def gpu_types(self) -> list[str]:
+        return list(self.driver.gpu_types())
+
+    def node_price(self, node: NodeRef, start: datetime, end: datetime) -> float:
+        gid = self._group_for_pricing(node)
+        price = self.driver.hourly_price(gid) if gid else None
+        if price is None:
+            raise NotImplementedByProvider(
+                f"{self.name}: no price is known for node {node.name or node.provider_id!r}"
+            )
+        return price * _hours(start, end)
+
+    def pod_price(self, requests: Mapping[str, float], start: datetime, end: datetime) -> float:
+        """The cheapest share of a node the pod would occupy: for each priced group whose template
+        fits the pod, hourly price x the pod's dominant share (max of its cpu, memory and GPU
+        fractions of the node's allocatable); the minimum over groups, or over all priced groups
+        when it fits none. This mirrors how CA's price expander compares node cost with the value of
+        the pods it schedules (cluster-autoscaler expander/price/price.go)."""
+        best_fit: float | None = None
+        best_any: float | None = None
+        for gid in list(self._groups):
+            price = self.driver.hourly_price(gid)
+            tpl = self.driver.template(gid)
+            if price is None or tpl is None:
+                continue
+            share, fits = _dominant_share(requests, tpl)
+            cost = price * share
+            best_any = cost if best_any is None else min(best_any, cost)
+            if fits:
+                best_fit = cost if best_fit is None else min(best_fit, cost)
+        best = best_fit if best_fit is not None else best_any
+        if best is None:
+            raise NotImplementedByProvider(f"{self.name}: no node group has a price")
+        return best * _hours(start, end)
+
+    def sizes(self) -> dict[str, GroupSizes]:
+        with self._lock:
+            return {
+                gid: GroupSizes(self._target(s), len(s.live_machines())) for gid, s in self._groups.items()
+            }
+
+    # ------------------------------------------------------------------ helpers
+    def _group(self, group_id: str) -> S:
+        state = self._groups.get(group_id)
+        if state is None:
+            raise NotFound(f"node group {group_id!r} not found")
+        return state
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with full jitter (AWS architecture blog, 'Exponential Backoff And Jitter')."""
+        return self._rng.uniform(0, min(self._max_backoff, 0.5 * 2**attempt))
+
+    def _group_for_pricing(self, node: NodeRef) -> str | None:
+        if node.provider_id:
+            with self._lock:
+                gid = self._by_id.get(node.provider_id)
+            if gid:
+                return gid
+        itype = node.labels.get(INSTANCE_TYPE_LABEL)
+        if itype:
+            for gid in list(self._groups):
+                tpl = self.driver.template(gid)
+                if tpl is not None and tpl.instance_type == itype:
+                    return gid
+        if node.name.startswith(TEMPLATE_NAME_PREFIX):
+            rest = node.name[len(TEMPLATE_NAME_PREFIX) :]
+            # CA names sanitized templates template-node-for-<group>-<random suffix>
+            for gid in sorted(self._groups, key=len, reverse=True):
+                if rest == gid or rest.startswith(gid + "-"):
+                    return gid
+        return None
+
+    def _reindex(self) -> None:
+        by_id: dict[str, str] = {}
+        by_name: dict[str, str] = {}
+        for gid, state in self._groups.items():
+            for m in state.machines.values():
+                by_id[m.id] = gid
+                if m.name:
+                    by_name[m.name] = gid
+            for pid in self._placeholder_ids(state):
+                by_id.setdefault(pid, gid)
+        self._by_id, self._by_name = by_id, by_name
+
+    def _save_journal(self) -> None:
+        if self._journal.enabled:
+            groups = {**self._unrestored, **self._journal_doc()}
+            self._journal.save({"groups": groups})
+
+
+def _hours(start: datetime, end: datetime) -> float:
+    return max(0.0, (end - start).total_seconds() / 3600.0)
+
+
+def _dominant_share(requests: Mapping[str, float], tpl: NodeTemplate) -> tuple[float, bool]:
+    """(largest fraction of the template's allocatable the requests take, whether they fit)."""
+    from cloudprovider_grpc.k8s.quantity import parse_quantity
+
+    share, fits = 0.0, True
+    for resource, amount in requests.items():
+        if amount <= 0:
+            continue
+        cap = tpl.capacity.get(resource)
+        if cap is None:
+            if resource in ("cpu", "memory"):
+                fits = False
+            continue
+        total = float(parse_quantity(cap))
+        reserved = tpl.reserved.get(resource)
+        if reserved:
+            total -= float(parse_quantity(reserved))
+        if total <= 0:
+            fits = False
+            continue
+        frac = amount / total
+        fits = fits and frac <= 1.0
+        share = max(share, frac)
+    return share, fits

@@ -1,0 +1,22 @@
+"""Exoscale backend (pool shape): SKS nodepools and standalone Instance Pools; the registry entry
+points live in `wiring.py`."""
+
+from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
+from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
+from cloudprovider_grpc.providers.exoscale.emulator import ExoscaleEmulator
+from cloudprovider_grpc.providers.exoscale.wiring import (
+    build_driver,
+    build_emulator,
+    check_config,
+    make_client,
+)
+
+__all__ = [
+    "ExoscaleClient",
+    "ExoscaleDriver",
+    "ExoscaleEmulator",
+    "build_driver",
+    "build_emulator",
+    "check_config",
+    "make_client",
+]

@@ -1,0 +1,743 @@
+"""An Exoscale API v2 emulator served over real HTTP, shipped with the product.
+
+Faithful to what the API documents and its clients rely on (research vultr-exoscale.md B2, B5; the
+OpenAPI document python-exoscale ships, which the test suite validates every answer against):
+- paths under `/v2/`, `:scale`/`:evict` verbs in the last path segment, any Host;
+- EXO2-HMAC-SHA256 verification over the raw path, the raw body bytes as received, the signed
+  query values in the pragma's order and the expiry; an unknown key, a bad or expired signature
+  or an unsigned query parameter are refused with a configurable 401/403;
+- per-key IAM operation lists (403 for operations outside them);
+- errors as `{"message": "..."}`; every success is 200 + JSON, mutating calls answer an operation;
+- operations `pending` -> `success` after `operation_polls` polls and `operation_seconds`, or the
+  injected `failure`/`timeout` with a `reason`, or held pending for a while (`hold_operations`);
+- the state machines on an injectable clock: scale-up adds `starting` members that turn `running`
+  after `boot_seconds`, scale-down removes arbitrary members, evict exactly the named ones; removed
+  members stay `destroying` for `destroy_seconds`; pools are `scaling-up`/`scaling-down` meanwhile
+  and SKS nodepools mirror their pool (`scaling`);
+- the `instance` quota (limit -1 = unlimited), a scale-up beyond it either refused (400) or failing
+  its operation (`quota_mode`); scaling a busy pool either accepted or failed as `conflict`;
+- seeded faults, slow answers and 429s from the shared base, inspectable state, a state file.
+Undocumented details (the exact auth-failure status, quota and conflict behaviour, messages) are our
+reconstruction and configurable where the research left them open.
+"""
+
+from __future__ import annotations
+
+import copy
+import hmac
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
+from cloudprovider_grpc.providers.exoscale import emulator_seed as seed
+from cloudprovider_grpc.providers.exoscale.client import AUTH_SCHEME, sign
+
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+OPERATION_REASONS = frozenset(
+    {"busy", "conflict", "fault", "forbidden", "incorrect", "interrupted", "not-found", "partial"}
+    | {"unavailable", "unknown", "unsupported"}
+)
+#: what an in-tree key needs (cloudprovider/exoscale/README.md) plus our discovery calls
+SKS_OPERATIONS = frozenset(
+    {
+        "evict-sks-nodepool-members",
+        "get-instance",
+        "get-instance-pool",
+        "get-operation",
+        "get-quota",
+        "list-sks-clusters",
+        "scale-sks-nodepool",
+        "list-instances",
+        "get-instance-type",
+    }
+)
+POOL_OPERATIONS = frozenset(
+    {
+        "evict-instance-pool-members",
+        "get-instance",
+        "get-instance-pool",
+        "get-operation",
+        "get-quota",
+        "scale-instance-pool",
+        "list-instance-pools",
+        "list-instances",
+        "get-instance-type",
+    }
+)
+
+Observer = Callable[[Request, Response], None]
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_uuid(value: str, what: str) -> str:
+    if not _UUID_RE.match(value):
+        raise HttpProblem(400, f"invalid {what}: {value!r} is not a UUID")
+    return value
+
+
+class ExoscaleEmulator(EmulatorServer):
+    name = "exoscale"
+    prefix = "/v2/"
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        zone: str = "ch-gva-2",
+        keys: Mapping[str, str] | None = None,
+        operations: Mapping[str, Iterable[str] | None] | None = None,
+        boot_seconds: float = 5.0,
+        destroy_seconds: float = 2.0,
+        operation_polls: int = 1,
+        operation_seconds: float = 0.0,
+        quota_limit: int = 50,
+        quota_mode: str = "operation",
+        conflict_mode: str = "accept",
+        auth_failure_status: int = 403,
+        seed_value: int = 0,
+        clock: Callable[[], float] | None = None,
+        signature_clock: Callable[[], float] = time.time,
+        faults: FaultPlan | None = None,
+        rate_limit_per_s: float | None = None,
+        state_file: Path | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {
+            "faults": faults,
+            "rate_limit_per_s": rate_limit_per_s,
+            "state_file": state_file,
+        }
+        if clock is not None:
+            kwargs["clock"] = clock
+        super().__init__(host, port, **kwargs)
+        self.zone = zone
+        #: API key -> secret
+        self.keys: dict[str, str] = dict(keys or {})
+        #: API key -> allowed OperationIds (None: every operation)
+        self.allowed: dict[str, frozenset[str] | None] = {
+            k: (None if v is None else frozenset(v)) for k, v in (operations or {}).items()
+        }
+        self.boot_seconds = boot_seconds
+        self.destroy_seconds = destroy_seconds
+        self.operation_polls = operation_polls
+        self.operation_seconds = operation_seconds
+        self.quota_limit = quota_limit
+        self.quota_mode = quota_mode
+        self.conflict_mode = conflict_mode
+        self.auth_failure_status = auth_failure_status
+        self.signature_clock = signature_clock
+        self._rng = random.Random(seed_value)
+        self.instance_types = seed.instance_types(zone)
+        self.clusters: dict[str, dict[str, Any]] = {}
+        self.nodepools: dict[str, dict[str, Any]] = {}
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.instances: dict[str, dict[str, Any]] = {}
+        self.operations: dict[str, dict[str, Any]] = {}
+        #: outcomes (state, reason, message) the next accepted changes get instead of success
+        self.fail_next: list[tuple[str, str, str]] = []
+        #: operations accepted from now on stay pending at least this long (seconds)
+        self.hold_operations = 0.0
+        #: called with every request and its answer (tests validate both against the OpenAPI)
+        self.observer: Observer | None = None
+        #: the next N changes (PUT) are carried out but answered 502, as a gateway losing the answer
+        self.lose_next_answers = 0
+
+        v = self.prefix.rstrip("/")
+        for method, pattern, op, handler in (
+            ("GET", "sks-cluster", "list-sks-clusters", self._list_clusters),
+            ("GET", "sks-cluster/{id}", "get-sks-cluster", self._get_cluster),
+            ("GET", "sks-cluster/{id}/nodepool/{np}", "get-sks-nodepool", self._get_nodepool),
+            ("PUT", "sks-cluster/{id}/nodepool/{np}:scale", "scale-sks-nodepool", self._scale_nodepool),
+            (
+                "PUT",
+                "sks-cluster/{id}/nodepool/{np}:evict",
+                "evict-sks-nodepool-members",
+                self._evict_nodepool,
+            ),
+            ("GET", "instance-pool", "list-instance-pools", self._list_pools),
+            ("GET", "instance-pool/{id}", "get-instance-pool", self._get_pool),
+            ("PUT", "instance-pool/{id}:scale", "scale-instance-pool", self._scale_pool),
+            ("PUT", "instance-pool/{id}:evict", "evict-instance-pool-members", self._evict_pool),
+            ("GET", "instance", "list-instances", self._list_instances),
+            ("GET", "instance/{id}", "get-instance", self._get_instance),
+            ("GET", "instance-type", "list-instance-types", self._list_types),
+            ("GET", "instance-type/{id}", "get-instance-type", self._get_type),
+            ("GET", "quota", "list-quotas", self._list_quotas),
+            ("GET", "quota/{entity}", "get-quota", self._get_quota),
+            ("GET", "operation/{id}", "get-operation", self._get_operation),
+        ):
+            self.route(method, f"{v}/{pattern}", self._iam(op, handler))
+
+    # ------------------------------------------------------------------ seeding and inspection
+    def _uuid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def add_key(self, key: str, secret: str, operations: Iterable[str] | None = None) -> None:
+        with self.lock:
+            self.keys[key] = secret
+            self.allowed[key] = None if operations is None else frozenset(operations)
+
+    def find_type(self, name: str) -> dict[str, Any]:
+        """An instance type by id or `<family>.<size>`."""
+        for t in self.instance_types:
+            if name in (t["id"], f"{t['family']}.{t['size']}"):
+                return t
+        raise KeyError(f"no instance type {name!r}")
+
+    def add_cluster(self, name: str) -> str:
+        with self.lock:
+            cid = self._uuid()
+            self.clusters[cid] = {"id": cid, "name": name, "created": self.clock(), "nodepools": []}
+            return cid
+
+    def add_pool(
+        self,
+        name: str,
+        *,
+        instance_type: str = "standard.medium",
+        size: int = 0,
+        labels: Mapping[str, str] | None = None,
+        disk_size: int = 50,
+        manager: str | None = None,
+        running: bool = True,
+    ) -> str:
+        """A standalone Instance Pool (or, with `manager`, the pool behind a nodepool) with `size`
+        members, already running unless `running` is False."""
+        with self.lock:
+            pid = self._uuid()
+            self.pools[pid] = {
+                "id": pid,
+                "name": name,
+                "size": 0,
+                "type": self.find_type(instance_type)["id"],
+                "labels": dict(labels or {}),
+                "disk": disk_size,
+                "manager": manager,
+                "instances": [],
+                "created": self.clock(),
+            }
+            self._grow(self.pools[pid], size, booted=running)
+            return pid
+
+    def add_nodepool(
+        self,
+        cluster_id: str,
+        name: str,
+        *,
+        instance_type: str = "standard.medium",
+        size: int = 0,
+        labels: Mapping[str, str] | None = None,
+        taints: Mapping[str, Mapping[str, str]] | None = None,
+        disk_size: int = 50,
+        running: bool = True,
+    ) -> tuple[str, str]:
+        """An SKS nodepool and its Instance Pool; returns (nodepool id, instance pool id)."""
+        with self.lock:
+            npid = self._uuid()
+            pid = self.add_pool(
+                f"nodepool-{name}-{npid[:5]}",
+                instance_type=instance_type,
+                size=size,
+                disk_size=disk_size,
+                manager=npid,
+                running=running,
+            )
+            self.nodepools[npid] = {
+                "id": npid,
+                "name": name,
+                "cluster": cluster_id,
+                "pool": pid,
+                "labels": dict(labels or {}),
+                "taints": {k: dict(v) for k, v in (taints or {}).items()},
+                "created": self.clock(),
+            }
+            self.clusters[cluster_id]["nodepools"].append(npid)
+            return npid, pid
+
+    def seed_demo(self, cluster_name: str = seed.DEMO_CLUSTER, extra_nodepools: Iterable[str] = ()) -> None:
+        """The demo cloud: an SKS cluster with two nodepools (plus one per `extra_nodepools` name) and
+        one standalone pool, all members running."""
+        with self.lock:
+            cid = self.add_cluster(cluster_name)
+            names = set()
+            for np in seed.DEMO_NODEPOOLS:
+                names.add(np["name"])
+                self.add_nodepool(
+                    cid, np["name"], instance_type=np["type"], size=np["size"], labels=np["labels"],
+                    taints=np["taints"],
+                )  # fmt: skip
+            for p in seed.DEMO_POOLS:
+                names.add(p["name"])
+                self.add_pool(p["name"], instance_type=p["type"], size=p["size"])
+            for name in extra_nodepools:
+                if name not in names:
+                    names.add(name)
+                    self.add_nodepool(cid, name, size=1)
+
+    def set_instance_state(self, instance_id: str, state: str | None) -> None:
+        """Force an instance's state (`error`, `stopped`, ...); None returns it to its lifecycle."""
+        with self.lock:
+            self.instances[instance_id]["override"] = state
+
+    def pool_members(self, pool_id: str) -> list[dict[str, Any]]:
+        """The pool's instances as list-instances shows them (members and ones being destroyed)."""
+        with self.lock:
+            self._purge()
+            return [self._instance_json(i) for i in self.instances.values() if i["pool"] == pool_id]
+
+    def pool_view(self, pool_id: str) -> dict[str, Any]:
+        with self.lock:
+            self._purge()
+            return self._pool_json(self.pools[pool_id])
+
+    def nodepool_by_name(self, name: str) -> dict[str, Any]:
+        with self.lock:
+            np = next(n for n in self.nodepools.values() if n["name"] == name)
+            return self._nodepool_json(np)
+
+    def operation_calls(self, op: str | None = None) -> int:
+        """How many requests reached a route whose OperationId is `op` (all when None)."""
+        return sum(1 for e in self.request_log() if op is None or self.operation_of(e.method, e.path) == op)
+
+    def operation_of(self, method: str, path: str) -> str:
+        rest = path.removeprefix(self.prefix)
+        parts = rest.split("/")
+        if method == "PUT":
+            verb = rest.rsplit(":", 1)[-1]
+            kind = "sks-nodepool" if parts[0] == "sks-cluster" else "instance-pool"
+            return f"{'scale' if verb == 'scale' else 'evict'}-{kind}{'' if verb == 'scale' else '-members'}"
+        names = {
+            "sks-cluster": "sks-cluster",
+            "instance-pool": "instance-pool",
+            "instance": "instance",
+            "instance-type": "instance-type",
+            "quota": "quota",
+            "operation": "operation",
+        }
+        base = names.get(parts[0], parts[0])
+        if base == "sks-cluster" and len(parts) >= 3:
+            return "get-sks-nodepool"
+        return f"get-{base}" if len(parts) > 1 else f"list-{base}s" if base != "quota" else "list-quotas"
+
+    # ------------------------------------------------------------------ persistence
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "clusters": self.clusters,
+            "nodepools": self.nodepools,
+            "pools": self.pools,
+            "instances": self.instances,
+            "operations": self.operations,
+            "keys": self.keys,
+            "allowed": {k: (None if v is None else sorted(v)) for k, v in self.allowed.items()},
+            "quota_limit": self.quota_limit,
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        for name in ("clusters", "nodepools", "pools", "instances", "operations", "keys"):
+            getattr(self, name).update(copy.deepcopy(dict(data.get(name) or {})))
+        for k, v in (data.get("allowed") or {}).items():
+            self.allowed[k] = None if v is None else frozenset(v)
+        self.quota_limit = int(data.get("quota_limit", self.quota_limit))
+
+    # ------------------------------------------------------------------ auth, IAM, errors
+    def error_body(self, status: int, message: str) -> Any:
+        return {"message": message}
+
+    def _deny(self, message: str) -> HttpProblem:
+        return HttpProblem(self.auth_failure_status, message)
+
+    def authenticate(self, request: Request) -> str:
+        """Verify the EXO2-HMAC-SHA256 signature over exactly what was received; the caller's key."""
+        header = request.headers.get("Authorization") or ""
+        scheme, _, rest = header.partition(" ")
+        if scheme != AUTH_SCHEME:
+            raise self._deny("missing or malformed Authorization header (expected EXO2-HMAC-SHA256)")
+        pragmas: dict[str, str] = {}
+        for part in rest.split(","):
+            name, sep, value = part.strip().partition("=")
+            if not sep or name in pragmas:
+                raise self._deny("malformed Authorization header")
+            pragmas[name] = value
+        key = pragmas.get("credential", "")
+        secret = self.keys.get(key)
+        if secret is None:
+            raise self._deny("invalid API key")
+        try:
+            expires = int(pragmas.get("expires", ""))
+        except ValueError:
+            raise self._deny("malformed Authorization header: expires is not a timestamp") from None
+        if expires < self.signature_clock():
+            raise self._deny("request signature expired")
+        names = [n for n in pragmas.get("signed-query-args", "").split(";") if n]
+        unsigned = sorted(set(request.query) - set(names))
+        if unsigned:
+            raise self._deny(f"query parameter {unsigned[0]!r} is not signed")
+        # the signed values in the pragma's order (clients list the names sorted), single values only
+        values = "".join(v[0] for n in names if len(v := request.query.get(n, [])) == 1)
+        message = b"\n".join(
+            [
+                f"{request.method} {request.path}".encode(),
+                request.body,
+                values.encode(),
+                b"",
+                str(expires).encode(),
+            ]
+        )
+        if not hmac.compare_digest(sign(secret, message), pragmas.get("signature", "")):
+            raise self._deny("invalid request signature")
+        return key
+
+    def _iam(self, op: str, handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def checked(req: Request) -> Response:
+            allowed = self.allowed.get(req.principal)
+            if allowed is not None and op not in allowed:
+                raise HttpProblem(403, f"Forbidden: the API key is not allowed to perform operation {op}")
+            return handler(req)
+
+        return checked
+
+    def _dispatch(self, req: Request) -> Response:
+        resp = super()._dispatch(req)
+        if req.method == "PUT" and resp.status == 200 and self.lose_next_answers > 0:
+            with self.lock:
+                self.lose_next_answers -= 1
+            resp = Response(502, self.error_body(502, "Bad Gateway"))
+        if self.observer is not None:
+            self.observer(req, resp)
+        return resp
+
+    # ------------------------------------------------------------------ state machines
+    def _instance_state(self, inst: Mapping[str, Any]) -> str:
+        if inst.get("destroy_at") is not None:
+            return "destroying"
+        if inst.get("override"):
+            return str(inst["override"])
+        if self.clock() - inst["created"] < inst.get("boot", self.boot_seconds):
+            return "starting"
+        return "running"
+
+    def _purge(self) -> None:
+        now = self.clock()
+        for iid, inst in list(self.instances.items()):
+            if inst.get("destroy_at") is not None and now - inst["destroy_at"] >= self.destroy_seconds:
+                del self.instances[iid]
+
+    def _grow(self, pool: dict[str, Any], count: int, *, booted: bool = False) -> None:
+        for _ in range(count):
+            iid = self._uuid()
+            self.instances[iid] = {
+                "id": iid,
+                "name": f"pool-{pool['id'][:5]}-{iid[:5]}",
+                "pool": pool["id"],
+                "type": pool["type"],
+                "created": self.clock() - (self.boot_seconds if booted else 0.0),
+                "boot": 0.0 if booted else self.boot_seconds,
+                "destroy_at": None,
+                "override": None,
+            }
+            pool["instances"].append(iid)
+        pool["size"] += count
+
+    def _shrink(self, pool: dict[str, Any], ids: Iterable[str]) -> None:
+        for iid in list(ids):
+            pool["instances"].remove(iid)
+            self.instances[iid]["destroy_at"] = self.clock()
+            pool["size"] -= 1
+
+    def _pool_state(self, pool: Mapping[str, Any]) -> str:
+        mine = [i for i in self.instances.values() if i["pool"] == pool["id"]]
+        if any(self._instance_state(i) == "starting" for i in mine if i["id"] in pool["instances"]):
+            return "scaling-up"
+        if any(i.get("destroy_at") is not None for i in mine):
+            return "scaling-down"
+        return "running"
+
+    def usage(self) -> int:
+        self._purge()
+        return len(self.instances)
+
+    # ------------------------------------------------------------------ rendering
+    def _refs(self) -> dict[str, Any]:
+        return {"anti-affinity-groups": [], "security-groups": [], "private-networks": []}
+
+    def _pool_json(self, pool: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": pool["id"],
+            "name": pool["name"],
+            "size": pool["size"],
+            "state": self._pool_state(pool),
+            "instances": [{"id": i} for i in pool["instances"]],
+            "instance-type": {"id": pool["type"]},
+            "template": {"id": seed.TEMPLATE_ID},
+            "labels": dict(pool["labels"]),
+            "disk-size": pool["disk"],
+            "instance-prefix": "pool",
+            "ipv6-enabled": False,
+            "public-ip-assignment": "inet4",
+            "elastic-ips": [],
+            **self._refs(),
+        }
+        if pool.get("manager"):
+            out["manager"] = {"id": pool["manager"], "type": "sks-nodepool"}
+        return out
+
+    def _instance_json(self, inst: Mapping[str, Any]) -> dict[str, Any]:
+        n = int(inst["id"][:4], 16)
+        return {
+            "id": inst["id"],
+            "name": inst["name"],
+            "state": self._instance_state(inst),
+            "manager": {"id": inst["pool"], "type": "instance-pool"},
+            "instance-type": {"id": inst["type"]},
+            "template": {"id": seed.TEMPLATE_ID},
+            "labels": {},
+            "created-at": _iso(inst["created"]),
+            "public-ip": f"194.182.{n % 250 + 1}.{n // 250 % 250 + 1}",
+        }
+
+    def _nodepool_json(self, np: Mapping[str, Any]) -> dict[str, Any]:
+        pool = self.pools[np["pool"]]
+        state = self._pool_state(pool)
+        return {
+            "id": np["id"],
+            "name": np["name"],
+            "size": pool["size"],
+            "state": "scaling" if state.startswith("scaling") else "running",
+            "instance-pool": {"id": pool["id"]},
+            "instance-type": {"id": pool["type"]},
+            "template": {"id": seed.TEMPLATE_ID},
+            "labels": dict(np["labels"]),
+            "taints": copy.deepcopy(np["taints"]),
+            "disk-size": pool["disk"],
+            "instance-prefix": "pool",
+            "version": "1.33.4",
+            "created-at": _iso(np["created"]),
+            **self._refs(),
+        }
+
+    def _cluster_json(self, c: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "id": c["id"],
+            "name": c["name"],
+            "description": "",
+            "state": "running",
+            "version": "1.33.4",
+            "cni": "cilium",
+            "level": "pro",
+            "auto-upgrade": False,
+            "endpoint": f"https://{c['id']}.sks-{self.zone}.exoscale.com:443",
+            "created-at": _iso(c["created"]),
+            "labels": {},
+            "addons": ["exoscale-cloud-controller"],
+            "nodepools": [self._nodepool_json(self.nodepools[n]) for n in c["nodepools"]],
+        }
+
+    def _operation_json(self, op: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": op["id"], "state": op["state"], "reference": dict(op["reference"])}
+        if op["state"] in ("failure", "timeout"):
+            out["reason"] = op["reason"]
+            if op.get("message"):
+                out["message"] = op["message"]
+        return out
+
+    # ------------------------------------------------------------------ operations
+    def _operation(self, ref_kind: str, ref_id: str, outcome: tuple[str, str, str] | None) -> Response:
+        oid = self._uuid()
+        now = self.clock()
+        state, reason, message = outcome or ("success", "", "")
+        self.operations[oid] = {
+            "id": oid,
+            "state": "pending",
+            "final": state,
+            "reason": reason,
+            "message": message,
+            "created": now,
+            "hold_until": now + self.hold_operations,
+            "polls": 0,
+            "reference": {"id": ref_id, "link": f"/v2/{ref_kind}/{ref_id}", "command": f"get-{ref_kind}"},
+        }
+        return Response(200, self._operation_json(self.operations[oid]))
+
+    def _get_operation(self, req: Request) -> Response:
+        oid = _check_uuid(req.params["id"], "operation id")
+        op = self.operations.get(oid)
+        if op is None:
+            raise HttpProblem(404, f"operation {oid} not found")
+        if op["state"] == "pending":
+            op["polls"] += 1
+            now = self.clock()
+            if (
+                op["polls"] >= self.operation_polls
+                and now - op["created"] >= self.operation_seconds
+                and now >= op["hold_until"]
+            ):
+                op["state"] = op["final"]
+        return Response(200, self._operation_json(op))
+
+    def _outcome(self, pool: Mapping[str, Any], grow: int) -> tuple[str, str, str] | None:
+        """What the change will end as: an injected failure, a conflict, a quota refusal, or None."""
+        if self.fail_next:
+            return self.fail_next.pop(0)
+        if self.conflict_mode == "reject" and self._pool_state(pool) != "running":
+            return ("failure", "conflict", f"Instance Pool {pool['id']} is busy ({self._pool_state(pool)})")
+        if grow > 0 and self.quota_limit >= 0 and self.usage() + grow > self.quota_limit:
+            message = (
+                f"Quota exceeded for resource instance: limit {self.quota_limit}, "
+                f"usage {self.usage()}, requested {grow}"
+            )
+            if self.quota_mode == "reject":
+                raise HttpProblem(400, message)
+            return ("failure", "forbidden", message)
+        return None
+
+    def _scale(self, req: Request, pool: dict[str, Any], ref_kind: str, ref_id: str) -> Response:
+        body = req.json()
+        size = body.get("size") if isinstance(body, dict) else None
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise HttpProblem(400, "invalid request body: size is required and must be an integer")
+        if size < 0:
+            raise HttpProblem(400, "invalid request body: size must be at least 0")
+        if size == 0 and not pool.get("manager"):
+            # the OpenAPI `instance-pool` schema makes a standalone pool's size strictly positive
+            # (a nodepool's may be 0): such a pool cannot be scaled to zero
+            raise HttpProblem(400, "invalid request: an Instance Pool size must be at least 1")
+        outcome = self._outcome(pool, size - pool["size"])
+        if outcome is None:
+            if size > pool["size"]:
+                self._grow(pool, size - pool["size"])
+            elif size < pool["size"]:
+                # the API picks which members go; the newest first here
+                self._shrink(pool, pool["instances"][size:][::-1])
+        return self._operation(ref_kind, ref_id, outcome)
+
+    def _evict(self, req: Request, pool: dict[str, Any], ref_kind: str, ref_id: str) -> Response:
+        body = req.json()
+        ids = body.get("instances") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise HttpProblem(400, "invalid request body: instances must be a non-empty list of instance IDs")
+        if len(set(ids)) != len(ids):
+            raise HttpProblem(400, "invalid request body: instances must be unique")
+        for iid in ids:
+            _check_uuid(iid, "instance id")
+            if iid not in pool["instances"]:
+                raise HttpProblem(400, f"instance {iid} is not a member of Instance Pool {pool['id']}")
+        if not pool.get("manager") and len(ids) >= pool["size"]:
+            raise HttpProblem(
+                400, "invalid request: evicting every member would leave the Instance Pool empty"
+            )
+        outcome = self._outcome(pool, 0)
+        if outcome is None:
+            self._shrink(pool, ids)
+        return self._operation(ref_kind, ref_id, outcome)
+
+    # ------------------------------------------------------------------ handlers
+    def _cluster(self, req: Request) -> dict[str, Any]:
+        cid = _check_uuid(req.params["id"], "SKS cluster id")
+        if cid not in self.clusters:
+            raise HttpProblem(404, f"SKS cluster {cid} not found")
+        return self.clusters[cid]
+
+    def _nodepool(self, req: Request) -> dict[str, Any]:
+        cluster = self._cluster(req)
+        npid = _check_uuid(req.params["np"], "SKS nodepool id")
+        if npid not in cluster["nodepools"]:
+            raise HttpProblem(404, f"SKS nodepool {npid} not found")
+        return self.nodepools[npid]
+
+    def _pool(self, req: Request) -> dict[str, Any]:
+        pid = _check_uuid(req.params["id"], "Instance Pool id")
+        if pid not in self.pools:
+            raise HttpProblem(404, f"Instance Pool {pid} not found")
+        return self.pools[pid]
+
+    def _list_clusters(self, req: Request) -> Response:
+        self._purge()
+        return Response(200, {"sks-clusters": [self._cluster_json(c) for c in self.clusters.values()]})
+
+    def _get_cluster(self, req: Request) -> Response:
+        self._purge()
+        return Response(200, self._cluster_json(self._cluster(req)))
+
+    def _get_nodepool(self, req: Request) -> Response:
+        self._purge()
+        return Response(200, self._nodepool_json(self._nodepool(req)))
+
+    def _scale_nodepool(self, req: Request) -> Response:
+        np = self._nodepool(req)
+        self._purge()
+        return self._scale(req, self.pools[np["pool"]], "sks-cluster", np["cluster"])
+
+    def _evict_nodepool(self, req: Request) -> Response:
+        np = self._nodepool(req)
+        self._purge()
+        return self._evict(req, self.pools[np["pool"]], "sks-cluster", np["cluster"])
+
+    def _list_pools(self, req: Request) -> Response:
+        self._purge()
+        return Response(200, {"instance-pools": [self._pool_json(p) for p in self.pools.values()]})
+
+    def _get_pool(self, req: Request) -> Response:
+        self._purge()
+        return Response(200, self._pool_json(self._pool(req)))
+
+    def _scale_pool(self, req: Request) -> Response:
+        pool = self._pool(req)
+        self._purge()
+        return self._scale(req, pool, "instance-pool", pool["id"])
+
+    def _evict_pool(self, req: Request) -> Response:
+        pool = self._pool(req)
+        self._purge()
+        return self._evict(req, pool, "instance-pool", pool["id"])
+
+    def _list_instances(self, req: Request) -> Response:
+        self._purge()
+        manager_type = req.arg("manager-type")
+        if manager_type not in (None, "instance-pool"):
+            raise HttpProblem(400, f"invalid manager-type {manager_type!r} (expected instance-pool)")
+        manager_id = req.arg("manager-id")
+        if manager_id is not None:
+            _check_uuid(manager_id, "manager-id")
+        rows = [
+            self._instance_json(i)
+            for i in self.instances.values()
+            if manager_id is None or i["pool"] == manager_id
+        ]
+        return Response(200, {"instances": rows})
+
+    def _get_instance(self, req: Request) -> Response:
+        self._purge()
+        iid = _check_uuid(req.params["id"], "instance id")
+        if iid not in self.instances:
+            raise HttpProblem(404, f"instance {iid} not found")
+        return Response(200, self._instance_json(self.instances[iid]))
+
+    def _list_types(self, req: Request) -> Response:
+        return Response(200, {"instance-types": copy.deepcopy(self.instance_types)})
+
+    def _get_type(self, req: Request) -> Response:
+        tid = _check_uuid(req.params["id"], "instance type id")
+        found = next((t for t in self.instance_types if t["id"] == tid), None)
+        if found is None:
+            raise HttpProblem(404, f"instance type {tid} not found")
+        return Response(200, copy.deepcopy(found))
+
+    def _quota(self) -> dict[str, Any]:
+        return {"resource": "instance", "usage": self.usage(), "limit": self.quota_limit}
+
+    def _list_quotas(self, req: Request) -> Response:
+        return Response(200, {"quotas": [self._quota()]})
+
+    def _get_quota(self, req: Request) -> Response:
+        if req.params["entity"] != "instance":
+            raise HttpProblem(404, f"quota {req.params['entity']} not found")
+        return Response(200, self._quota())

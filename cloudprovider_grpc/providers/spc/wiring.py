@@ -1,0 +1,126 @@
+"""StackPointCloud wiring: `build_driver(ctx)` for the server, `build_emulator(...)` for `emulate spc`.
+
+Everything is validated in `build_driver` (no network I/O), so `serve` and `check-config` fail fast
+with one line naming the bad key. With `ctx.emulate` the bundled emulator starts on a free loopback
+port with the demo cluster (two autoscaled AWS pools) under the configured organization and cluster
+ids, accepting the configured token, and stops with the provider.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.spc.client import SpcClient
+from cloudprovider_grpc.providers.spc.config import (
+    EMULATOR_DEFAULT_CLUSTER,
+    EMULATOR_DEFAULT_ORG,
+    EMULATOR_DEFAULT_TOKEN,
+    EmulatorOptions,
+    SpcConfig,
+    load_config,
+)
+from cloudprovider_grpc.providers.spc.driver import SpcDriver
+from cloudprovider_grpc.providers.spc.emulator import SpcEmulator
+
+__all__ = ["build_driver", "build_emulator", "make_client"]
+
+
+def make_client(config: SpcConfig, api_url: str | None = None) -> SpcClient:
+    return SpcClient(
+        api_url or config.api_url,
+        config.token,
+        config.org_id,
+        config.cluster_id,
+        timeout=(config.connect_timeout, config.read_timeout),
+        retries=config.retries,
+        rate_limit_per_s=config.rate_limit,
+        max_elapsed=config.retry_budget,
+    )
+
+
+def _emulator(
+    token: str, org: int, cluster: int, emu: EmulatorOptions, address: str, state_file: Path | None
+) -> SpcEmulator:
+    """The demo cluster under `org`/`cluster`, accepting `token`. Node states run on the real
+    clock, also when the server's clock is virtual (the simulator): the emulator serves real HTTP."""
+    host, _, port = address.rpartition(":")
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    emulator = SpcEmulator(
+        host or "127.0.0.1",
+        port_n,
+        tokens={token: {org}},
+        draft_seconds=emu.draft_seconds,
+        building_seconds=emu.building_seconds,
+        provisioned_seconds=emu.provisioned_seconds,
+        deleting_seconds=emu.deleting_seconds,
+        pool_cpu_memory=emu.pool_cpu_memory,
+        rate_limit_per_s=emu.rate_limit,
+        state_file=state_file,
+    )
+    if emu.pools:
+        emulator.add_cluster(org, cluster, name="Emulated Cluster")
+        for p in emu.pools:
+            emulator.add_pool(
+                cluster,
+                name=p.name,
+                size=p.instance_size,
+                min_count=p.min_count,
+                max_count=p.max_count,
+                autoscaled=p.autoscaled,
+                running=p.running,
+                labels=p.labels,
+                gpu_size=p.gpu_instance_size,
+                gpu_count=p.gpu_core_count,
+            )
+    else:
+        emulator.seed_demo(org, cluster)
+    return emulator
+
+
+def build_driver(ctx: ProviderContext) -> BuiltDriver:
+    """The SPC driver: validated config -> client -> driver (the registry adds the machinery)."""
+    config = load_config(ctx)
+    emulator = None
+    if ctx.emulate:
+        emulator = _emulator(
+            config.token, config.org_id, config.cluster_id, config.emulator, "127.0.0.1:0", None
+        ).start()
+    try:
+        api_url = emulator.base_url if isinstance(emulator, SpcEmulator) else None
+        driver = SpcDriver(config, make_client(config, api_url), clock=ctx.clock)
+    except BaseException:
+        if emulator is not None:
+            emulator.stop()
+        raise
+    # the catalogue is static (the SDK's machine table); the TTL only bounds how long a template built
+    # from a pool's JSON (labels, GPUs) is reused after the pool changes
+    return BuiltDriver(driver, catalog_ttl=300.0, on_stop=emulator.stop if emulator is not None else None)
+
+
+def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) -> SpcEmulator:
+    """A standalone emulator (`cloudprovider-grpc emulate spc`): the demo cluster under
+    ORGANIZATION_ID / CLUSTER_ID (default 1 / 1), accepting CLUSTER_API_TOKEN (default
+    `spc-emulator-token`); the `spc.emulator` options of the config apply."""
+    try:
+        config: SpcConfig | None = load_config(dataclasses.replace(ctx, emulate=True))
+    except ConfigError:
+        config = None
+    if config is not None:
+        token, org, cluster, emu = config.token, config.org_id, config.cluster_id, config.emulator
+    else:
+        token, org, cluster, emu = (
+            EMULATOR_DEFAULT_TOKEN,
+            EMULATOR_DEFAULT_ORG,
+            EMULATOR_DEFAULT_CLUSTER,
+            EmulatorOptions(),
+        )
+    emulator = _emulator(token, org, cluster, emu, address, state_file)
+    started = emulator.start()
+    assert isinstance(started, SpcEmulator)
+    return started

@@ -1,0 +1,110 @@
+"""Vultr VKE wiring: `build_driver(ctx)` for the server, `build_emulator(...)` for `emulate vultr`.
+
+Everything is validated in `build_driver` (no network I/O there), so `serve` and `check-config` fail
+fast with one line naming the bad key. With `ctx.emulate`, the bundled API emulator is started on a
+free loopback port, seeded with the configured key and cluster (the demo pools unless
+`vultr.emulator.pools` says otherwise), and stopped with the provider.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.vultr import emulator_seed
+from cloudprovider_grpc.providers.vultr.client import VultrClient
+from cloudprovider_grpc.providers.vultr.config import (
+    EMULATOR_DEFAULT_TOKEN,
+    EMULATOR_DEMO_CLUSTER,
+    TOKEN_ENV,
+    EmulatorOptions,
+    VultrConfig,
+    load_config,
+)
+from cloudprovider_grpc.providers.vultr.driver import VultrDriver
+from cloudprovider_grpc.providers.vultr.emulator import VultrEmulator
+
+__all__ = ["build_driver", "build_emulator", "make_client"]
+
+
+def make_client(config: VultrConfig, api_url: str | None = None) -> VultrClient:
+    return VultrClient(
+        api_url or config.api_url,
+        config.token,
+        timeout=(config.connect_timeout, config.read_timeout),
+        retries=config.retries,
+        rate_limit_per_s=config.rate_limit,
+        max_elapsed=config.retry_budget,
+        page_size=config.page_size,
+    )
+
+
+def _emulator_for(
+    token: str, cluster_id: str, emu: EmulatorOptions, address: str, state_file: Path | None
+) -> VultrEmulator:
+    """An emulator that accepts `token` and holds `cluster_id` with the configured (or demo) pools.
+    Provisioning runs on the real clock even when the server's clock is virtual (the simulator),
+    since the emulator serves real HTTP."""
+    host, _, port = address.rpartition(":")
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    emulator = VultrEmulator(
+        host or "127.0.0.1",
+        port_n,
+        tokens=[token],
+        provision_seconds=emu.provision_seconds,
+        page_size=emu.page_size,
+        node_limit=emu.node_limit,
+        rate_limit_per_s=emu.rate_limit,
+        state_file=state_file,
+    )
+    if state_file is None or not state_file.exists():
+        emulator.add_cluster(
+            cluster_id,
+            emu.pools if emu.pools is not None else emulator_seed.DEMO_POOLS,
+            region=emu.region,
+        )
+    return emulator
+
+
+def build_driver(ctx: ProviderContext) -> BuiltDriver:
+    """The VKE driver: validated config -> client -> driver (the registry adds the pool machinery)."""
+    config = load_config(ctx)
+    emulator = None
+    api_url = None
+    if ctx.emulate:
+        emulator = _emulator_for(
+            config.token, config.cluster_id, config.emulator, "127.0.0.1:0", None
+        ).start()
+        api_url = f"http://{emulator.address}/"
+    try:
+        driver = VultrDriver(config, make_client(config, api_url))
+    except BaseException:
+        if emulator is not None:
+            emulator.stop()
+        raise
+    return BuiltDriver(
+        driver, catalog_ttl=config.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+    )
+
+
+def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) -> VultrEmulator:
+    """A standalone emulator (`cloudprovider-grpc emulate vultr`), seeded from the configuration:
+    its key (or $VULTR_API_KEY, or the documented default `vultr-emulator-token`) and cluster id (or
+    the demo cluster's), with the demo pools unless `vultr.emulator.pools` names others."""
+    try:
+        config: VultrConfig | None = load_config(dataclasses.replace(ctx, emulate=True))
+    except ConfigError:
+        config = None
+    if config is not None:
+        token, cluster, emu = config.token, config.cluster_id, config.emulator
+    else:
+        token = ctx.env.get(TOKEN_ENV, "").strip() or EMULATOR_DEFAULT_TOKEN
+        cluster, emu = EMULATOR_DEMO_CLUSTER, EmulatorOptions()
+    emulator = _emulator_for(token, cluster, emu, address, state_file)
+    emulator.start()
+    return emulator
