@@ -228,8 +228,8 @@ class Simulation:
         w.schedule(t)
         node_group = {
             n.name: (
-                g.id
-                if (g := self.client.node_group_for_node(n.name, n.provider_id, n.shape.labels))
+                ng.id
+                if (ng := self.client.node_group_for_node(n.name, n.provider_id, n.shape.labels))
                 else None
             )
             for n in w.nodes.values()
