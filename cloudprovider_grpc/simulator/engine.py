@@ -172,6 +172,9 @@ class Simulation:
         self._bounds: dict[str, dict[str, int]] = {}
         self._seen_targets: dict[str, int] = {}  # target sizes as CA last knew them, for the timeline
         self._unknown_overrides: set[str] = set()
+        self._kubelet_listing: dict[
+            str, list[InstanceInfo]
+        ] = {}  # the listing each group's kubelets last saw
         self._events = sorted(scenario.node_events, key=lambda e: e.at)
         self._events_done: set[int] = set()
         self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
@@ -415,6 +418,9 @@ class Simulation:
         """Machines the cloud reports running join the cluster; vanished machines leave it."""
         for g in groups:
             listing = self.instances.get(g.id, [])
+            if self._kubelet_listing.get(g.id) is listing:
+                continue  # the same listing as last loop: everything in it that could join has
+            self._kubelet_listing[g.id] = listing
             for inst in listing:
                 self.first_seen.setdefault(inst.id, t)
                 if inst.error_code or inst.state not in (RUNNING, 0):
