@@ -1048,6 +1048,12 @@ class Simulation:
     def _report(self) -> Report:
         end = self.tl["t"][-1] if self.tl["t"] else 0.0
         cost = self._cost(end)
+        for i, ev in enumerate(self._events):
+            if i not in self._events_done and ev.at <= end:
+                # a typo in a node name must not pass silently as "nothing happened"
+                self.rec.line(
+                    f"node event for {ev.node} at {self.rec.stamp(ev.at)} never applied: no such node"
+                )
         decisions = self.rec.decisions
         kinds = Counter(d.kind for d in decisions)
         summary = {
