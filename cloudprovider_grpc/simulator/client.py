@@ -22,7 +22,7 @@ directly for runs too long for sockets (the 24-hour benchmark); both see identic
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -278,6 +278,21 @@ class CAClient:
         if info is not None:
             self._ngfn[key] = info
         return info
+
+    def group_ids_for_nodes(self, nodes: Iterable[Any]) -> dict[str, str | None]:
+        """NodeGroupForNode for every node (objects with `name`, `provider_id`, `shape.labels`), by
+        node name: the group's id or None. The same calls and caching as `node_group_for_node`
+        node by node, in one loop (CA asks this for every node in every loop)."""
+        out: dict[str, str | None] = {}
+        cache = self._ngfn
+        for n in nodes:
+            hit = cache.get((n.name, n.provider_id))
+            if hit is not None:
+                out[n.name] = hit.id
+            else:
+                info = self.node_group_for_node(n.name, n.provider_id, n.shape.labels)
+                out[n.name] = info.id if info is not None else None
+        return out
 
     def gpu_label(self) -> str | None:
         if self._gpu_label is None:

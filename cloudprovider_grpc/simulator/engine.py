@@ -229,14 +229,7 @@ class Simulation:
         if not self._initialized:
             self._clean_up_taints()
         w.schedule(t)
-        node_group = {
-            n.name: (
-                ng.id
-                if (ng := self.client.node_group_for_node(n.name, n.provider_id, n.shape.labels))
-                else None
-            )
-            for n in w.nodes.values()
-        }
+        node_group = self.client.group_ids_for_nodes(w.nodes.values())
         templates = self._templates(groups, node_group)
         self._creation_errors(groups, t)
         targets: dict[str, int] = {}
