@@ -40,7 +40,7 @@ class HttpProblem(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.headers = dict(headers or {})
+        self.headers: dict[str, str | None] = dict(headers or {})
 
 
 @dataclass
@@ -73,7 +73,7 @@ class Response:
     status: int = 200
     body: Any = None
     #: a None value drops a default header (e.g. {"Content-Type": None} for a bare 204)
-    headers: Mapping[str, str | None] = field(default_factory=dict)
+    headers: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,9 @@ class EmulatorServer:
         fault = self.faults.choose(req.method)
         kind = fault[0] if fault else None
         if kind == "throttle" or self._throttled(req.client):
-            headers = {"Retry-After": self.faults.retry_after} if self.faults.retry_after else {}
+            headers: dict[str, str | None] = {}
+            if self.faults.retry_after:
+                headers["Retry-After"] = self.faults.retry_after
             self._reply(
                 h,
                 req,

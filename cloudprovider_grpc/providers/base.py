@@ -32,7 +32,13 @@ from typing import Any, Generic, TypeVar
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError
-from cloudprovider_grpc.errors import NotFound, NotImplementedByProvider, Unavailable
+from cloudprovider_grpc.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotImplementedByProvider,
+    Unavailable,
+)
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import (
     AutoscalingOptions,
@@ -347,6 +353,52 @@ class GroupProvider(CloudProvider, Generic[S]):
             return {
                 gid: GroupSizes(self._target(s), len(s.live_machines())) for gid, s in self._groups.items()
             }
+
+    # ------------------------------------------------------------------ write-RPC rules (under the lock)
+    def _check_increase(self, group_id: str, delta: int) -> tuple[S, int]:
+        """The group and its target, if raising it by `delta` is allowed (CA's NodeGroup rules)."""
+        if delta <= 0:
+            raise InvalidArgument(f"size increase must be positive, got delta={delta}")
+        state = self._group(group_id)
+        target, cap = self._target(state), state.config.max_size
+        if target + delta > cap:
+            raise FailedPrecondition(
+                f"increasing node group {group_id!r} by {delta} would make its size {target + delta}, "
+                f"above its max size {cap} (current target {target})"
+            )
+        return state, target
+
+    def _check_decrease(self, group_id: str, delta: int) -> tuple[S, int]:
+        """The group and its target, if lowering it by `-delta` deletes no existing machine."""
+        if delta >= 0:
+            raise InvalidArgument(f"size decrease must be negative, got delta={delta}")
+        state = self._group(group_id)
+        target = self._target(state)
+        existing = len(state.live_machines())
+        if target + delta < existing:
+            raise FailedPrecondition(
+                f"decreasing node group {group_id!r} by {-delta} would make its target {target + delta}, "
+                f"below the {existing} machines it already has (current target {target}); "
+                "use DeleteNodes to remove machines"
+            )
+        return state, target
+
+    def _check_min(self, state: S, reducing: int) -> None:
+        target = self._target(state)
+        if reducing and target - reducing < state.config.min_size:
+            raise FailedPrecondition(
+                f"deleting {reducing} node(s) from node group {state.config.id!r} would make its size "
+                f"{target - reducing}, below its min size {state.config.min_size}; nothing was deleted"
+            )
+
+    def _not_in_group(self, group_id: str, node: NodeRef) -> InvalidArgument:
+        label = node.name or node.provider_id
+        other = self._by_id.get(node.provider_id) if node.provider_id else None
+        where = f"; it belongs to node group {other!r}" if other and other != group_id else ""
+        return InvalidArgument(
+            f"node {label!r} (providerID {node.provider_id!r}) does not belong to node group "
+            f"{group_id!r}{where}; nothing was deleted"
+        )
 
     # ------------------------------------------------------------------ helpers
     def _group(self, group_id: str) -> S:

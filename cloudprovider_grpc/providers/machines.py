@@ -38,7 +38,7 @@ from typing import Any
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
-from cloudprovider_grpc.errors import FailedPrecondition, InvalidArgument, Unavailable
+from cloudprovider_grpc.errors import Unavailable
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, MachineListing
@@ -76,6 +76,7 @@ class _Creation:
     error: InstanceError | None = None
     failed_at: float = 0.0
     unknown_since: float | None = None  # untokened clouds: when the outcome became unknown
+    sent: bool = False  # a create request may have left (journaled before it goes out)
     cancelled: bool = False  # CA no longer wants it; delete the machine if the inflight create lands
 
 
@@ -127,16 +128,8 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        if delta <= 0:
-            raise InvalidArgument(f"size increase must be positive, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target, cap = state.target(), state.config.max_size
-            if target + delta > cap:
-                raise FailedPrecondition(
-                    f"increasing node group {group_id!r} by {delta} would make its size {target + delta}, "
-                    f"above its max size {cap} (current target {target})"
-                )
+            state, target = self._check_increase(group_id, delta)
             for _ in range(delta):
                 creation = _Creation(token=secrets.token_hex(8), group=group_id)
                 state.creations[creation.token] = creation
@@ -146,19 +139,9 @@ class MachineProvider(GroupProvider[_GroupState]):
         log.info("node group %s: target %d -> %d", group_id, target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        if delta >= 0:
-            raise InvalidArgument(f"size decrease must be negative, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target = state.target()
-            existing = len(state.live_machines())
+            state, target = self._check_decrease(group_id, delta)
             new = target + delta
-            if new < existing:
-                raise FailedPrecondition(
-                    f"decreasing node group {group_id!r} by {-delta} would make its target {new}, below the "
-                    f"{existing} machines it already has (current target {target}); "
-                    "use DeleteNodes to remove machines"
-                )
             # cancel the requests least likely to deliver first: failed, then not yet sent, then newest
             wanted = [c for c in state.creations.values() if not c.cancelled]
             wanted.sort(key=lambda c: c.status.value)
@@ -179,24 +162,13 @@ class MachineProvider(GroupProvider[_GroupState]):
                 elif kind is Resolved.CREATION and isinstance(obj, _Creation):
                     creations[obj.token] = obj
                 elif kind is Resolved.FOREIGN:
-                    label = node.name or node.provider_id
-                    other = self._by_id.get(node.provider_id) if node.provider_id else None
-                    where = f"; it belongs to node group {other!r}" if other and other != group_id else ""
-                    raise InvalidArgument(
-                        f"node {label!r} (providerID {node.provider_id!r}) does not belong to node group "
-                        f"{group_id!r}{where}; nothing was deleted"
-                    )
+                    raise self._not_in_group(group_id, node)
             reducing = sum(
                 1
                 for m in machines.values()
                 if m.id not in state.deleting and m.state != InstanceState.DELETING
             ) + sum(1 for c in creations.values() if c.status != CreationStatus.FAILED and not c.cancelled)
-            target = state.target()
-            if reducing and target - reducing < state.config.min_size:
-                raise FailedPrecondition(
-                    f"deleting {reducing} node(s) from node group {group_id!r} would make its size "
-                    f"{target - reducing}, below its min size {state.config.min_size}; nothing was deleted"
-                )
+            self._check_min(state, reducing)
             for creation in creations.values():
                 self._cancel_creation(state, creation)
             for machine in machines.values():
@@ -267,9 +239,21 @@ class MachineProvider(GroupProvider[_GroupState]):
         waiting = [c for c in state.creations.values() if c.status == CreationStatus.UNKNOWN]
         if not waiting or not state.listed_once:
             return  # the first listing of a group (after a start) is the baseline newcomers are told from
-        known = set(state.machines) | set(state.resolved.values()) | set(state.tombstones)
+
+        # told apart by the cloud's own handle where there is one: an id can change while a machine
+        # boots (SPC reports a node by name until its provider id exists), a handle (pk) cannot
+        def key(m: Machine) -> str:
+            return m.handle or m.id
+
+        seen = [*state.machines.values()]
+        known = {key(m) for m in seen} | set(state.resolved.values()) | set(state.tombstones)
+        known |= {m.id for m in seen}
         newcomers = sorted(
-            (m for mid, m in fresh.items() if mid not in known and not m.token and mid not in state.deleting),
+            (
+                m
+                for mid, m in fresh.items()
+                if key(m) not in known and mid not in known and not m.token and mid not in state.deleting
+            ),
             key=lambda m: _natural(m.id),
         )
         for creation, machine in zip(waiting, newcomers, strict=False):
@@ -351,6 +335,11 @@ class MachineProvider(GroupProvider[_GroupState]):
                 return None  # never re-sent: a listing adopts its machine (_adopt_untokened)
             c.status = CreationStatus.INFLIGHT
             c.attempts += 1
+            if not c.sent and not look_up_first:
+                # journaled before the request leaves: after a crash, a creation never sent is sent
+                # again at once, and only one that may have left is looked up (or, untokened, adopted)
+                c.sent = True
+                self._save_journal()
         try:
             machine = None
             if look_up_first:
@@ -496,12 +485,14 @@ class MachineProvider(GroupProvider[_GroupState]):
     def _journal_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         for gid, s in self._groups.items():
-            tokens = [
-                c.token for c in s.creations.values() if c.status != CreationStatus.FAILED and not c.cancelled
+            creations = [
+                {"token": c.token, "sent": c.sent}
+                for c in s.creations.values()
+                if c.status != CreationStatus.FAILED and not c.cancelled
             ]
             deleting = [_machine_doc(m) for mid in s.deleting if (m := s.machines.get(mid)) is not None]
-            if tokens or deleting:
-                doc[gid] = {"creations": tokens, "deleting": deleting}
+            if creations or deleting:
+                doc[gid] = {"creations": creations, "deleting": deleting}
         return doc
 
     def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -510,14 +501,14 @@ class MachineProvider(GroupProvider[_GroupState]):
             if doc.get("version") == 1:  # flat lists of {"group": ...} items
                 for item in doc.get("creations", []):
                     entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
-                    entries[str(item["group"])]["creations"].append(str(item["token"]))
+                    entries[str(item["group"])]["creations"].append((str(item["token"]), True))
                 for item in doc.get("deleting", []):
                     entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
                     entries[str(item["group"])]["deleting"].append(_machine_from(item, str(item["group"])))
                 return entries
             for gid, entry in dict(doc.get("groups", {})).items():
                 entries[str(gid)] = {
-                    "creations": [str(t) for t in entry.get("creations", [])],
+                    "creations": [_creation_from(t) for t in entry.get("creations", [])],
                     "deleting": [_machine_from(m, str(gid)) for m in entry.get("deleting", [])],
                 }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -526,17 +517,27 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     def _restore(self, state: _GroupState, entry: Any) -> None:
         now = self._clock()
-        for token in entry["creations"]:
-            # it may have been sent before the restart: look the token up (or adopt) before creating
-            creation = _Creation(token, state.config.id, CreationStatus.UNKNOWN)
-            if not self.driver.create_carries_token:
-                creation.unknown_since = now
+        for token, sent in entry["creations"]:
+            if sent:  # it may have left before the restart: look the token up (or adopt) first
+                creation = _Creation(token, state.config.id, CreationStatus.UNKNOWN, sent=True)
+                if not self.driver.create_carries_token:
+                    creation.unknown_since = now
+            else:  # never sent: send it
+                creation = _Creation(token, state.config.id)
             state.creations[token] = creation
             self._submit_create(creation)
         for machine in entry["deleting"]:
             state.machines.setdefault(machine.id, machine)
             state.deleting[machine.id] = now
             self._submit_delete(machine)
+
+
+def _creation_from(item: Any) -> tuple[str, bool]:
+    """A journaled creation: (token, whether its request may have left); bare tokens are older
+    journals, where every creation counts as possibly sent."""
+    if isinstance(item, str):
+        return item, True
+    return str(item["token"]), bool(item["sent"])
 
 
 def _machine_doc(m: Machine) -> dict[str, str]:

@@ -40,7 +40,7 @@ from typing import Any
 
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError
-from cloudprovider_grpc.errors import FailedPrecondition, InvalidArgument, Unavailable
+from cloudprovider_grpc.errors import Unavailable
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (
@@ -132,16 +132,8 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        if delta <= 0:
-            raise InvalidArgument(f"size increase must be positive, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target, cap = state.target(), state.config.max_size
-            if target + delta > cap:
-                raise FailedPrecondition(
-                    f"increasing node group {group_id!r} by {delta} would make its size {target + delta}, "
-                    f"above its max size {cap} (current target {target})"
-                )
+            state, target = self._check_increase(group_id, delta)
             state.wanted = target + delta
             state.failed = None  # a new request: try again
             self._fit_placeholders(state)
@@ -150,20 +142,10 @@ class PoolProvider(GroupProvider[_PoolState]):
         log.info("node group %s: target %d -> %d", group_id, target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        if delta >= 0:
-            raise InvalidArgument(f"size decrease must be negative, got delta={delta}")
         with self._lock:
-            state = self._group(group_id)
-            target = state.target()
-            existing = len(state.live_machines())
+            # never below the listed machines: the cloud would delete random instances to meet it
+            state, target = self._check_decrease(group_id, delta)
             new = target + delta
-            if new < existing:
-                # the cloud would delete random instances to meet a lower size: never ask it to
-                raise FailedPrecondition(
-                    f"decreasing node group {group_id!r} by {-delta} would make its target {new}, below the "
-                    f"{existing} machines it already has (current target {target}); "
-                    "use DeleteNodes to remove machines"
-                )
             state.wanted = new
             self._fit_placeholders(state, drop_newest=True)
             self._queue_sync(state)
@@ -183,13 +165,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                     if obj not in placeholders:
                         placeholders.append(obj)
                 elif kind is Resolved.FOREIGN:
-                    label = node.name or node.provider_id
-                    other = self._by_id.get(node.provider_id) if node.provider_id else None
-                    where = f"; it belongs to node group {other!r}" if other and other != group_id else ""
-                    raise InvalidArgument(
-                        f"node {label!r} (providerID {node.provider_id!r}) does not belong to node group "
-                        f"{group_id!r}{where}; nothing was deleted"
-                    )
+                    raise self._not_in_group(group_id, node)
             leaving = [
                 m
                 for m in machines.values()
@@ -197,11 +173,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             ]
             reducing = len(leaving) + len(placeholders)
             target = state.target()
-            if reducing and target - reducing < state.config.min_size:
-                raise FailedPrecondition(
-                    f"deleting {reducing} node(s) from node group {group_id!r} would make its size "
-                    f"{target - reducing}, below its min size {state.config.min_size}; nothing was deleted"
-                )
+            self._check_min(state, reducing)
             if not reducing:
                 return  # everything named is already gone or going: idempotent
             now = self._clock()

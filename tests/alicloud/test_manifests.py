@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.deploy_support.kustomize import load_documents, render
+from tests.deploy_support.pods import load_documents
+from tests.deploy_support.tools import kustomize_build as render
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ROOT / "manifests" / "providers" / "alicloud"

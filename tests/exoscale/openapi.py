@@ -88,6 +88,20 @@ def response_errors(method: str, path: str, status: int, body: Any) -> list[str]
     return errors(schema, _tolerated(op["operationId"], body))
 
 
+def query_errors(method: str, path: str, query: dict[str, list[str]]) -> list[str]:
+    """Every query parameter must be one the operation declares, with a value its schema allows."""
+    op = operation(method, path)
+    declared = {p["name"]: p["schema"] for p in op.get("parameters", []) if p["in"] == "query"}
+    out: list[str] = []
+    for name, values in query.items():
+        if name not in declared:
+            out.append(f"{op['operationId']} has no query parameter {name!r}")
+            continue
+        for value in values:
+            out += [f"query {name}: {e}" for e in errors(declared[name], value)]
+    return out
+
+
 def request_errors(method: str, path: str, body: bytes) -> list[str]:
     op = operation(method, path)
     if "requestBody" not in op:
@@ -114,6 +128,7 @@ class Recorder:
         self.seen.append(op)
         if 200 <= resp.status < 300:
             self.problems += [f"{where} request {p}" for p in request_errors(req.method, req.path, req.body)]
+            self.problems += [f"{where} {p}" for p in query_errors(req.method, req.path, req.query)]
         self.problems += [
             f"{where} -> {resp.status} {p}"
             for p in response_errors(req.method, req.path, resp.status, resp.body)

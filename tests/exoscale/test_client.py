@@ -126,7 +126,7 @@ def test_quota_refusal_is_out_of_resources(emulator: ExoscaleEmulator) -> None:
 
 
 def test_reads_are_retried_through_server_errors(emulator: ExoscaleEmulator) -> None:
-    emulator.set_faults(FaultPlan.of(1.0, ["error"], methods=frozenset({"GET"})))
+    emulator.set_faults(FaultPlan(rate=1.0, kinds=("error",), methods=frozenset({"GET"})))
     c = client(emulator, retries=2)
     with pytest.raises(CloudError) as info:
         c.list_sks_clusters()
@@ -137,7 +137,7 @@ def test_reads_are_retried_through_server_errors(emulator: ExoscaleEmulator) -> 
 
 
 def test_slow_answer_times_out_as_transient(emulator: ExoscaleEmulator) -> None:
-    emulator.set_faults(FaultPlan.of(1.0, ["slow"], slow_seconds=1.5))
+    emulator.set_faults(FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=1.5))
     with pytest.raises(CloudError, match="no response within") as info:
         client(emulator, retries=0, timeout=(1.0, 0.3)).list_sks_clusters()
     assert info.value.transient

@@ -62,7 +62,7 @@ def test_in_tree_required_variables(missing: str, message: str) -> None:
     [
         ({"EXOSCALE_API_SECRET": "two words"}, "EXOSCALE_API_SECRET", "whitespace"),
         ({"EXOSCALE_API_KEY": "EXO,x"}, "EXOSCALE_API_KEY", "comma"),
-        ({"EXOSCALE_API_SECRET": "caf\u00e9"}, "EXOSCALE_API_SECRET", "non-printable"),
+        ({"EXOSCALE_API_SECRET": "caf\u00e9"}, "EXOSCALE_API_SECRET", "cannot be sent in an HTTP header"),
         ({"EXOSCALE_ZONE": "CH GVA 2"}, "EXOSCALE_ZONE", "not a zone name"),
         ({"EXOSCALE_API_ENVIRONMENT": "api.example"}, "EXOSCALE_API_ENVIRONMENT", "host label"),
         ({"EXOSCALE_API_ENDPOINT": "ftp://x"}, "EXOSCALE_API_ENDPOINT", "not an http(s) URL"),

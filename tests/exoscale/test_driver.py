@@ -215,6 +215,7 @@ def test_template_from_instance_type_and_nodepool(emulator: ExoscaleEmulator) ->
     assert gpu is not None and gpu.capacity["nvidia.com/gpu"] == "1" and gpu.instance_type == "gpua5000.small"
     assert gpu.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
     assert driver.hourly_price(pools["gpu"].config.id) is None  # no documented price source
+    assert driver.gpu_types() == ["gpua5000"]
 
 
 def test_catalogue_refresh_rereads_quota_and_types(emulator: ExoscaleEmulator) -> None:
@@ -287,3 +288,13 @@ def test_scale_whose_answer_was_lost_is_safe_to_resend(emulator: ExoscaleEmulato
     op = pending(driver.set_size(gid, 4))  # absolute: the re-sent PUT changes nothing more
     assert driver.poll(op).state == OperationState.SUCCEEDED
     assert emulator.nodepool_by_name("workers")["size"] == 4 and len(emulator.pool_members(gid)) == 4
+
+
+def test_one_broken_pool_never_takes_the_others_down(emulator: ExoscaleEmulator) -> None:
+    driver = make_driver(emulator)
+    first = by_name(driver.list_pools())
+    emulator.broken_pools.add(first["workers"].config.id)
+    again = by_name(driver.list_pools())
+    broken = again["workers"].listing_error
+    assert broken is not None and broken.transient and "temporarily unavailable" in broken.message
+    assert again["gpu"].listing_error is None and again["gpu"].desired == 0

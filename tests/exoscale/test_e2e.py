@@ -206,3 +206,19 @@ def test_held_operation_never_holds_an_rpc(emulator: ExoscaleEmulator) -> None:
         eventually(s, lambda: emulator.nodepool_by_name("workers")["size"] == 2)
         assert {op["state"] for op in emulator.operations.values()} == {"pending"}
         assert target(s, gid) == 2
+
+
+def test_one_broken_pool_keeps_what_was_known_and_the_others_scale(emulator: ExoscaleEmulator) -> None:
+    with serving(emulator) as s:
+        refresh(s)
+        workers, gpu = groups(s)["workers"].id, groups(s)["gpu"].id
+        known = sorted(i.id for i in instances(s, workers))
+        emulator.broken_pools.add(workers)
+        refresh(s)  # Refresh still succeeds
+        assert sorted(i.id for i in instances(s, workers)) == known and target(s, workers) == 2
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gpu, delta=1), timeout=5)
+        eventually(s, lambda: emulator.nodepool_by_name("gpu")["size"] == 1)
+        emulator.broken_pools.clear()
+        eventually(
+            s, lambda: len(instances(s, gpu)) == 1 and REAL_ID.match(instances(s, gpu)[0].id) is not None
+        )

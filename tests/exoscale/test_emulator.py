@@ -245,3 +245,21 @@ def test_state_file_survives_a_restart(tmp_path: Path) -> None:
     with ExoscaleEmulator(keys={}, state_file=state) as second:
         api = sdk.Client(KEY, SECRET, url=second.base_url.rstrip("/"))
         assert api.get_sks_nodepool(id=cid, sks_nodepool_id=np["id"])["size"] == 3
+
+
+def test_the_openapi_check_catches_drift() -> None:
+    """The validator every emulator answer goes through is not a rubber stamp."""
+    from tests.exoscale.openapi import query_errors, request_errors, response_errors
+
+    op = "/v2/operation/5a921187-19c7-4df4-8f4f-f31e78de5857"
+    assert (
+        response_errors("GET", op, 200, {"id": "5a921187-19c7-4df4-8f4f-f31e78de5857", "state": "pending"})
+        == []
+    )
+    assert response_errors("GET", op, 200, {"id": "not-a-uuid", "state": "done"})  # bad uuid, unknown state
+    pool = "/v2/instance-pool/5a921187-19c7-4df4-8f4f-f31e78de5857"
+    assert response_errors("GET", pool, 200, {"size": 0})  # a standalone pool is never empty
+    assert response_errors("GET", pool, 404, {"error": "no message key"})
+    assert request_errors("PUT", pool + ":scale", b'{"size": -1}')
+    assert query_errors("GET", "/v2/instance", {"manager-type": ["sks-nodepool"]})  # enum: instance-pool only
+    assert query_errors("GET", "/v2/instance", {"bogus": ["1"]})

@@ -1,5 +1,6 @@
-"""The Exoscale kustomize overlays: they render, validate against the Kubernetes schemas, read the
-in-tree Secret `exoscale-api-credentials` unchanged, and our CLI accepts the resulting pod."""
+"""The Exoscale kustomize overlays' pod, materialised with the in-tree Secret `exoscale-api-credentials`,
+passes `check-config` against the emulator and finds its nodepool. (Rendering, schemas and the Secret's
+names and keys are checked for every cloud by tests/test_deploy.py.)"""
 
 from __future__ import annotations
 
@@ -9,13 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
 from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
-from tests.deploy_support import certmanager
-from tests.deploy_support.kustomize import pod_containers, render
-from tests.deploy_support.pods import ContainerView, flag_value
+from tests.deploy_support import issuer
+from tests.deploy_support.pods import ContainerView, pod_containers
+from tests.deploy_support.tools import kustomize_build as render
 from tests.exoscale.conftest import KEY, SECRET, ZONE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,6 @@ OVERLAYS = {
 }
 #: the in-tree example Secret (cloudprovider/exoscale/examples/generate-secret.sh): key -> our variable
 IN_TREE_SECRET = "exoscale-api-credentials"
-KEYS = {"EXOSCALE_API_KEY": "api-key", "EXOSCALE_API_SECRET": "api-secret", "EXOSCALE_ZONE": "api-zone"}
 
 
 def ours(objects: list[dict[str, Any]]) -> ContainerView:
@@ -36,27 +35,8 @@ def ours(objects: list[dict[str, Any]]) -> ContainerView:
     ]
     secret = {"api-key": KEY.encode(), "api-secret": SECRET.encode(), "api-zone": ZONE.encode()}
     return ContainerView(
-        workload, "cloudprovider-grpc", objects, {**certmanager.issue(objects), IN_TREE_SECRET: secret}
+        workload, "cloudprovider-grpc", objects, {**issuer.issue(objects), IN_TREE_SECRET: secret}
     )
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_overlay_validates_and_reads_the_in_tree_secret(overlay: str) -> None:
-    objects = render(OVERLAYS[overlay])
-    latest = max(kubernetes_validate.utils.all_versions(), key=lambda v: tuple(map(int, v.split("."))))
-    for obj in objects:
-        if certmanager.is_cert_manager(obj):
-            certmanager.validate(obj)
-        else:
-            kubernetes_validate.validate(obj, latest, strict=True)
-    view = ours(objects)
-    refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in view.container["env"] if "valueFrom" in v}
-    assert {var: (r["name"], r["key"]) for var, r in refs.items()} == {
-        var: (IN_TREE_SECRET, key) for var, key in KEYS.items()
-    }
-    assert not any(r.get("optional") for r in refs.values())
-    assert flag_value(view.args, "--provider") == "exoscale" and "--nodes" in view.args
-    assert not [o for o in objects if o["kind"] == "Secret"]  # never overwrites the user's Secret
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.deploy_support.kustomize import load_documents, render
-from tests.deploy_support.pods import ContainerView, flag_value
+from tests.deploy_support.pods import ContainerView, flag_value, load_documents
+from tests.deploy_support.tools import kustomize_build as render
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 

@@ -27,14 +27,7 @@ __all__ = ["build_driver", "build_emulator", "make_client"]
 
 
 def make_client(config: CherryConfig, api_url: str | None = None) -> CherryClient:
-    return CherryClient(
-        api_url or config.api_url,
-        config.token,
-        timeout=(config.connect_timeout, config.read_timeout),
-        retries=config.retries,
-        rate_limit_per_s=config.rate_limit,
-        max_elapsed=config.retry_budget,
-    )
+    return CherryClient(api_url or config.api_url, config.token, **config.tuning.client_kwargs())
 
 
 def _emulator_for(
@@ -83,7 +76,7 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
         raise
     # the emulator lives as long as the server: stopped with it, not on CA's Cleanup RPC
     return BuiltDriver(
-        driver, catalog_ttl=config.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
     )
 
 

@@ -170,6 +170,8 @@ class ExoscaleDriver(PoolDriver):
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:
+            if len(self._warned) >= 256:  # distinct cloud messages: keep the memory bounded
+                self._warned.clear()
             self._warned.add(key)
             log.warning(message, *args)
 
@@ -305,7 +307,17 @@ class ExoscaleDriver(PoolDriver):
         if error is not None:
             if not found and not previous:
                 raise error
-            log.warning("exoscale: discovery incomplete, keeping the groups last seen: %s", error.message)
+            self._warn_once(
+                f"discovery:{error.message}",
+                "exoscale: discovery incomplete, keeping the groups last seen: %s",
+                error.message,
+            )
+        elif not infos:
+            self._warn_once(
+                "no-groups",
+                "exoscale: no SKS nodepool and no standalone instance pool to manage in zone %s",
+                self.config.zone,
+            )
         self._load_types({g.instance_type for g in infos.values()} - set(self._types))
         # member listings run side by side: Refresh waits for all of them under CA's deadline
         listed = [info for gid, info in infos.items() if gid in by_id]
@@ -497,6 +509,14 @@ class ExoscaleDriver(PoolDriver):
         with self._lock:
             types = {g.instance_type for g in self._groups.values()}
         self._load_types(types)
+
+    def gpu_types(self) -> list[str]:
+        """The GPU instance-type families of the groups (GetAvailableGPUTypes), from memory."""
+        with self._lock:
+            types = [self._types.get(g.instance_type) for g in self._groups.values()]
+        return sorted(
+            {str(t.get("family")) for t in types if t and isinstance(t.get("gpus"), int) and t["gpus"] > 0}
+        )
 
     def template(self, group: str) -> NodeTemplate | None:
         info = self.group_info(group)

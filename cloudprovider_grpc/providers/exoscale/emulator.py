@@ -150,7 +150,10 @@ class ExoscaleEmulator(EmulatorServer):
         self.observer: Observer | None = None
         #: the next N changes (PUT) are carried out but answered 502, as a gateway losing the answer
         self.lose_next_answers = 0
+        #: pool ids whose member listing answers 503 (one broken pool beside healthy ones)
+        self.broken_pools: set[str] = set()
 
+        self._operation_routes: list[tuple[str, re.Pattern[str], str]] = []
         v = self.prefix.rstrip("/")
         for method, pattern, op, handler in (
             ("GET", "sks-cluster", "list-sks-clusters", self._list_clusters),
@@ -176,10 +179,18 @@ class ExoscaleEmulator(EmulatorServer):
             ("GET", "operation/{id}", "get-operation", self._get_operation),
         ):
             self.route(method, f"{v}/{pattern}", self._iam(op, handler))
+            regex = re.sub(r"\\\{[a-z]+\\\}", "[^/:]+", re.escape(f"{v}/{pattern}"))
+            self._operation_routes.append((method, re.compile(f"^{regex}/?$"), op))
 
     # ------------------------------------------------------------------ seeding and inspection
     def _uuid(self) -> str:
-        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+        """A new UUID, reproducible from the seed, never one already in use (after a restore the
+        seeded sequence starts over)."""
+        taken = (self.clusters, self.nodepools, self.pools, self.instances, self.operations)
+        while True:
+            value = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+            if not any(value in d for d in taken):
+                return value
 
     def add_key(self, key: str, secret: str, operations: Iterable[str] | None = None) -> None:
         with self.lock:
@@ -304,29 +315,12 @@ class ExoscaleEmulator(EmulatorServer):
             np = next(n for n in self.nodepools.values() if n["name"] == name)
             return self._nodepool_json(np)
 
-    def operation_calls(self, op: str | None = None) -> int:
-        """How many requests reached a route whose OperationId is `op` (all when None)."""
-        return sum(1 for e in self.request_log() if op is None or self.operation_of(e.method, e.path) == op)
-
     def operation_of(self, method: str, path: str) -> str:
-        rest = path.removeprefix(self.prefix)
-        parts = rest.split("/")
-        if method == "PUT":
-            verb = rest.rsplit(":", 1)[-1]
-            kind = "sks-nodepool" if parts[0] == "sks-cluster" else "instance-pool"
-            return f"{'scale' if verb == 'scale' else 'evict'}-{kind}{'' if verb == 'scale' else '-members'}"
-        names = {
-            "sks-cluster": "sks-cluster",
-            "instance-pool": "instance-pool",
-            "instance": "instance",
-            "instance-type": "instance-type",
-            "quota": "quota",
-            "operation": "operation",
-        }
-        base = names.get(parts[0], parts[0])
-        if base == "sks-cluster" and len(parts) >= 3:
-            return "get-sks-nodepool"
-        return f"get-{base}" if len(parts) > 1 else f"list-{base}s" if base != "quota" else "list-quotas"
+        """The OperationId (IAM name) a request's method and path address ("" if none)."""
+        for m, regex, op in self._operation_routes:
+            if m == method and regex.match(path):
+                return op
+        return ""
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> dict[str, Any]:
@@ -707,6 +701,8 @@ class ExoscaleEmulator(EmulatorServer):
         manager_id = req.arg("manager-id")
         if manager_id is not None:
             _check_uuid(manager_id, "manager-id")
+            if manager_id in self.broken_pools:
+                raise HttpProblem(503, f"Instance Pool {manager_id} is temporarily unavailable")
         rows = [
             self._instance_json(i)
             for i in self.instances.values()

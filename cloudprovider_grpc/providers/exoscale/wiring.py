@@ -28,10 +28,7 @@ def make_client(config: ExoscaleConfig, endpoint: str | None = None) -> Exoscale
         endpoint or config.endpoint,
         config.api_key,
         config.api_secret,
-        timeout=(config.connect_timeout, config.read_timeout),
-        retries=config.retries,
-        rate_limit_per_s=config.rate_limit,
-        max_elapsed=config.retry_budget,
+        **config.tuning.client_kwargs(),
     )
 
 
@@ -84,7 +81,7 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
             emulator.stop()
         raise
     return BuiltDriver(
-        driver, catalog_ttl=config.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
     )
 
 

@@ -34,10 +34,7 @@ def make_client(config: SpcConfig, api_url: str | None = None) -> SpcClient:
         config.token,
         config.org_id,
         config.cluster_id,
-        timeout=(config.connect_timeout, config.read_timeout),
-        retries=config.retries,
-        rate_limit_per_s=config.rate_limit,
-        max_elapsed=config.retry_budget,
+        **config.tuning.client_kwargs(),
     )
 
 
@@ -77,6 +74,7 @@ def _emulator(
                 labels=p.labels,
                 gpu_size=p.gpu_instance_size,
                 gpu_count=p.gpu_core_count,
+                capacity=p.capacity,
             )
     else:
         emulator.seed_demo(org, cluster)
@@ -100,7 +98,9 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
         raise
     # the catalogue is static (the SDK's machine table); the TTL only bounds how long a template built
     # from a pool's JSON (labels, GPUs) is reused after the pool changes
-    return BuiltDriver(driver, catalog_ttl=300.0, on_stop=emulator.stop if emulator is not None else None)
+    return BuiltDriver(
+        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+    )
 
 
 def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) -> SpcEmulator:

@@ -31,13 +31,7 @@ __all__ = ["build_driver", "build_emulator", "make_client"]
 
 def make_client(config: VultrConfig, api_url: str | None = None) -> VultrClient:
     return VultrClient(
-        api_url or config.api_url,
-        config.token,
-        timeout=(config.connect_timeout, config.read_timeout),
-        retries=config.retries,
-        rate_limit_per_s=config.rate_limit,
-        max_elapsed=config.retry_budget,
-        page_size=config.page_size,
+        api_url or config.api_url, config.token, page_size=config.page_size, **config.tuning.client_kwargs()
     )
 
 
@@ -88,7 +82,7 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
             emulator.stop()
         raise
     return BuiltDriver(
-        driver, catalog_ttl=config.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
     )
 
 
