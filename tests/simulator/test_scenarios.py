@@ -11,8 +11,6 @@ from cloudprovider_grpc.simulator import load_scenario, parse_scenario, run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
-#: run here against a backend's bundled emulator (see test_cherry_example_against_its_emulator)
-EMULATED = {"cherry"}
 #: scenarios on another provider, run against its emulator by that backend's own tests
 ELSEWHERE = {
     "burst-pools": "tests/simulator/test_pool_mode.py",
@@ -46,17 +44,7 @@ def at(t):
 
 
 def test_every_example_is_exercised():
-    assert {p.stem for p in EXAMPLES.glob("*.yaml")} == TESTED | EMULATED | set(ELSEWHERE)
-
-
-def test_cherry_example_against_its_emulator():
-    # the file's own account: 12 one-cpu pods at minute 1 are more than "vps" (max 2) can take, so
-    # "metal" grows too; after they leave at minute 15 the empty servers go, "vps" keeping its min 1
-    r = run(load_scenario(EXAMPLES / "cherry.yaml"), seed=0, emulate=True)
-    assert r.provider == "cherry"
-    assert {d.group for d in kinds(r, "scale-up")} == {"vps", "metal"}
-    assert r.summary["max_pending_pods"] == 12 and r.timeline["pending"][-1] == 0
-    assert r.summary["final_nodes"] == {"metal": 0, "vps": 1}
+    assert {p.stem for p in EXAMPLES.glob("*.yaml")} == TESTED | set(ELSEWHERE)
 
 
 def test_burst(reports):
