@@ -5,7 +5,9 @@ Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research not
 2. Refresh (an error aborts the loop), NodeGroups;
 3. NodeGroupNodes for groups whose cached listing is stale (2m, as
    `pkg/clusterstate/utils/node_instances_cache.go`) or that are scaling up / just deleted nodes;
-   kubelets register machines the cloud reports running, and the scheduler binds what fits;
+   kubelets register machines the cloud reports running (NotReady for `node_ready_delay`), the
+   scenario's node events apply, CA's first loop removes ToBeDeleted taints a previous run left
+   (`cleanUpIfRequired`), and the scheduler binds what fits;
 4. NodeGroupForNode for every node, templates from a real ready node of each group, else the
    cached real-node template, else NodeGroupTemplateNodeInfo
    (`pkg/processors/nodeinfosprovider/mixed_nodeinfos_processor.go`);
@@ -13,16 +15,18 @@ Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research not
    deleted (`deleteCreatedNodesWithErrors`), instances unregistered past
    `max-node-provision-time` are deleted, scale-up requests that time out back off, and a target
    above the registered size for longer than the provision time is decreased (`fixNodeGroupSize`,
-   which ends the loop);
-6. upcoming nodes (target - registered) are injected and pods that fit them are filtered out
-   (`pkg/core/podlistprocessor/filter_out_schedulable.go`), as are expendable and too-young pods;
+   which ends the loop); too many unready nodes end the loop too (IsClusterHealthy);
+6. upcoming nodes (target - ready - unready: nodes still starting count as upcoming) are injected
+   and pods that fit them are filtered out (`pkg/core/podlistprocessor/filter_out_schedulable.go`),
+   as are expendable and too-young pods;
 7. scale-up (`scaleup.py`), then scale-down (`scaledown.py`) outside its cooldown, deleting one
-   node per DeleteNodes call after a GetOptions call, like CA's actuator.
+   node per DeleteNodes call after a GetOptions call, like CA's actuator (a zero-or-max group's
+   nodes in one call).
 
-Known simplifications: nodes are Ready as soon as they register (no unready phase, so the
-cluster-health check never trips); GetOptions answers are memoised per group within one loop for
-eligibility (CA asks about twice per node), while deletions still call it once per node; ZeroOrMax
-groups, PDB budgets and pod affinity are not modelled.
+Known simplifications: GetOptions answers are memoised per group within one loop for eligibility
+(CA asks about twice per node), while deletions still call it once per node; scale-up reads a
+group's zeroOrMaxNodeScaling from its last GetOptions answer instead of asking again (README
+"Not modelled" lists the rest).
 """
 
 from __future__ import annotations
