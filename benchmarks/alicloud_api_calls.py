@@ -25,6 +25,8 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loop_pattern import one_loop  # noqa: E402
+
 from cloudprovider_grpc.config import Settings  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
@@ -77,33 +79,8 @@ def main() -> int:
     ]
 
     def read_rpcs() -> int:
-        count = 0
-
-        def call(fn, req) -> None:
-            nonlocal count
-            count += 1
-            try:
-                fn(req, timeout=5)
-            except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-
-        call(s.NodeGroups, pb.NodeGroupsRequest())
-        for node in nodes + others:  # nodes outside any group never trigger a rebuild (#6748)
-            call(s.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
-        for g in groups:
-            for _ in range(3):
-                call(s.NodeGroupTargetSize, pb.NodeGroupTargetSizeRequest(id=g))
-        for gid, _ in members:
-            for _ in range(2):
-                call(s.NodeGroupGetOptions, pb.NodeGroupAutoscalingOptionsRequest(id=gid))
-        for g in groups[: max(1, len(groups) // 12)]:
-            call(s.NodeGroupNodes, pb.NodeGroupNodesRequest(id=g))
-        for g in groups:
-            call(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id=g))
-        call(s.GPULabel, pb.GPULabelRequest())
-        call(s.GetAvailableGPUTypes, pb.GetAvailableGPUTypesRequest())
-        return count
+        # nodes outside any group never trigger a rebuild (in-tree #6748)
+        return one_loop(s, groups, nodes, foreign=others)
 
     print(f"AliCloud API calls per CA loop: {args.groups} scaling groups, {args.nodes} instances")
     print(f"startup (server start + first Refresh, with the catalogue, {startup_ms:.0f} ms): {dict(startup)}")

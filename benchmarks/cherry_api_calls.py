@@ -26,12 +26,13 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loop_pattern import one_loop  # noqa: E402
+
 from cloudprovider_grpc.config import Settings  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
-from cloudprovider_grpc.protos import k8s_pb2  # noqa: E402
-from cloudprovider_grpc.providers.cherry import CherryEmulator, build  # noqa: E402
-from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext  # noqa: E402
+from cloudprovider_grpc.providers.cherry import CherryEmulator  # noqa: E402
+from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, build_provider  # noqa: E402
 from cloudprovider_grpc.server import start_server  # noqa: E402
 
 TOKEN = "bench-token"
@@ -90,7 +91,9 @@ def main() -> int:
             },
         },
     )
-    handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=build(ctx))
+    handle = start_server(
+        Settings(address="127.0.0.1:0", metrics_address=""), provider=build_provider("cherry", ctx)
+    )
     startup = calls_since(emu, 0)
     channel = grpc.insecure_channel(handle.address)
     s = pb_grpc.CloudProviderStub(channel)
@@ -101,52 +104,8 @@ def main() -> int:
         for i in range(3)
     ]  # fmt: skip
 
-    pod_msg = k8s_pb2.Pod()
-    pod_msg.metadata.name = "web-1"
-    container = pod_msg.spec.containers.add(name="web")
-    container.resources.requests["cpu"].string = "500m"
-    container.resources.requests["memory"].string = "1Gi"
-    pod = pod_msg.SerializeToString()
-
     def read_rpcs(scale_up: bool) -> int:
-        """Every read RPC of one loop (after Refresh); returns how many RPCs were made."""
-        count = 0
-
-        def call(fn, req) -> None:
-            nonlocal count
-            count += 1
-            try:
-                fn(req, timeout=5)
-            except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-
-        call(s.NodeGroups, pb.NodeGroupsRequest())
-        for node in nodes:
-            call(s.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
-        for node in control_planes:
-            for _ in range(5):  # k call sites for nodes outside any group
-                call(s.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
-        for pool in pools:
-            for _ in range(3):
-                call(s.NodeGroupTargetSize, pb.NodeGroupTargetSizeRequest(id=pool))
-        for pool, _, _ in servers:
-            for _ in range(2):
-                call(s.NodeGroupGetOptions, pb.NodeGroupAutoscalingOptionsRequest(id=pool))
-        for pool in pools[: max(1, len(pools) // 12)]:
-            call(s.NodeGroupNodes, pb.NodeGroupNodesRequest(id=pool))
-        for pool in pools:
-            call(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id=pool))
-        call(s.GPULabel, pb.GPULabelRequest())
-        call(s.GetAvailableGPUTypes, pb.GetAvailableGPUTypesRequest())
-        if scale_up:
-            for pool in pools:
-                node = pb.ExternalGrpcNode(name=f"template-node-for-{pool}-1")
-                hour = {"startTimestamp": {"seconds": 0}, "endTimestamp": {"seconds": 3600}}
-                call(s.PricingNodePrice, pb.PricingNodePriceRequest(node=node, **hour))
-                for _ in range(5):
-                    call(s.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=pod, **hour))
-        return count
+        return one_loop(s, pools, nodes, foreign=control_planes, scale_up=scale_up)
 
     print(f"Cherry API calls per CA loop: {args.pools} pools, {args.nodes} nodes, 1 project")
     print(f"startup (initial Refresh incl. plan catalogue): {dict(startup)}")

@@ -2,11 +2,9 @@
 
 Runs the Vultr API emulator and our gRPC server (Vultr backend pointed at it) in this process, seeds
 one VKE cluster with POOLS autoscaled pools holding NODES nodes in all, then
-1. drives the RPCs one CA loop makes (research notes peers-users-decisions.md §4.3: Refresh,
-   NodeGroups, NodeGroupForNode per node, ~3 TargetSize per group, ~2 GetOptions per node,
-   NodeGroupNodes for ~G/12 groups, TemplateNodeInfo per group, GPULabel/GetAvailableGPUTypes, pricing
-   on the scale-up loop) and counts the API calls each phase caused at the emulator. Target: one
-   node-pool list per Refresh, none from any other read RPC;
+1. drives the RPCs one CA loop makes (benchmarks/loop_pattern.py, shared by every API-calls
+   benchmark) and counts the API calls each phase caused at the emulator. Target: one node-pool list
+   per Refresh, none from any other read RPC;
 2. fires BURST concurrent NodeGroupIncreaseSize(1) at a pool holding 2 nodes with max 20, ROUNDS
    times, and counts the PATCHes each burst caused. Target: at most 3 per burst, never above max.
 
@@ -29,10 +27,11 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loop_pattern import one_loop  # noqa: E402
+
 from cloudprovider_grpc.config import Settings  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
-from cloudprovider_grpc.protos import k8s_pb2  # noqa: E402
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider  # noqa: E402
 from cloudprovider_grpc.providers.vultr import VultrEmulator  # noqa: E402
 from cloudprovider_grpc.providers.vultr.config import EmulatorPool  # noqa: E402
@@ -82,47 +81,12 @@ def ca_loops(args: argparse.Namespace) -> bool:
                             labels={"vke.vultr.com/node-id": n["id"]})
         for pid in pools for n in emu.pool_record(pid)["nodes"]
     ]  # fmt: skip
-    pod_msg = k8s_pb2.Pod()
-    pod_msg.metadata.name = "web-1"
-    container = pod_msg.spec.containers.add(name="web")
-    container.resources.requests["cpu"].string = "500m"
-    container.resources.requests["memory"].string = "1Gi"
-    pod = pod_msg.SerializeToString()
+    # VKE runs the control plane outside the cluster's nodes; a few foreign nodes (not in any pool)
+    # stand for nodes CA asks about at several call sites without a cached answer
+    foreign = [pb.ExternalGrpcNode(providerID=f"vultr://foreign-{i}", name=f"foreign-{i}") for i in range(3)]
 
     def read_rpcs(scale_up: bool) -> int:
-        count = 0
-
-        def call(fn, req) -> None:
-            nonlocal count
-            count += 1
-            try:
-                fn(req, timeout=5)
-            except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-
-        call(s.NodeGroups, pb.NodeGroupsRequest())
-        for node in nodes:
-            call(s.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
-        for pool in pools:
-            for _ in range(3):
-                call(s.NodeGroupTargetSize, pb.NodeGroupTargetSizeRequest(id=pool))
-        for _node in nodes:
-            for _ in range(2):
-                call(s.NodeGroupGetOptions, pb.NodeGroupAutoscalingOptionsRequest(id=pools[0]))
-        for pool in pools[: max(1, len(pools) // 12)]:
-            call(s.NodeGroupNodes, pb.NodeGroupNodesRequest(id=pool))
-        for pool in pools:
-            call(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id=pool))
-        call(s.GPULabel, pb.GPULabelRequest())
-        call(s.GetAvailableGPUTypes, pb.GetAvailableGPUTypesRequest())
-        if scale_up:
-            hour = {"startTimestamp": {"seconds": 0}, "endTimestamp": {"seconds": 3600}}
-            for node in nodes[:10]:
-                call(s.PricingNodePrice, pb.PricingNodePriceRequest(node=node, **hour))
-            for _ in range(5 * len(pools)):
-                call(s.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=pod, **hour))
-        return count
+        return one_loop(s, pools, nodes, foreign=foreign, scale_up=scale_up)
 
     print(f"Vultr API calls per CA loop: {len(pools)} pools, {len(nodes)} nodes, 1 cluster")
     print(f"startup (the server's first Refresh + one more, catalogue loaded once): {dict(startup)}")

@@ -150,3 +150,12 @@ def test_scaling_activity_in_progress_is_transient_and_not_retried_inline(emulat
     with pytest.raises(CloudError) as err:
         c.scale_with_adjustment("asg-bp1plain", 3, {})
     assert err.value.code == "ScalingActivityInProgress" and err.value.transient and slept == []
+
+
+def test_a_ram_denial_is_permanent_and_named(emulator: AliCloudEmulator) -> None:
+    emulator.denied_actions.add("ScaleWithAdjustment")
+    c, slept = client(emulator)
+    with pytest.raises(CloudError) as err:
+        c.scale_with_adjustment(GROUP_A, 3, {})
+    assert (err.value.code, err.value.status, err.value.transient) == ("Forbidden.Unauthorized", 403, False)
+    assert "ScaleWithAdjustment" in str(err.value) and slept == []

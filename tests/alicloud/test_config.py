@@ -115,8 +115,15 @@ def test_yaml_options_are_validated() -> None:
         error(ENV, options={"emulator": {"stock": {"ecs.g7.xlarge": -1}}}).key
         == "alicloud.emulator.stock.ecs.g7.xlarge"
     )
+    assert (
+        error(ENV, options={"emulator": {"instance-types": ["x"]}}).key == "alicloud.emulator.instance-types"
+    )
+    types = load(
+        ENV, options={"emulator": {"instance-types": {GROUP_A: "ecs.g7.2xlarge"}}}
+    ).emulator.instance_types
+    assert dict(types) == {GROUP_A: "ecs.g7.2xlarge"}
     config = load(ENV, options={"remove-policy": "recycle", "reserved": {"cpu": "100m"}, "catalog-ttl": 60})
-    assert (config.remove_policy, dict(config.reserved), config.catalog_ttl) == (
+    assert (config.remove_policy, dict(config.reserved), config.tuning.catalog_ttl) == (
         "recycle",
         {"cpu": "100m"},
         60.0,

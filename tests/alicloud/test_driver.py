@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cloudprovider_grpc.clouderrors import ErrorClass
+from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
+from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
 from cloudprovider_grpc.providers.alicloud.driver import GPU_LABEL, gpu_label_value
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
@@ -135,12 +136,32 @@ def test_remove_lowers_desired_and_reports_each_refused_instance(
     assert outcome.operation is not None and outcome.operation.kind == "remove"
     record = emulator.group_record(GROUP_A)
     assert record["DesiredCapacity"] == 2 and record["RemovingCapacity"] == 2
-    # sent again (a lost answer): the same ClientToken gets the same answer, nothing more is removed
-    again = driver.remove_machines(GROUP_A, [refused, *gone])
-    assert again.operation == outcome.operation and emulator.group_record(GROUP_A)["DesiredCapacity"] == 2
     emu_clock.advance(11)
     assert driver.poll(outcome.operation).state == OperationState.SUCCEEDED
     assert {m.handle for m in pool(driver, GROUP_A).machines} == {keep.handle, refused.handle}
+    # unprotected later, the same instance goes on the next request (a new ClientToken, not a replay)
+    emulator.set_lifecycle(refused.handle, "InService")
+    retry = driver.remove_machines(GROUP_A, [refused])
+    assert not retry.failed and emulator.group_record(GROUP_A)["DesiredCapacity"] == 1
+
+
+def test_a_removal_whose_answer_was_lost_is_not_repeated(
+    emulator: AliCloudEmulator, emu_clock: ManualClock
+) -> None:
+    driver = make_driver(emulator)
+    victim = pool(driver, GROUP_A).machines[0]
+    emulator.set_faults(FaultPlan(rate=1.0, kinds=("drop",), methods=frozenset({"POST"})))
+    try:
+        driver.remove_machines(GROUP_A, [victim])
+        raise AssertionError("a dropped answer must raise")
+    except CloudError as err:
+        assert err.transient and err.status is None  # processed, but we cannot know
+    assert emulator.group_record(GROUP_A)["DesiredCapacity"] == 1  # it did happen
+    emulator.set_faults(None)
+    again = driver.remove_machines(GROUP_A, [victim])  # the machinery's retry: same ClientToken
+    assert not again.failed and again.operation is not None
+    assert emulator.group_record(GROUP_A)["DesiredCapacity"] == 1  # not removed twice
+    assert len(emulator.activity_records(GROUP_A)) == 1
 
 
 def test_remove_in_batches_of_twenty(emulator: AliCloudEmulator, emu_clock: ManualClock) -> None:
@@ -212,3 +233,63 @@ def test_groups_discovered_by_tag_on_every_listing(emulator: AliCloudEmulator) -
     driver.list_pools()
     assert sorted(g.id for g in driver.groups()) == sorted([GROUP_A, "asg-bp1disco00000000002"])
     assert driver.template("asg-bp1disco00000000002") is None  # no configuration seeded for it
+
+
+def test_a_newer_scale_out_hides_an_older_failure(emulator: AliCloudEmulator, emu_clock: ManualClock) -> None:
+    driver = make_driver(emulator)
+    emulator.fail_next_scale_out(GROUP_B, "Rejected", "QuotaExceed.ElasticQuota", "quota reached")
+    driver.set_size(GROUP_B, 1)
+    emu_clock.advance(6)
+    failure = pool(driver, GROUP_B).failure
+    assert failure is not None and failure.code == "QuotaExceed.ElasticQuota"
+    assert failure.error_class == ErrorClass.OUT_OF_RESOURCES and "Rejected" in failure.message
+    driver.set_size(GROUP_B, 2)  # CA asks again: the new activity runs
+    assert pool(driver, GROUP_B).failure is None
+    emu_clock.advance(31)
+    listed = pool(driver, GROUP_B)
+    assert listed.failure is None and len(listed.machines) == 2
+
+
+def test_an_activity_ess_forgot_is_not_pending_forever(emulator: AliCloudEmulator) -> None:
+    driver = make_driver(emulator)
+    op = driver.set_size(GROUP_B, 1)
+    assert op is not None
+    emulator.activities.clear()
+    assert driver.poll(op).state == OperationState.SUCCEEDED
+
+
+def test_launch_template_groups(emulator: AliCloudEmulator) -> None:
+    base = {"SystemDisk": {"Size": 60}, "Tags": {"InstanceTag": [{"Key": "pool", "Value": "lt"}]}}
+    emulator.add_launch_template(
+        "lt-bp1test0000000001",
+        {**base, "InstanceType": "ecs.c7.large"},
+        {**base, "InstanceType": "ecs.r7.xlarge", "ZoneId": "cn-hangzhou-j"},
+        default=1,
+    )
+    for gid, version, overrides in (
+        ("asg-bp1ltdefault0000001", "Default", []),
+        ("asg-bp1ltlatest00000001", "Latest", []),
+        ("asg-bp1ltoverride000001", "1", [{"InstanceType": "ecs.g7.2xlarge", "WeightedCapacity": 1}]),
+    ):
+        emulator.add_group(
+            {
+                "ScalingGroupId": gid,
+                "LaunchTemplateId": "lt-bp1test0000000001",
+                "LaunchTemplateVersion": version,
+                "LaunchTemplateOverrides": overrides,
+                "MaxSize": 5,
+            }
+        )
+    nodes = tuple(
+        NodesSpec(0, 5, g)
+        for g in ("asg-bp1ltdefault0000001", "asg-bp1ltlatest00000001", "asg-bp1ltoverride000001")
+    )
+    driver = make_driver(emulator, nodes=nodes)
+    driver.list_pools()
+    default = driver.template("asg-bp1ltdefault0000001")
+    assert default is not None and default.instance_type == "ecs.c7.large"
+    assert default.labels == {"pool": "lt"} and default.capacity["ephemeral-storage"] == "60Gi"
+    latest = driver.template("asg-bp1ltlatest00000001")
+    assert latest is not None and (latest.instance_type, latest.zone) == ("ecs.r7.xlarge", "cn-hangzhou-j")
+    override = driver.template("asg-bp1ltoverride000001")
+    assert override is not None and override.instance_type == "ecs.g7.2xlarge"  # the override comes first

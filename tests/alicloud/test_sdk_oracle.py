@@ -198,3 +198,71 @@ def test_errors_reach_the_sdk_as_its_own_exceptions(emulator: AliCloudEmulator, 
         and throttled.value.retry_after
         and throttled.value.retry_after > 0
     )
+
+
+LAUNCH_DATA = {
+    "InstanceType": "ecs.g7.2xlarge",
+    "SystemDisk": {"Size": 80},
+    "Tags": {"InstanceTag": [{"Key": "pool", "Value": "lt"}]},
+}
+
+
+@pytest.mark.parametrize("signature", SIGNATURES)
+def test_launch_template_versions_through_the_official_sdk(
+    emulator: AliCloudEmulator, signature: str
+) -> None:
+    emulator.add_launch_template(
+        "lt-bp1oracle000000001", {"InstanceType": "ecs.g7.large"}, LAUNCH_DATA, default=1
+    )
+    ecs = EcsClient(config(emulator, signature))
+    default = ecs.describe_launch_template_versions(
+        ecs_models.DescribeLaunchTemplateVersionsRequest(
+            region_id=REGION,
+            launch_template_id="lt-bp1oracle000000001",
+            default_version=True,
+            detail_flag=True,
+        )
+    ).body.launch_template_version_sets.launch_template_version_set
+    assert [(v.version_number, v.launch_template_data.instance_type) for v in default] == [
+        (1, "ecs.g7.large")
+    ]
+    second = ecs.describe_launch_template_versions(
+        ecs_models.DescribeLaunchTemplateVersionsRequest(
+            region_id=REGION,
+            launch_template_id="lt-bp1oracle000000001",
+            launch_template_version=[2],
+            detail_flag=True,
+        )
+    ).body.launch_template_version_sets.launch_template_version_set[0]
+    data = second.launch_template_data
+    assert (data.instance_type, data.system_disk.size) == ("ecs.g7.2xlarge", 80)
+    assert [(t.key, t.value) for t in data.tags.instance_tag] == [("pool", "lt")]
+
+
+@pytest.mark.parametrize("signature", SIGNATURES)
+def test_vpc_describe_vswitches_through_the_generic_openapi_client(
+    emulator: AliCloudEmulator, signature: str
+) -> None:
+    """No VPC SDK is installed: the vendor's generic OpenAPI client (the one every product SDK wraps)
+    sends the RPC call with the same signing and decoding."""
+    from alibabacloud_tea_openapi import utils_models
+    from alibabacloud_tea_openapi.client import Client as OpenApiClient
+    from darabonba.runtime import RuntimeOptions
+
+    client = OpenApiClient(config(emulator, signature))
+    params = utils_models.Params(
+        action="DescribeVSwitches",
+        version="2016-04-28",
+        protocol="HTTP",
+        pathname="/",
+        method="POST",
+        auth_type="AK",
+        style="RPC",
+        req_body_type="formData",
+        body_type="json",
+    )
+    request = utils_models.OpenApiRequest(query={"RegionId": REGION, "VSwitchId": "vsw-cn-hangzhou-i"})
+    body = client.call_api(params, request, RuntimeOptions())["body"]
+    assert [(v["VSwitchId"], v["ZoneId"]) for v in body["VSwitches"]["VSwitch"]] == [
+        ("vsw-cn-hangzhou-i", "cn-hangzhou-i")
+    ]

@@ -133,3 +133,52 @@ def test_build_without_network_io_and_the_emulator_stops_with_the_server() -> No
         ProviderContext(nodes=(NodesSpec(0, 1, "asg-x"),), env={"REGION_ID": "cn-beijing"})
     )
     assert offline.on_stop is None and offline.driver.groups()[0].id == "asg-x"  # nothing was contacted
+
+
+def test_rrsa_token_stays_out_of_debug_logs(tmp_path: Path) -> None:
+    """The OIDC token travels in AssumeRoleWithOIDC's query string (as the vendor's clients send it);
+    urllib3 logs request lines at debug level, so the token must be masked there too."""
+    token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJtYXJrZXIifQ.TokenMarker7f3a9c"
+    token_file = tmp_path / "oidc-token"
+    token_file.write_text(token + "\n")
+    port = free_port()
+    env = clean_env(
+        ALIBABA_CLOUD_OIDC_PROVIDER_ARN="acs:ram::1234567890:oidc-provider/ack-rrsa-c1",
+        ALIBABA_CLOUD_OIDC_TOKEN_FILE=str(token_file),
+        ALIBABA_CLOUD_ROLE_ARN="acs:ram::1234567890:role/ca",
+        ALIBABA_CLOUD_SESSION_NAME="cluster-autoscaler",
+        REGION_ID="cn-hangzhou",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cloudprovider_grpc",
+            "serve",
+            "--provider",
+            "alicloud",
+            "--emulate",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--metrics-address",
+            "",
+            "--log-level",
+            "debug",
+            "--log-format",
+            "text",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        s = wait_serving(port, proc)
+        s.Refresh(pb.RefreshRequest(), timeout=10)
+        assert len(s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups) == 2
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+    assert "AssumeRoleWithOIDC" in err or "assumed role" in err  # the exchange was logged
+    assert "TokenMarker7f3a9c" not in out + err

@@ -51,7 +51,9 @@ def serving(provider: CloudProvider) -> Iterator[tuple[ServerHandle, object]]:
 def managed(ctx: ProviderContext, **kw) -> MachineProvider:
     """What build() makes, with a short create backoff so fault tests finish quickly."""
     config = load_config(ctx)
-    return MachineProvider(CherryDriver(config, make_client(config)), catalog_ttl=config.catalog_ttl, **kw)
+    return MachineProvider(
+        CherryDriver(config, make_client(config)), catalog_ttl=config.tuning.catalog_ttl, **kw
+    )
 
 
 def instances(s, gid: str) -> list[pb.Instance]:

@@ -18,6 +18,7 @@ ELSEWHERE = {
     "exoscale-sks": "tests/exoscale/test_simulate.py",
     "alicloud-gpu": "tests/alicloud/test_scenario.py",
     "spc-seed-log": "tests/spc/test_scenario.py",
+    "cherry": "tests/cherry/test_scenario.py",
 }
 
 

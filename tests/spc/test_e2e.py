@@ -296,3 +296,41 @@ def test_a_quiet_ca_loop_costs_one_pool_listing_and_one_node_listing(emulator: S
             )
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED  # SPC documented no prices
         assert emulator.request_log() == []
+
+
+def test_a_pool_out_of_capacity_shows_out_of_resources(emulator: SpcEmulator) -> None:
+    """An add the provider refuses for capacity is class 1 (OUT_OF_RESOURCES): CA tries another group."""
+    emulator.add_pool(CLUSTER, name="scarce", size="m4.xlarge", min_count=0, max_count=3, capacity=0)
+    with serving(build_provider("spc", spc_ctx(emulator))) as (handle, s):
+        gid = next(g for g in pools(emulator) if g.endswith("-pool-3"))
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=2), timeout=5)
+        assert handle.provider.wait_idle(10)
+        got = instances(s, gid)
+        assert len(got) == 2 and all(i.status.instanceState == CREATING for i in got)
+        assert {i.status.errorInfo.instanceErrorClass for i in got} == {1}
+        assert all("InsufficientInstanceCapacity" in i.status.errorInfo.errorMessage for i in got)
+        assert group_nodes(emulator, gid) == []
+        nodes = [pb.ExternalGrpcNode(providerID=i.id, name=i.id) for i in got]
+        s.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=gid, nodes=nodes), timeout=5)
+        assert target(s, gid) == 0
+
+
+def test_the_cross_backend_entry_names_real_groups() -> None:
+    """tests/support/backends.py: the real-CA run's groups exist, and the stockout group never builds."""
+    import yaml
+
+    from cloudprovider_grpc.providers.registry import ProviderContext
+    from tests.support.backends import backend
+
+    be = backend("spc")
+    ctx = ProviderContext(options=yaml.safe_load(be.e2e_config)["spc"], emulate=True)
+    with serving(build_provider("spc", ctx)) as (handle, s):
+        groups = {g.id: g for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups}
+        assert set(groups) == {be.e2e_group, be.stockout_group}
+        assert target(s, be.e2e_group) == 0 and groups[be.e2e_group].maxSize >= 2
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=be.stockout_group, delta=1), timeout=5)
+        assert handle.provider.wait_idle(10)
+        (failed,) = instances(s, be.stockout_group)
+        assert failed.status.errorInfo.instanceErrorClass == 1
+    conformance = yaml.safe_load(be.conformance_config)
+    assert conformance["provider"] == "spc" and conformance["emulate"] is True

@@ -95,6 +95,18 @@ def test_add_validates_like_the_sdk_and_the_api(emulator: SpcEmulator) -> None:
     assert r.status_code == 400 and "InstanceLimitExceeded" in r.json()["detail"]
 
 
+def test_a_pool_without_capacity_refuses_adds(emulator: SpcEmulator) -> None:
+    pool = emulator.add_pool(CLUSTER, name="scarce", size="m4.xlarge", min_count=0, max_count=3, capacity=1)
+    path = url(emulator, f"nodepools/{pool['pk']}/add")
+    assert (
+        requests.post(path, json={"size": "m4.xlarge", "node_count": 1}, headers=H, timeout=5).status_code
+        == 201
+    )
+    r = requests.post(path, json={"size": "m4.xlarge", "node_count": 1}, headers=H, timeout=5)
+    assert r.status_code == 400 and r.json()["detail"].startswith("InsufficientInstanceCapacity")
+    assert pool["node_count"] == 1
+
+
 def test_gen1_add_node_by_group(emulator: SpcEmulator) -> None:
     gid, pool = next(iter(pools(emulator).items()))
     r = requests.post(

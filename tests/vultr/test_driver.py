@@ -38,6 +38,16 @@ def test_nodes_flag_narrows_by_label_or_id_and_overrides_bounds(emulator: VultrE
     assert [p.config.name for p in by_id.list_pools()] == ["gpu"]
 
 
+def test_a_nodes_flag_naming_no_autoscaled_pool_is_warned_about_once(
+    emulator: VultrEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    driver = make_driver(emulator, nodes=(NodesSpec(1, 2, "system"), NodesSpec(1, 3, "general")))
+    for _ in range(2):
+        assert [p.config.name for p in driver.list_pools()] == ["general"]
+    warned = [r.getMessage() for r in caplog.records if "--nodes names" in r.getMessage()]
+    assert warned == ["vultr: --nodes names 'system', which is no pool with auto_scaler on in the cluster"]
+
+
 def test_group_set_follows_the_cloud(emulator: VultrEmulator) -> None:
     driver = make_driver(emulator)
     driver.list_pools()

@@ -108,6 +108,8 @@ def test_patch_down_deletes_random_nodes(emulator: VultrEmulator) -> None:
     after = emulator.node_ids(pid)
     assert len(after) == 6 and set(after) <= set(before)
     assert after != before[:6] and after != before[6:]  # not the oldest or the newest: random
+    [(where, victims)] = emulator.random_deletions
+    assert where == pid and sorted(victims) == sorted(set(before) - set(after))
 
 
 def test_delete_node_lowers_node_quantity_and_last_node_stays(emulator: VultrEmulator) -> None:

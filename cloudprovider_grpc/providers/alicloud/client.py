@@ -113,12 +113,12 @@ class AcsV3Auth(SecretAuth):
 
     def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
         cred = self.source.get()
-        parts = urlsplit(r.url or "")
+        parts = urlsplit(str(r.url or ""))
         query = parse_qsl(parts.query, keep_blank_values=True)
         action = next((v for k, v in query if k == "Action"), "")
         version = next((v for k, v in query if k == "Version"), "")
         query = [(k, v) for k, v in query if k not in ("Action", "Version")]
-        encoded = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in query)  # RFC 3986, as both signatures want
+        encoded = "&".join(f"{signing.percent_encode(k)}={signing.percent_encode(v)}" for k, v in query)
         r.url = urlunsplit((parts.scheme, parts.netloc, parts.path, encoded, parts.fragment))
         body = r.body if isinstance(r.body, bytes) else (r.body or "").encode()
         headers = {
@@ -148,10 +148,6 @@ class AcsV3Auth(SecretAuth):
         r.headers.update(headers)
         r.headers["Authorization"] = auth.header()
         return r
-
-
-def _quote(value: str, safe: str = "", encoding: str | None = None, errors: str | None = None) -> str:
-    return signing.percent_encode(value)
 
 
 class AliClient:
@@ -436,6 +432,39 @@ class AliClient:
                 if not token:
                     break
         return out
+
+    def launch_template_data(self, template_id: str, version: str) -> dict[str, Any] | None:
+        """`LaunchTemplateData` of a launch template version as ESS names it: a number, `Default` or
+        `Latest` (ECS DescribeLaunchTemplateVersions, DetailFlag true); None when not found."""
+        params: dict[str, Any] = {
+            "RegionId": self.region,
+            "LaunchTemplateId": template_id,
+            "DetailFlag": True,
+        }
+        if version.isdigit():
+            params["LaunchTemplateVersion"] = [version]
+        elif version.lower() == "default" or not version:
+            params["DefaultVersion"] = True
+        best: dict[str, Any] | None = None
+        page = 1
+        while True:  # "Latest": the highest version number over every page
+            data = self.call(
+                "ecs",
+                "DescribeLaunchTemplateVersions",
+                {**params, "PageNumber": page, "PageSize": 50},
+                read=True,
+            )
+            wrapped = data.get("LaunchTemplateVersionSets")
+            items = wrapped.get("LaunchTemplateVersionSet") if isinstance(wrapped, dict) else wrapped
+            sets = [v for v in _list(items) if isinstance(v, dict)]
+            for v in sets:
+                if best is None or _int(v.get("VersionNumber"), 0) > _int(best.get("VersionNumber"), 0):
+                    best = v
+            if not sets or page * 50 >= _int(data.get("TotalCount"), 0):
+                break
+            page += 1
+        found = best.get("LaunchTemplateData") if best else None
+        return found if isinstance(found, dict) else None
 
     # ------------------------------------------------------------------ VPC
     def vswitch_zone(self, vswitch_id: str) -> str:

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cloudprovider_grpc import secrets
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.driver import GroupConfig
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
 
 #: AK/SK and region used with --emulate when the environment names no credentials
@@ -54,7 +56,6 @@ _FILE_KEYS = {
 }
 _REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 _GROUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,127}$")
-_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _ARN_RE = re.compile(r"^acs:ram::[0-9A-Za-z]+:[a-z\-]+/.+$")
 _TOP_KEYS = frozenset(
     {
@@ -67,19 +68,26 @@ _TOP_KEYS = frozenset(
         "remove-policy",
         "auto-discovery",
         "reserved",
-        "connect-timeout",
-        "read-timeout",
-        "retries",
-        "retry-budget",
-        "rate-limit",
-        "catalog-ttl",
+        *ClientTuning.KEYS,
         "emulator",
     }
 )
 _EMULATOR_KEYS = frozenset(
-    {"pending-seconds", "removing-seconds", "activity-seconds", "stock", "rate-limit", "sts-duration"}
+    {
+        "pending-seconds",
+        "removing-seconds",
+        "activity-seconds",
+        "stock",
+        "rate-limit",
+        "sts-duration",
+        "instance-types",
+    }
 )
 REMOVE_POLICIES = ("release", "recycle")
+
+
+#: HTTP client defaults (ESS throttles per account with `x-acs-retry-after`; ours only smooths bursts)
+TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=20.0)
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,9 @@ class EmulatorOptions:
     #: instance type -> instances the emulated region can still create ("*": any type)
     stock: Mapping[str, int] = field(default_factory=lambda: {"*": 1000})
     sts_duration: int = 3600
+    #: scaling group id -> the instance type of the configuration the emulator seeds for it
+    #: (default ecs.g7.xlarge); with `stock` this makes one group's scale-outs fail
+    instance_types: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,13 +133,7 @@ class AliConfig:
     metadata_endpoint: str = "http://100.100.100.200"
     remove_policy: str = "release"
     reserved: Mapping[str, str] = field(default_factory=dict)
-    connect_timeout: float = 3.05
-    read_timeout: float = 10.0
-    retries: int = 4
-    #: seconds one API call may spend retrying: Refresh lists synchronously, within CA's deadline
-    retry_budget: float = 8.0
-    rate_limit: float | None = 20.0
-    catalog_ttl: float = 3600.0
+    tuning: ClientTuning = field(default_factory=lambda: TUNING)
     emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
     #: True when the groups are the emulator's demo groups (no --nodes with --emulate)
     demo_groups: bool = False
@@ -137,28 +142,16 @@ class AliConfig:
     discovery_tags: Mapping[str, str] = field(default_factory=dict)
 
 
-def _norm(key: object) -> str:
-    return str(key).strip().lower().replace("_", "-")
-
-
 def _secret(value: str, key: str) -> str:
-    """Stripped of surrounding whitespace (a Secret file's trailing newline) and header-safe."""
+    """Stripped of surrounding whitespace (a Secret file's trailing newline), header-safe, and
+    registered so no log line, status message or metric can carry it (cloudprovider_grpc.secrets)."""
+    secrets.register(value)
     value = value.strip()
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise ConfigError(key, "contains control characters (a line break inside the value?)")
     if not value.isascii():
         raise ConfigError(key, "contains non-ASCII characters")
     return value
-
-
-def _float(value: Any, where: str, *, allow_zero: bool = True) -> float:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(where, f"{value!r} is not a number") from None
-    if f < 0 or (not allow_zero and f == 0):
-        raise ConfigError(where, f"must be {'above' if not allow_zero else 'at least'} 0, got {f:g}")
-    return f
 
 
 def _url(value: str, where: str) -> str:
@@ -250,7 +243,7 @@ def _credentials(env: Mapping[str, str], file: Mapping[str, tuple[str, str]], em
 
 def load_config(ctx: ProviderContext) -> AliConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem."""
-    opts = {_norm(k): v for k, v in dict(ctx.options or {}).items()}
+    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
     for key in opts:
         if key not in _TOP_KEYS:
             raise ConfigError(f"alicloud.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
@@ -327,18 +320,7 @@ def load_config(ctx: ProviderContext) -> AliConfig:
     policy = str(opts.get("remove-policy", "release")).strip()
     if policy not in REMOVE_POLICIES:
         raise ConfigError("alicloud.remove-policy", f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
-    reserved: dict[str, str] = {}
-    res_opt = opts.get("reserved") or {}
-    if not isinstance(res_opt, Mapping):
-        raise ConfigError("alicloud.reserved", "expected a mapping of resource name to quantity")
-    for k, v in res_opt.items():
-        if not _QUANTITY_RE.match(str(v)):
-            raise ConfigError(f"alicloud.reserved.{k}", f"{v!r} is not a Kubernetes quantity")
-        reserved[str(k)] = str(v)
-    retries = opts.get("retries", 4)
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise ConfigError("alicloud.retries", f"expected a non-negative integer, got {retries!r}")
-    rate = opts.get("rate-limit", 20.0)
+    reserved = read_reserved(opts.get("reserved"), "alicloud.reserved")
     return AliConfig(
         groups=tuple(groups),
         credentials=creds,
@@ -350,14 +332,7 @@ def load_config(ctx: ProviderContext) -> AliConfig:
         metadata_endpoint=metadata,
         remove_policy=policy,
         reserved=reserved,
-        connect_timeout=_float(
-            opts.get("connect-timeout", 3.05), "alicloud.connect-timeout", allow_zero=False
-        ),
-        read_timeout=_float(opts.get("read-timeout", 10.0), "alicloud.read-timeout", allow_zero=False),
-        retries=retries,
-        retry_budget=_float(opts.get("retry-budget", 8.0), "alicloud.retry-budget", allow_zero=False),
-        rate_limit=_float(rate, "alicloud.rate-limit", allow_zero=False) if rate is not None else None,
-        catalog_ttl=_float(opts.get("catalog-ttl", 3600.0), "alicloud.catalog-ttl"),
+        tuning=TUNING.read(opts, "alicloud"),
         emulator=_emulator_options(opts.get("emulator") or {}),
         demo_groups=demo,
         discovery_tags=discovery,
@@ -395,7 +370,7 @@ def _discovery(value: Any) -> dict[str, str]:
 def _emulator_options(value: Any) -> EmulatorOptions:
     if not isinstance(value, Mapping):
         raise ConfigError("alicloud.emulator", "expected a mapping")
-    emu = {_norm(k): v for k, v in value.items()}
+    emu = {norm_key(k): v for k, v in value.items()}
     for k in emu:
         if k not in _EMULATOR_KEYS:
             raise ConfigError(
@@ -418,12 +393,16 @@ def _emulator_options(value: Any) -> EmulatorOptions:
     sts = emu.get("sts-duration", 3600)
     if not isinstance(sts, int) or isinstance(sts, bool) or sts <= 0:
         raise ConfigError("alicloud.emulator.sts-duration", f"expected a positive integer, got {sts!r}")
+    types = emu.get("instance-types") or {}
+    if not isinstance(types, Mapping) or not all(isinstance(v, str) and v for v in types.values()):
+        raise ConfigError("alicloud.emulator.instance-types", "expected {scaling-group-id: instance-type}")
     return EmulatorOptions(
-        pending_seconds=_float(emu.get("pending-seconds", 5.0), "alicloud.emulator.pending-seconds"),
-        removing_seconds=_float(emu.get("removing-seconds", 3.0), "alicloud.emulator.removing-seconds"),
-        activity_seconds=_float(emu.get("activity-seconds", 1.0), "alicloud.emulator.activity-seconds"),
+        instance_types={str(k): str(v) for k, v in types.items()},
+        pending_seconds=read_float(emu.get("pending-seconds", 5.0), "alicloud.emulator.pending-seconds"),
+        removing_seconds=read_float(emu.get("removing-seconds", 3.0), "alicloud.emulator.removing-seconds"),
+        activity_seconds=read_float(emu.get("activity-seconds", 1.0), "alicloud.emulator.activity-seconds"),
         rate_limit=(
-            _float(emu["rate-limit"], "alicloud.emulator.rate-limit", allow_zero=False)
+            read_float(emu["rate-limit"], "alicloud.emulator.rate-limit", allow_zero=False)
             if emu.get("rate-limit")
             else None
         ),

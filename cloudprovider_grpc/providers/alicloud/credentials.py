@@ -29,6 +29,7 @@ from pathlib import Path
 
 import requests
 
+from cloudprovider_grpc import secrets
 from cloudprovider_grpc.clouderrors import CloudError
 from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
 from cloudprovider_grpc.providers.alicloud.errors import ApiError
@@ -83,6 +84,8 @@ class CredentialSource:
             if cur is None or force_refresh or self._due(cur):
                 cur = self._fetch()
                 self._current = cur
+                for secret in cur.secrets():
+                    secrets.register(secret)  # masked in every log line from now on
                 self._seen.extend(cur.secrets())
                 del self._seen[:-8]
             return cur
@@ -188,6 +191,7 @@ class OidcCredentials(CredentialSource):
         if not token:
             raise CloudError(f"alicloud rrsa: the OIDC token file {self.token_file} is empty", transient=True)
         self._seen.append(token)
+        secrets.register(token)
         params = {
             "Action": "AssumeRoleWithOIDC",
             "Version": STS_VERSION,

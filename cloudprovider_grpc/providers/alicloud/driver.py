@@ -131,6 +131,8 @@ class AliCloudDriver(PoolDriver):
         self._records: dict[str, dict[str, Any]] = {}
         self._zones: dict[str, Counter[str]] = {}
         self._shapes: dict[str, _Shape] = {}
+        #: removal batch -> how many of its requests ESS has answered (see _remove_token)
+        self._remove_attempts: dict[str, int] = {}
         #: vSwitch id -> zone (a vSwitch never changes zone, so this is never reloaded)
         self._vswitch_zones: dict[str, str] = {}
         self._pool_lock = threading.Lock()
@@ -262,10 +264,10 @@ class AliCloudDriver(PoolDriver):
         except CloudError as err:
             log.warning("alicloud: scaling activities of %s unavailable: %s", gid, err.message)
             return None
-        for act in activities:  # newest first
-            if not _ours(act) or act.get("StatusCode") == "InProgress":
-                continue
-            return activity_error(act) if act.get("StatusCode") in _FAILED_ACTIVITY else None
+        for act in activities:  # newest first; only CA's own count, ESS's retries do not
+            if _ours(act):
+                # a newer scale-out of ours still running or successful hides an older failure
+                return activity_error(act) if act.get("StatusCode") in _FAILED_ACTIVITY else None
         return None
 
     # ------------------------------------------------------------------ changes
@@ -281,17 +283,20 @@ class AliCloudDriver(PoolDriver):
         for n, batch in enumerate(batches):
             by_instance = {m.handle or m.id.rpartition(".")[2]: m for m in batch}
             ids = sorted(by_instance)
-            # the same batch sent again (after a lost answer) gets the first call's answer
-            token = "ca-" + hashlib.sha256(f"{group}|{','.join(ids)}".encode()).hexdigest()[:40]
+            key = f"{group}|{','.join(ids)}"
+            token = self._remove_token(key)
             try:
                 answer = self.client.remove_instances(
                     group, ids, remove_policy=self.config.remove_policy, client_token=token
                 )
             except CloudError as err:
+                if err.status is not None:
+                    self._remove_answered(key)  # ESS answered: a later request is a new one
                 if n == 0 and not activities:
                     raise  # nothing happened yet: the machinery retries the whole call
                 failed.update({m.id: err for m in batch})
                 continue
+            self._remove_answered(key)
             if answer.get("ScalingActivityId"):
                 activities.append(str(answer["ScalingActivityId"]))
             for item in answer.get("IgnoredInstances") or []:
@@ -315,6 +320,21 @@ class AliCloudDriver(PoolDriver):
         operation = Operation(group, "remove", ",".join(activities)) if activities else None
         return RemoveOutcome(failed=failed, operation=operation)
 
+    def _remove_token(self, key: str) -> str:
+        """The ClientToken of a removal batch: the same while its outcome is unknown (a timeout, a
+        dropped connection), so the machinery's retry gets the first call's answer instead of a
+        second removal; a new one once ESS has answered, so removing the same instances again later
+        (after a refusal) is a new request rather than a replay of the old answer."""
+        with self._lock:
+            attempt = self._remove_attempts.get(key, 0)
+        return "ca-" + hashlib.sha256(f"{key}|{attempt}".encode()).hexdigest()[:40]
+
+    def _remove_answered(self, key: str) -> None:
+        with self._lock:
+            self._remove_attempts[key] = self._remove_attempts.pop(key, 0) + 1
+            while len(self._remove_attempts) > 1024:  # oldest first
+                del self._remove_attempts[next(iter(self._remove_attempts))]
+
     def poll(self, operation: Operation) -> OperationStatus:
         ids = [a for a in operation.ref.split(",") if a]
         if not ids:
@@ -323,10 +343,13 @@ class AliCloudDriver(PoolDriver):
             str(a.get("ScalingActivityId")): a
             for a in self.client.describe_scaling_activities(operation.group, ids)
         }
-        if any(found.get(a, {}).get("StatusCode", "InProgress") == "InProgress" for a in ids):
+        if any(found.get(a, {}).get("StatusCode") == "InProgress" for a in ids):
             return OperationStatus(OperationState.PENDING)
         for a in ids:
-            act = found[a]
+            act = found.get(a)
+            if act is None:  # ESS no longer lists it: nothing to report, the listing decides
+                log.info("alicloud: scaling activity %s of %s is not listed any more", a, operation.group)
+                continue
             status = act.get("StatusCode")
             if status in ("Failed", "Rejected") or (status == "Warning" and operation.kind == "scale"):
                 return OperationStatus(OperationState.FAILED, activity_error(act))
@@ -380,11 +403,8 @@ class AliCloudDriver(PoolDriver):
 
     def _configuration(self, gid: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
         active = str(record.get("ActiveScalingConfigurationId") or "")
-        if not active:
-            overrides = [o for o in record.get("LaunchTemplateOverrides") or [] if isinstance(o, dict)]
-            types = [str(o["InstanceType"]) for o in overrides if o.get("InstanceType")]
-            if types:
-                return {"InstanceTypes": types, "Tags": []}
+        if not active and record.get("LaunchTemplateId"):
+            return self._launch_template_configuration(gid, record)
         try:
             configs = self.client.describe_scaling_configurations(gid, [active] if active else [])
         except CloudError as err:
@@ -396,6 +416,36 @@ class AliCloudDriver(PoolDriver):
             )
             return None
         return configs[0]
+
+    def _launch_template_configuration(self, gid: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A launch-template group's shape in scaling-configuration terms: the template version's
+        instance type, instance tags, system disk and zone; the group's LaunchTemplateOverrides
+        instance types come first (ESS tries them in order)."""
+        template_id = str(record["LaunchTemplateId"])
+        try:
+            data = self.client.launch_template_data(
+                template_id, str(record.get("LaunchTemplateVersion") or "")
+            )
+        except CloudError as err:
+            log.warning("alicloud: launch template %s of %s unavailable: %s", template_id, gid, err.message)
+            data = None
+        data = data or {}
+        overrides = [o for o in record.get("LaunchTemplateOverrides") or [] if isinstance(o, dict)]
+        types = [str(o["InstanceType"]) for o in overrides if o.get("InstanceType")]
+        if data.get("InstanceType"):
+            types.append(str(data["InstanceType"]))
+        if not types:
+            log.warning("alicloud: launch template %s of %s names no instance type", template_id, gid)
+            return None
+        tags = data.get("Tags") or {}
+        tag_list = tags.get("InstanceTag") if isinstance(tags, dict) else tags
+        disk = data.get("SystemDisk") or {}
+        return {
+            "InstanceTypes": list(dict.fromkeys(types)),
+            "Tags": [t for t in tag_list or [] if isinstance(t, dict)],
+            "SystemDiskSize": disk.get("Size") if isinstance(disk, dict) else None,
+            "ZoneId": data.get("ZoneId") or "",
+        }
 
     @staticmethod
     def _type_candidates(config: Mapping[str, Any]) -> list[str]:

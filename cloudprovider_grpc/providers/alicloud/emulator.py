@@ -69,6 +69,10 @@ class AcsError(HttpProblem):
 _MESSAGES: dict[str, tuple[int, str]] = {
     "AuthenticationFail.OIDCToken.Invalid": (400, "The OIDC token is invalid or expired."),
     "EntityNotExist.Role": (404, "The specified Role not exists."),
+    "Forbidden.Unauthorized": (
+        403,
+        "A required authorization for the specified action is not supplied.",
+    ),
     "IncompleteSignature": (400, "The request signature does not conform to Aliyun standards."),
     "IncorrectCapacity.MinSize": (
         400,
@@ -205,12 +209,16 @@ class AliCloudEmulator(EmulatorServer):
         self.activities: dict[str, dict[str, Any]] = {}
         #: group id -> outcomes for its next scale-out activities: (StatusCode, ErrorCode, ErrorMessage)
         self.next_outcomes: dict[str, list[tuple[str, str, str]]] = {}
+        #: actions the caller's RAM policy does not allow (403 Forbidden.Unauthorized)
+        self.denied_actions: set[str] = set()
         #: instance id -> (Code, Message) RemoveInstances answers for it (injected refusals)
         self.remove_refusals: dict[str, tuple[str, str]] = {}
         self._nonces: dict[str, float] = {}
         self._tokens: dict[str, dict[str, Any]] = {}
         self._seq = 0
         self._actions: list[str] = []
+        #: launch template id -> its versions ({VersionNumber, DefaultVersion, LaunchTemplateData})
+        self.launch_templates: dict[str, list[dict[str, Any]]] = {}
         for g in groups:
             self.add_group(g)
         for c in configurations:
@@ -270,6 +278,20 @@ class AliCloudEmulator(EmulatorServer):
             }
             c.setdefault("InstanceTypes", [c["InstanceType"]] if c.get("InstanceType") else [])
             self.configurations[c["ScalingConfigurationId"]] = c
+
+    def add_launch_template(self, template_id: str, *datas: Mapping[str, Any], default: int = 1) -> None:
+        """A launch template whose versions 1..n hold these `LaunchTemplateData`s."""
+        with self.lock:
+            self.launch_templates[template_id] = [
+                {
+                    "LaunchTemplateId": template_id,
+                    "LaunchTemplateName": template_id,
+                    "VersionNumber": n,
+                    "DefaultVersion": n == default,
+                    "LaunchTemplateData": copy.deepcopy(dict(data)),
+                }
+                for n, data in enumerate(datas, 1)
+            ]
 
     def fail_next_scale_out(
         self,
@@ -408,6 +430,8 @@ class AliCloudEmulator(EmulatorServer):
             self._tick()
             if action != "AssumeRoleWithOIDC":
                 self._authenticate(req, params)
+            if action in self.denied_actions:
+                raise _fail("Forbidden.Unauthorized")
             body = handler(params, version)
             body.setdefault("RequestId", str(uuid.uuid4()).upper())
             return Response(200, body)
@@ -424,6 +448,7 @@ class AliCloudEmulator(EmulatorServer):
             "RemoveInstances": (ESS_VERSIONS, self._remove_instances),
             "DescribeInstanceTypes": ((ECS_VERSION,), self._describe_instance_types),
             "DescribeVSwitches": ((VPC_VERSION,), self._describe_vswitches),
+            "DescribeLaunchTemplateVersions": ((ECS_VERSION,), self._describe_launch_template_versions),
             "AssumeRoleWithOIDC": ((STS_VERSION,), self._assume_role_with_oidc),
         }
         if not action:
@@ -999,6 +1024,32 @@ class AliCloudEmulator(EmulatorServer):
         if offset + limit < len(types):
             body["NextToken"] = str(offset + limit)
         return body
+
+    def _describe_launch_template_versions(self, params: dict[str, str], version: str) -> dict[str, Any]:
+        template_id = params.get("LaunchTemplateId", "")
+        if template_id not in self.launch_templates:
+            raise AcsError(
+                404, "InvalidLaunchTemplate.NotFound", "The specified launch template does not exist."
+            )
+        numbers = {int(v) for v in self._numbered(params, "LaunchTemplateVersion") if v.isdigit()}
+        default_only = _bool(params.get("DefaultVersion"), False)
+        detail = _bool(params.get("DetailFlag"), False)
+        number, size = self._page(params, 10, 50)
+        found = [
+            copy.deepcopy(v)
+            for v in self.launch_templates[template_id]
+            if (not numbers or v["VersionNumber"] in numbers) and (not default_only or v["DefaultVersion"])
+        ]
+        for v in found:
+            if not detail:
+                v.pop("LaunchTemplateData", None)
+        page = found[(number - 1) * size : number * size]
+        return {
+            "LaunchTemplateVersionSets": {"LaunchTemplateVersionSet": page},
+            "TotalCount": len(found),
+            "PageNumber": number,
+            "PageSize": size,
+        }
 
     # ------------------------------------------------------------------ VPC
     def _describe_vswitches(self, params: dict[str, str], version: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from cloudprovider_grpc.providers.alicloud.credentials import (
 )
 from cloudprovider_grpc.providers.alicloud.driver import AliCloudDriver
 from cloudprovider_grpc.providers.alicloud.emulator import AliCloudEmulator
-from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "make_client", "make_credentials"]
 
@@ -45,7 +45,7 @@ EMULATOR_ROLE = "KubernetesWorkerRole-emulated"
 
 def make_credentials(config: AliConfig, sts_url: str = "", metadata_url: str = "") -> CredentialSource:
     creds = config.credentials
-    timeout = (config.connect_timeout, config.read_timeout)
+    timeout = (config.tuning.connect_timeout, config.tuning.read_timeout)
     if creds.mode == "access-key":
         return StaticCredentials(creds.access_key_id, creds.access_key_secret)
     if creds.mode == "rrsa":
@@ -69,10 +69,7 @@ def make_client(config: AliConfig, endpoint: str = "") -> AliClient:
         ess_url=endpoint or config.ess_endpoint,
         ecs_url=endpoint or config.ecs_endpoint,
         vpc_url=endpoint or config.vpc_endpoint,
-        timeout=(config.connect_timeout, config.read_timeout),
-        retries=config.retries,
-        rate_limit_per_s=config.rate_limit,
-        max_elapsed=config.retry_budget,
+        **config.tuning.client_kwargs(),
     )
 
 
@@ -122,11 +119,11 @@ def _emulator_for(
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
     )
-    _seed_groups(emulator, config)
+    _seed_groups(emulator, config, emu)
     return emulator
 
 
-def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None) -> None:
+def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None, emu: EmulatorOptions) -> None:
     """The configured groups (a general-purpose configuration each, starting at their min size),
     or the demo groups when none is configured."""
     if config is None or config.demo_groups:
@@ -153,7 +150,7 @@ def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None) -> None:
             {
                 "ScalingConfigurationId": config_id,
                 "ScalingGroupId": group.id,
-                "InstanceType": "ecs.g7.xlarge",
+                "InstanceType": emu.instance_types.get(group.id, "ecs.g7.xlarge"),
                 "SystemDiskSize": 120,
                 "Tags": [{"Key": "nodepool", "Value": group.name or group.id}],
             }
@@ -163,19 +160,11 @@ def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None) -> None:
 def build_driver(ctx: ProviderContext) -> BuiltDriver:
     """The AliCloud driver: validated config -> credentials -> client -> driver."""
     config = load_config(ctx)
-    emulator = None
-    endpoint = ""
-    if ctx.emulate:
-        emulator = _emulator_for(config, config.emulator, "127.0.0.1:0", None).start()
-        endpoint = emulator.base_url
-    try:
-        driver = AliCloudDriver(config, make_client(config, endpoint))
-    except BaseException:
-        if emulator is not None:
-            emulator.stop()
-        raise
-    return BuiltDriver(
-        driver, catalog_ttl=config.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+    return assemble(
+        ctx,
+        lambda endpoint: AliCloudDriver(config, make_client(config, endpoint or "")),
+        start_emulator=lambda: _emulator_for(config, config.emulator, "127.0.0.1:0", None).start(),
+        catalog_ttl=config.tuning.catalog_ttl,
     )
 
 
@@ -190,4 +179,6 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
         log.warning("alicloud emulator: configuration incomplete (%s); seeding the demo region", exc)
         config = None
     emu = config.emulator if config else EmulatorOptions()
-    return _emulator_for(config, emu, address, state_file, dict(ctx.env)).start()
+    emulator = _emulator_for(config, emu, address, state_file, dict(ctx.env))
+    emulator.start()
+    return emulator

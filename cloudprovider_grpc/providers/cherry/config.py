@@ -30,6 +30,7 @@ from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
 from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS, GroupConfig
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
 
 DEFAULT_API_URL = "https://api.cherryservers.com/v1/"
@@ -37,6 +38,8 @@ DEFAULT_API_URL = "https://api.cherryservers.com/v1/"
 DEFAULT_CONTROLLER_LABEL = CONTROL_PLANE_LABELS[0]
 #: an emulated cloud needs some token; used only with --emulate when CHERRY_AUTH_TOKEN is unset
 EMULATOR_DEFAULT_TOKEN = "cherry-emulator-token"
+#: HTTP client defaults: Cherry documents 4 requests/s per client IP (api.cherryservers.com/doc)
+TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=4.0)
 
 #: with --emulate, what a configuration that says nothing else gets: a demo project in the emulated
 #: catalogue (plan, region and image exist in emulator_seed.py), cluster "demo", two pools
@@ -64,24 +67,15 @@ BOUND_KEYS = ("min-size", "max-size")
 _MULTI = frozenset({"ssh-key-ids"})
 #: in-tree pool name rule (cherry_cloud_provider.go), at most 63 characters
 _POOL_NAME_RE = re.compile(r"^[a-z0-9A-Z]+[a-z0-9A-Z\-._]*[a-z0-9A-Z]+$|^[a-z0-9A-Z]$")
-_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
-_TOP_KEYS = frozenset(
-    {
-        "api-url",
-        "cluster-name",
-        "global",
-        "pools",
-        "controller-node-label",
-        "reserved",
-        "connect-timeout",
-        "read-timeout",
-        "retries",
-        "retry-budget",
-        "rate-limit",
-        "catalog-ttl",
-        "emulator",
-    }
-)
+_TOP_KEYS = ClientTuning.KEYS | {
+    "api-url",
+    "cluster-name",
+    "global",
+    "pools",
+    "controller-node-label",
+    "reserved",
+    "emulator",
+}
 _EMULATOR_KEYS = frozenset({"deploy-seconds", "stock", "rate-limit", "terminate-seconds"})
 
 
@@ -123,15 +117,7 @@ class CherryConfig:
     bootstrap_token_secret: str = field(default="", repr=False)
     controller_label: str = DEFAULT_CONTROLLER_LABEL
     reserved: Mapping[str, str] = field(default_factory=dict)
-    connect_timeout: float = 3.05
-    read_timeout: float = 10.0
-    retries: int = 4
-    #: seconds one API call may spend retrying; Refresh lists synchronously, so this keeps it near CA's
-    #: grpc_timeout (5 s by default, 10 s in our manifests)
-    retry_budget: float = 8.0
-    #: requests per second; Cherry documents 4/s per client IP (api.cherryservers.com/doc)
-    rate_limit: float = 4.0
-    catalog_ttl: float = 3600.0
+    tuning: ClientTuning = field(default_factory=lambda: TUNING)
     emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
 
     @property
@@ -153,10 +139,6 @@ class _Raw:
 
     def get(self, key: str) -> tuple[list[str], str] | None:
         return self.values.get(key)
-
-
-def _norm(key: object) -> str:
-    return str(key).strip().lower().replace("_", "-")
 
 
 def _yaml_values(value: Any, where: str) -> list[str]:
@@ -201,7 +183,7 @@ def _merge_yaml_pool(target: _Raw, section: Any, where: str) -> None:
     if not isinstance(section, Mapping):
         raise ConfigError(where, "expected a mapping of pool settings")
     for k, v in section.items():
-        key = _norm(k)
+        key = norm_key(k)
         w = f"{where}.{key}"
         if key not in POOL_KEYS and key not in BOUND_KEYS:
             raise ConfigError(w, "unknown key")
@@ -265,18 +247,6 @@ def _template(source: str, allowed: tuple[str, ...], where: str) -> GoTemplate:
         raise ConfigError(where, str(exc)) from None
 
 
-def _float(value: Any, where: str, *, minimum: float = 0.0, allow_zero: bool = True) -> float:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(where, f"{value!r} is not a number") from None
-    if f < minimum or (not allow_zero and f == 0):
-        raise ConfigError(
-            where, f"must be {'above' if not allow_zero else 'at least'} {minimum:g}, got {f:g}"
-        )
-    return f
-
-
 def _api_url(value: str, where: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -309,7 +279,7 @@ def _stock(value: Any, where: str) -> dict[str, dict[str, int]]:
 def load_config(ctx: ProviderContext) -> CherryConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem."""
     options = dict(ctx.options or {})
-    opts = {_norm(k): v for k, v in options.items()}
+    opts = {norm_key(k): v for k, v in options.items()}
     for key in opts:
         if key not in _TOP_KEYS:
             raise ConfigError(f"cherry.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
@@ -401,37 +371,27 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
     api_where = "CHERRY_API_URL" if api_url else "cherry.api-url"
     api_url = api_url or str(opts.get("api-url") or DEFAULT_API_URL)
 
-    reserved: dict[str, str] = {}
-    res_opt = opts.get("reserved") or {}
-    if not isinstance(res_opt, Mapping):
-        raise ConfigError("cherry.reserved", "expected a mapping of resource name to quantity")
-    for k, v in res_opt.items():
-        if not _QUANTITY_RE.match(str(v)):
-            raise ConfigError(f"cherry.reserved.{k}", f"{v!r} is not a Kubernetes quantity")
-        reserved[str(k)] = str(v)
+    reserved = read_reserved(opts.get("reserved"), "cherry.reserved")
 
     emu_opt = opts.get("emulator") or {}
     if not isinstance(emu_opt, Mapping):
         raise ConfigError("cherry.emulator", "expected a mapping")
-    emu = {_norm(k): v for k, v in emu_opt.items()}
+    emu = {norm_key(k): v for k, v in emu_opt.items()}
     for k in emu:
         if k not in _EMULATOR_KEYS:
             raise ConfigError(
                 f"cherry.emulator.{k}", f"unknown option (known: {', '.join(sorted(_EMULATOR_KEYS))})"
             )
     emulator = EmulatorOptions(
-        deploy_seconds=_float(emu.get("deploy-seconds", 5.0), "cherry.emulator.deploy-seconds"),
-        terminate_seconds=_float(emu.get("terminate-seconds", 0.0), "cherry.emulator.terminate-seconds"),
+        deploy_seconds=read_float(emu.get("deploy-seconds", 5.0), "cherry.emulator.deploy-seconds"),
+        terminate_seconds=read_float(emu.get("terminate-seconds", 0.0), "cherry.emulator.terminate-seconds"),
         rate_limit=(
-            _float(emu["rate-limit"], "cherry.emulator.rate-limit", allow_zero=False)
+            read_float(emu["rate-limit"], "cherry.emulator.rate-limit", allow_zero=False)
             if emu.get("rate-limit")
             else None
         ),
         stock=_stock(emu["stock"], "cherry.emulator.stock") if "stock" in emu else EmulatorOptions().stock,
     )
-    retries = opts.get("retries", 4)
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise ConfigError("cherry.retries", f"expected a non-negative integer, got {retries!r}")
     return CherryConfig(
         pools=pools,
         groups=tuple(groups),
@@ -441,12 +401,7 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
         bootstrap_token_secret=boot_secret,
         controller_label=controller,
         reserved=reserved,
-        connect_timeout=_float(opts.get("connect-timeout", 3.05), "cherry.connect-timeout", allow_zero=False),
-        read_timeout=_float(opts.get("read-timeout", 10.0), "cherry.read-timeout", allow_zero=False),
-        retries=retries,
-        retry_budget=_float(opts.get("retry-budget", 8.0), "cherry.retry-budget", allow_zero=False),
-        rate_limit=_float(opts.get("rate-limit", 4.0), "cherry.rate-limit", allow_zero=False),
-        catalog_ttl=_float(opts.get("catalog-ttl", 3600.0), "cherry.catalog-ttl"),
+        tuning=TUNING.read(opts, "cherry"),
         emulator=emulator,
     )
 

@@ -22,9 +22,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.options import (
+    ClientTuning,
+    norm_key,
+    read_float,
+    read_int,
+    read_reserved,
+    read_url,
+)
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from cloudprovider_grpc.secrets import read_secret
 
@@ -42,7 +49,6 @@ DEFAULT_UNBOUNDED_MAX = 1000
 #: appear over time, so the form is checked, not the list
 _ZONE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _ENV_RE = _ZONE_RE
-_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _TOP_KEYS = frozenset(
     {
         "zone",
@@ -52,12 +58,7 @@ _TOP_KEYS = frozenset(
         "instance-pools",
         "unbounded-max-size",
         "reserved",
-        "connect-timeout",
-        "read-timeout",
-        "retries",
-        "retry-budget",
-        "rate-limit",
-        "catalog-ttl",
+        *ClientTuning.KEYS,
         "operation-retries",
         "emulator",
     }
@@ -76,6 +77,10 @@ _EMULATOR_KEYS = frozenset(
         "demo",
     }
 )
+
+
+#: HTTP client defaults; Exoscale publishes no rate limit (research B5), so ours only smooths bursts
+TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=10.0)
 
 
 @dataclass(frozen=True)
@@ -108,15 +113,7 @@ class ExoscaleConfig:
     specs: tuple[NodesSpec, ...] = ()
     unbounded_max_size: int = DEFAULT_UNBOUNDED_MAX
     reserved: Mapping[str, str] = field(default_factory=dict)
-    connect_timeout: float = 3.05
-    read_timeout: float = 10.0
-    retries: int = 4
-    #: seconds one API call may spend retrying: Refresh lists synchronously under CA's deadline
-    retry_budget: float = 8.0
-    #: requests per second from this client; Exoscale publishes no limit (research B5), so this only
-    #: smooths bursts
-    rate_limit: float = 10.0
-    catalog_ttl: float = 3600.0
+    tuning: ClientTuning = field(default_factory=lambda: TUNING)
     #: how often an operation that failed for `conflict`/`busy` is sent again before it counts as failed
     operation_retries: int = 5
     emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
@@ -138,43 +135,6 @@ def credential(value: str, key: str) -> str:
     if any(ord(c) < 0x21 or ord(c) > 0x7E for c in value) or "," in value:
         raise ConfigError(key, "contains whitespace, a comma or a non-printable character")
     return value
-
-
-def _norm(key: object) -> str:
-    return str(key).strip().lower().replace("_", "-")
-
-
-def _float(value: Any, where: str, *, allow_zero: bool = True) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(where, f"{value!r} is not a number")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(where, f"{value!r} is not a number") from None
-    if f < 0 or (not allow_zero and f == 0):
-        raise ConfigError(where, f"must be {'above' if not allow_zero else 'at least'} 0, got {f:g}")
-    return f
-
-
-def _int(value: Any, where: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(where, f"expected an integer, got {value!r}")
-    try:
-        n = int(str(value).strip(), 10)
-    except ValueError:
-        raise ConfigError(where, f"{value!r} is not an integer") from None
-    if n < minimum:
-        raise ConfigError(where, f"must be at least {minimum}, got {n}")
-    return n
-
-
-def _endpoint(value: str, where: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(where, f"{value!r} is not an http(s) URL")
-    if parts.query or parts.fragment:
-        raise ConfigError(where, "must not carry a query or fragment")
-    return value if value.endswith("/") else value + "/"
 
 
 def _names(value: Any, where: str) -> tuple[str, ...]:
@@ -203,7 +163,7 @@ def _emulator_options(value: Any) -> EmulatorOptions:
         return EmulatorOptions()
     if not isinstance(value, Mapping):
         raise ConfigError("exoscale.emulator", "expected a mapping")
-    emu = {_norm(k): v for k, v in value.items()}
+    emu = {norm_key(k): v for k, v in value.items()}
     for k in emu:
         if k not in _EMULATOR_KEYS:
             raise ConfigError(
@@ -220,23 +180,31 @@ def _emulator_options(value: Any) -> EmulatorOptions:
     conflict_mode = str(emu.get("conflict-mode", d.conflict_mode))
     if conflict_mode not in ("accept", "reject"):
         raise ConfigError(w("conflict-mode"), f"{conflict_mode!r} is not 'accept' or 'reject'")
-    status = _int(emu.get("auth-failure-status", d.auth_failure_status), w("auth-failure-status"), minimum=0)
+    status = read_int(
+        emu.get("auth-failure-status", d.auth_failure_status), w("auth-failure-status"), minimum=0
+    )
     if status not in (401, 403):
         raise ConfigError(w("auth-failure-status"), f"must be 401 or 403, got {status}")
     demo = emu.get("demo", d.demo)
     if not isinstance(demo, bool):
         raise ConfigError(w("demo"), f"expected true or false, got {demo!r}")
     return EmulatorOptions(
-        boot_seconds=_float(emu.get("boot-seconds", d.boot_seconds), w("boot-seconds")),
-        destroy_seconds=_float(emu.get("destroy-seconds", d.destroy_seconds), w("destroy-seconds")),
-        operation_polls=_int(emu.get("operation-polls", d.operation_polls), w("operation-polls"), minimum=0),
-        operation_seconds=_float(emu.get("operation-seconds", d.operation_seconds), w("operation-seconds")),
-        quota_limit=_int(emu.get("quota-limit", d.quota_limit), w("quota-limit"), minimum=-1),
+        boot_seconds=read_float(emu.get("boot-seconds", d.boot_seconds), w("boot-seconds")),
+        destroy_seconds=read_float(emu.get("destroy-seconds", d.destroy_seconds), w("destroy-seconds")),
+        operation_polls=read_int(
+            emu.get("operation-polls", d.operation_polls), w("operation-polls"), minimum=0
+        ),
+        operation_seconds=read_float(
+            emu.get("operation-seconds", d.operation_seconds), w("operation-seconds")
+        ),
+        quota_limit=read_int(emu.get("quota-limit", d.quota_limit), w("quota-limit"), minimum=-1),
         quota_mode=quota_mode,
         conflict_mode=conflict_mode,
         auth_failure_status=status,
         rate_limit=(
-            _float(emu["rate-limit"], w("rate-limit"), allow_zero=False) if emu.get("rate-limit") else None
+            read_float(emu["rate-limit"], w("rate-limit"), allow_zero=False)
+            if emu.get("rate-limit")
+            else None
         ),
         demo=demo,
     )
@@ -248,7 +216,7 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         raise ConfigError(
             "cloud-config", "the Exoscale provider has no cloud-config file (in-tree neither); use env vars"
         )
-    opts = {_norm(k): v for k, v in dict(ctx.options or {}).items()}
+    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
     for key in opts:
         if key not in _TOP_KEYS:
             raise ConfigError(f"exoscale.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
@@ -285,7 +253,7 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         raise ConfigError(env_where, f"{environment!r} is not a host label (default 'api')")
     endpoint, endpoint_where = _pick(env, "EXOSCALE_API_ENDPOINT", opts, "api-endpoint")
     endpoint = (
-        _endpoint(endpoint.strip(), endpoint_where)
+        read_url(endpoint.strip(), endpoint_where)
         if endpoint.strip()
         else default_endpoint(environment, zone)
     )
@@ -304,14 +272,7 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
             raise ConfigError(f"nodes ({spec.name})", "named twice")
         seen.add(spec.name)
 
-    reserved: dict[str, str] = {}
-    res_opt = opts.get("reserved") or {}
-    if not isinstance(res_opt, Mapping):
-        raise ConfigError("exoscale.reserved", "expected a mapping of resource name to quantity")
-    for k, v in res_opt.items():
-        if not _QUANTITY_RE.match(str(v)):
-            raise ConfigError(f"exoscale.reserved.{k}", f"{v!r} is not a Kubernetes quantity")
-        reserved[str(k)] = str(v)
+    reserved = read_reserved(opts.get("reserved"), "exoscale.reserved")
 
     return ExoscaleConfig(
         zone=zone,
@@ -321,18 +282,11 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         sks_cluster=cluster.strip(),
         instance_pools=pools,
         specs=tuple(ctx.nodes),
-        unbounded_max_size=_int(
+        unbounded_max_size=read_int(
             opts.get("unbounded-max-size", DEFAULT_UNBOUNDED_MAX), "exoscale.unbounded-max-size", minimum=1
         ),
         reserved=reserved,
-        connect_timeout=_float(
-            opts.get("connect-timeout", 3.05), "exoscale.connect-timeout", allow_zero=False
-        ),
-        read_timeout=_float(opts.get("read-timeout", 10.0), "exoscale.read-timeout", allow_zero=False),
-        retries=_int(opts.get("retries", 4), "exoscale.retries", minimum=0),
-        retry_budget=_float(opts.get("retry-budget", 8.0), "exoscale.retry-budget", allow_zero=False),
-        rate_limit=_float(opts.get("rate-limit", 10.0), "exoscale.rate-limit", allow_zero=False),
-        catalog_ttl=_float(opts.get("catalog-ttl", 3600.0), "exoscale.catalog-ttl"),
-        operation_retries=_int(opts.get("operation-retries", 5), "exoscale.operation-retries", minimum=0),
+        tuning=TUNING.read(opts, "exoscale"),
+        operation_retries=read_int(opts.get("operation-retries", 5), "exoscale.operation-retries", minimum=0),
         emulator=_emulator_options(opts.get("emulator")),
     )

@@ -173,8 +173,10 @@ class SpcEmulator(EmulatorServer):
         gpu_size: str = "",
         gpu_count: int | None = None,
         is_default: bool = False,
+        capacity: int | None = None,
     ) -> dict[str, Any]:
-        """A node pool with `running` nodes already running."""
+        """A node pool with `running` nodes already running. `capacity` caps the nodes the pool may
+        hold (the provider's stock of its instance size): adds beyond it are refused."""
         with self.lock:
             c = self.clusters[cluster]
             c["_pools"] += 1
@@ -206,6 +208,7 @@ class SpcEmulator(EmulatorServer):
                 "config": {},
                 "created": _iso(self.clock()),
                 "updated": _iso(self.clock()),
+                "_capacity": capacity,
             }
             self.pools[pk] = pool
             for _ in range(running):
@@ -419,7 +422,7 @@ class SpcEmulator(EmulatorServer):
         return out
 
     def _pool_json(self, pool: Mapping[str, Any]) -> dict[str, Any]:
-        out = copy.deepcopy(dict(pool))
+        out = {k: copy.deepcopy(v) for k, v in pool.items() if not k.startswith("_")}
         if self.pool_cpu_memory:
             spec = spec_of(str(pool["instance_size"]))
             out["cpu"], out["memory"] = (str(spec.cpu), str(spec.memory_mb)) if spec else ("", "")
@@ -539,6 +542,17 @@ class SpcEmulator(EmulatorServer):
                     400,
                     f"InstanceLimitExceeded: the provider allows {self.node_limit} nodes "
                     f"in this cluster ({used} used).",
+                )
+        capacity = pool.get("_capacity")
+        if capacity is not None:
+            held = sum(
+                1 for n in self.nodes.values() if n["pool"] == pool["pk"] and n["_deleting_at"] is None
+            )
+            if held + count > capacity:
+                raise HttpProblem(
+                    400,
+                    f"InsufficientInstanceCapacity: the provider has no capacity for {count} more "
+                    f"{size} node(s) in {pool['zone']}.",
                 )
         created = [self._new_node(cluster, pool, size) for _ in range(count)]
         return Response(201, [self._node_json(n) for n in created])

@@ -95,6 +95,7 @@ class VultrDriver(PoolDriver):
         self._pools: dict[str, _PoolInfo] = {}
         self._plans: dict[str, dict[str, Any]] = {}
         self._region = ""
+        self._unmatched: set[str] = set()  # --nodes names already warned about
 
     def __repr__(self) -> str:
         return f"VultrDriver(cluster={self.config.cluster_id!r}, client={self.client!r})"
@@ -112,6 +113,7 @@ class VultrDriver(PoolDriver):
         lo, hi = pool.get("min_nodes"), pool.get("max_nodes")
         lo = lo if isinstance(lo, int) and not isinstance(lo, bool) else VKE_MIN_POOL_NODES
         hi = hi if isinstance(hi, int) and not isinstance(hi, bool) else lo
+        hi = max(hi, lo)  # a pool edited to min > max: never offer CA an impossible range
         label = str(pool.get("label") or "")
         return GroupConfig(
             id=str(pool["id"]),
@@ -167,6 +169,13 @@ class VultrDriver(PoolDriver):
             )
         specs = [(s.min_size, s.max_size, s.name) for s in self.config.nodes]
         groups = [self._vke_bounds(g) for g in narrow_groups(discovered, specs)]
+        known = {g.id for g in discovered} | {g.name for g in discovered}
+        for spec in self.config.nodes:
+            if spec.name not in known and spec.name not in self._unmatched:
+                self._unmatched.add(spec.name)
+                log.warning(
+                    "vultr: --nodes names %r, which is no pool with auto_scaler on in the cluster", spec.name
+                )
         with self._lock:
             self._groups = groups
             self._pools = infos

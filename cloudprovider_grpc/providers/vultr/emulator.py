@@ -91,6 +91,9 @@ class VultrEmulator(EmulatorServer):
         self.stale_echoes = 0
         #: every PATCH that reached a pool: (pool id, node_quantity asked or None), in order
         self.patches: list[tuple[str, int | None]] = []
+        #: nodes VKE chose to delete itself because a PATCH lowered node_quantity below the node
+        #: count: (pool id, node ids); a client that never lowers a size blindly leaves this empty
+        self.random_deletions: list[tuple[str, list[str]]] = []
 
         c = "/v2/kubernetes/clusters/{cid}"
         self.route("GET", c, self._get_cluster)
@@ -335,8 +338,10 @@ class VultrEmulator(EmulatorServer):
                 self._grow(pool, want - old)
             elif want < old:
                 # what VKE does on a decrease: it picks the nodes itself, at random
-                for node in self.rng.sample(pool["nodes"], old - want):
+                victims = self.rng.sample(pool["nodes"], old - want)
+                for node in victims:
                     pool["nodes"].remove(node)
+                self.random_deletions.append((pool["id"], [n["id"] for n in victims]))
                 pool["node_quantity"] = want
         pool["updated"] = self.clock()
         echoed = self._pool_json(pool)

@@ -1,0 +1,83 @@
+"""The read RPCs one cluster-autoscaler loop makes, shared by the API-calls-per-loop benchmarks.
+
+The pattern (research notes peers-users-decisions.md §4.3, from CA's RunOnce): after Refresh,
+NodeGroups once; NodeGroupForNode for every node (and at several call sites for nodes outside any
+group, whose empty answer CA does not cache); about 3 TargetSize per group; about 2 GetOptions per
+node; NodeGroupNodes for about G/12 groups; TemplateNodeInfo per group without a real-node template;
+GPULabel and GetAvailableGPUTypes; on a scale-up loop, the price expander's PricingNodePrice per
+group and PricingPodPrice per pending pod. Answers UNIMPLEMENTED count as answered (optional RPCs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import k8s_pb2
+
+#: the pricing window CA's price expander asks about
+HOUR = {"startTimestamp": {"seconds": 0}, "endTimestamp": {"seconds": 3600}}
+#: call sites at which CA asks NodeGroupForNode for a node outside every group (not cached)
+FOREIGN_CALL_SITES = 5
+
+
+def pending_pod_bytes() -> bytes:
+    """A pending pod (500m cpu, 1Gi) as CA sends it in PricingPodPrice.pod_bytes."""
+    pod = k8s_pb2.Pod()
+    pod.metadata.name = "web-1"
+    container = pod.spec.containers.add(name="web")
+    container.resources.requests["cpu"].string = "500m"
+    container.resources.requests["memory"].string = "1Gi"
+    return pod.SerializeToString()
+
+
+def one_loop(
+    stub: Any,
+    groups: Sequence[str],
+    nodes: Sequence[pb.ExternalGrpcNode],
+    *,
+    foreign: Sequence[pb.ExternalGrpcNode] = (),
+    scale_up: bool = False,
+) -> int:
+    """Make every read RPC of one CA loop (after its Refresh); return how many were made."""
+    count = 0
+    pod = pending_pod_bytes()
+
+    def call(fn: Callable[..., Any], req: Any) -> None:
+        nonlocal count
+        count += 1
+        try:
+            fn(req, timeout=5)
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+
+    call(stub.NodeGroups, pb.NodeGroupsRequest())
+    for node in nodes:
+        call(stub.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
+    for node in foreign:
+        for _ in range(FOREIGN_CALL_SITES):
+            call(stub.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
+    for gid in groups:
+        for _ in range(3):
+            call(stub.NodeGroupTargetSize, pb.NodeGroupTargetSizeRequest(id=gid))
+    for i, _node in enumerate(nodes):
+        for _ in range(2):
+            gid = groups[i % len(groups)]
+            call(stub.NodeGroupGetOptions, pb.NodeGroupAutoscalingOptionsRequest(id=gid))
+    for gid in groups[: max(1, len(groups) // 12)]:
+        call(stub.NodeGroupNodes, pb.NodeGroupNodesRequest(id=gid))
+    for gid in groups:
+        call(stub.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id=gid))
+    call(stub.GPULabel, pb.GPULabelRequest())
+    call(stub.GetAvailableGPUTypes, pb.GetAvailableGPUTypesRequest())
+    if scale_up:
+        for gid in groups:
+            node = pb.ExternalGrpcNode(name=f"template-node-for-{gid}-1")
+            call(stub.PricingNodePrice, pb.PricingNodePriceRequest(node=node, **HOUR))
+            for _ in range(5):
+                call(stub.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=pod, **HOUR))
+    return count
