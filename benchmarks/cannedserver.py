@@ -64,8 +64,8 @@ class Table:
         self._methods.setdefault(SERVICE + name, {"key": list(key), "default": None, "by_key": {}})
 
     def record(self, name: str, call, request, key: str | None = None) -> None:
-        """Call our server (`call(request)` through a stub's `with_call`-less method) and store its
-        answer, or its status, as the canned reply for this method (and key)."""
+        """Call our server (`call` is a stub method) and store its answer, or its status, as the canned
+        reply for this method: the default one, or the one for requests carrying `key`."""
         try:
             reply = {"b64": base64.b64encode(call(request).SerializeToString()).decode()}
         except grpc.RpcError as err:
