@@ -3,20 +3,25 @@
 Starts `cloudprovider-grpc serve` as a separate process on the sim backend with GROUPS node groups
 of NODES_PER_GROUP machines each (default 1,000 x 15 = 15,000 nodes, every group with option
 overrides so NodeGroupGetOptions answers instead of UNIMPLEMENTED), then calls each RPC N times
-over loopback and prints p50/p99 latency, throughput and the server's resident memory.
+over loopback and prints p50/p99 latency, throughput, the server's CPU per call and its resident memory.
 
-    .venv/bin/python benchmarks/rpc_latency.py [--groups 1000] [--nodes-per-group 15] [--calls 3000]
+    .venv/bin/python benchmarks/rpc_latency.py [--groups 1000] [--nodes-per-group 15] [--calls 5000]
 
-Targets on a 2-core machine: p99 under 1 ms for these RPCs, server RSS under 200 MB.
+Targets on a 2-core machine: p99 under 1 ms for these RPCs, server RSS under 200 MB, and for the RPCs
+CA calls per node (GetOptions, also its UNIMPLEMENTED answer to CA < 1.29, ForNode, TargetSize) server
+CPU per call at most 1.3x the canned Go server's (issue 17).
 
-For scale it also measures the transport floor: a do-nothing grpcio server (a constant answer to
-NodeGroupTargetSize, no metrics, no lock) called the same way. The difference between a row and the
-floor is what our code costs; the floor itself is Python gRPC on both ends of a loopback socket
-(CA's Go client is cheaper than this Python client, so CA sees lower figures).
+CPU per call is the server process's utime + stime (/proc/PID/stat, every thread) over the measured
+calls divided by their number: on a node CA shares with us, that is what each RPC adds to CA's loop.
+Each per-node RPC is measured, in the same run, against two floors answering the very bytes (or
+status) our server gave for the same request: a do-nothing grpcio server (thread pool, raw bytes, no
+metrics, no lock) and `benchmarks/cannedgrpc`, a canned-reply grpc-go server built from source into
+the shared Go cache: the floor of any gRPC server on this machine. The client is Python gRPC for all
+three; its own cost is not in the CPU column.
 
-When Go is installed it then measures the same server with the conformance harness's Go client
-(tests/conformance, `conformance bench`: CA master's own externalgrpc client code and generated
-stub), which is what cluster-autoscaler experiences. `--no-go` skips that.
+`--go` also measures our server with the conformance harness's Go client (tests/conformance,
+`conformance bench`: CA master's own externalgrpc client code), which is what cluster-autoscaler
+experiences.
 """
 
 from __future__ import annotations
@@ -29,9 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import cannedserver  # benchmarks/cannedserver.py (this script's directory is on sys.path)
 import grpc
 import yaml
 
@@ -44,24 +53,6 @@ def rss_mb(pid: int) -> tuple[float, float]:
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
     )
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-FLOOR_SERVER = """
-import sys
-from concurrent import futures
-import grpc
-from cloudprovider_grpc.protos import externalgrpc_pb2 as pb, externalgrpc_pb2_grpc as pb_grpc
-
-class Floor(pb_grpc.CloudProviderServicer):
-    def NodeGroupTargetSize(self, request, context):
-        return pb.NodeGroupTargetSizeResponse(targetSize=1)
-
-server = grpc.server(futures.ThreadPoolExecutor(16))
-pb_grpc.add_CloudProviderServicer_to_server(Floor(), server)
-server.add_insecure_port("127.0.0.1:" + sys.argv[1])
-server.start()
-server.wait_for_termination()
-"""
 
 
 def free_port() -> int:
@@ -146,12 +137,101 @@ def handler_times(config: dict, calls: int) -> None:
     provider.stop(timeout=1)
 
 
+FLOOR_SERVER = """
+import json, sys, base64
+from concurrent import futures
+import grpc
+
+table = json.load(open(sys.argv[2]))
+codes = {c.value[0]: c for c in grpc.StatusCode}
+
+def handler(reply):
+    body = base64.b64decode(reply["b64"]) if "b64" in reply else None
+
+    def answer(request, context):
+        if body is None:
+            context.abort(codes[reply["code"]], reply["message"])
+        return body
+
+    return grpc.unary_unary_rpc_method_handler(answer)
+
+service, handlers = "", {}
+for name, entry in table.items():
+    service, method = name.strip("/").split("/")
+    handlers[method] = handler(entry["default"])
+server = grpc.server(futures.ThreadPoolExecutor(16))
+server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+server.start()
+server.wait_for_termination()
+"""
+
+
+@dataclass
+class Row:
+    p50: float
+    p99: float
+    rate: float
+    cpu_us: float
+
+
+def measure_cpu(call: Callable[[], object], calls: int, pid: int) -> Row:
+    """Latency over `calls` serial calls after a warm-up, and the CPU (utime + stime, every thread)
+    the server process `pid` spent on them, per call."""
+    for _ in range(200):
+        call()
+    samples = []
+    cpu0 = cannedserver.cpu_seconds(pid)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        s0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - s0)
+    wall = time.perf_counter() - t0
+    cpu = cannedserver.cpu_seconds(pid) - cpu0
+    q = statistics.quantiles(samples, n=100)
+    return Row(q[49] * 1e3, q[98] * 1e3, calls / wall, cpu / calls * 1e6)
+
+
+@contextmanager
+def python_floor(table: cannedserver.Table) -> Iterator[tuple[int, int]]:
+    """The do-nothing grpcio server (thread pool, raw bytes, each method's default reply of `table`)."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "replies.json"
+        table.write(path)
+        proc = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(port), str(path)])
+        try:
+            grpc.channel_ready_future(grpc.insecure_channel(f"127.0.0.1:{port}")).result(timeout=60)
+            yield proc.pid, port
+        finally:
+            proc.terminate()
+            proc.wait(20)
+
+
+@contextmanager
+def go_floor(table: cannedserver.Table) -> Iterator[tuple[int, int]]:
+    port = free_port()
+    with cannedserver.serve(table, port) as proc:
+        yield proc.pid, port
+
+
+#: the RPCs CA calls per node, measured against both floors
+PER_NODE = (
+    "NodeGroupGetOptions",
+    "NodeGroupGetOptions (UNIMPLEMENTED)",
+    "NodeGroupForNode",
+    "NodeGroupTargetSize",
+)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--nodes-per-group", type=int, default=15)
-    ap.add_argument("--calls", type=int, default=3000, help="calls per RPC")
-    ap.add_argument("--no-go", action="store_true", help="skip the Go client measurement")
+    ap.add_argument("--calls", type=int, default=5000, help="calls per RPC")
+    ap.add_argument("--go", action="store_true", help="also measure with CA's own Go client")
+    ap.add_argument("--no-floors", action="store_true", help="skip the grpcio and Go floor servers")
     args = ap.parse_args()
 
     config = {
@@ -203,52 +283,87 @@ def main() -> int:
             for i in stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=g)).instances
         ]
         total_nodes = args.groups * args.nodes_per_group
-        rng = random.Random(7)
         defaults = pb.NodeGroupAutoscalingOptions(scaleDownUtilizationThreshold=0.5)
         defaults.scaleDownUnneededDuration.seconds = 600
         defaults.MaxNodeProvisionDuration.seconds = 900
+        # what CA 1.25-1.28 send: the legacy durations without MaxNodeProvisionTime (answered UNIMPLEMENTED)
+        legacy = pb.NodeGroupAutoscalingOptions(scaleDownUtilizationThreshold=0.5)
+        legacy.scaleDownUnneededTime.duration = 600 * 10**9
 
-        cases: dict[str, Callable[[], object]] = {
-            "NodeGroups": lambda: stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5),
-            "NodeGroupForNode": lambda: stub.NodeGroupForNode(
-                pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(providerID=rng.choice(nodes)[1])),
-                timeout=5,
+        def options(gid: str) -> pb.NodeGroupAutoscalingOptionsRequest:
+            return pb.NodeGroupAutoscalingOptionsRequest(id=gid, defaults=defaults)
+
+        def legacy_options(gid: str) -> pb.NodeGroupAutoscalingOptionsRequest:
+            return pb.NodeGroupAutoscalingOptionsRequest(id=gid, defaults=legacy)
+
+        def for_node(provider_id: str) -> pb.NodeGroupForNodeRequest:
+            return pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(providerID=provider_id))
+
+        # every case: (method, request builder, the keys it is called with, key path for cannedgrpc)
+        cases: dict[str, tuple[str, Callable[[str], Any], list[str], tuple[int, ...]]] = {
+            "NodeGroupGetOptions": ("NodeGroupGetOptions", options, groups, (1,)),
+            "NodeGroupGetOptions (UNIMPLEMENTED)": ("NodeGroupGetOptions", legacy_options, groups, (1,)),
+            "NodeGroupForNode": ("NodeGroupForNode", for_node, [n for _, n in nodes], (1, 1)),
+            "NodeGroupTargetSize": (
+                "NodeGroupTargetSize",
+                lambda gid: pb.NodeGroupTargetSizeRequest(id=gid),
+                groups,
+                (1,),
             ),
-            "NodeGroupTargetSize": lambda: stub.NodeGroupTargetSize(
-                pb.NodeGroupTargetSizeRequest(id=rng.choice(groups)), timeout=5
+            "NodeGroupNodes": ("NodeGroupNodes", lambda gid: pb.NodeGroupNodesRequest(id=gid), groups, (1,)),
+            "NodeGroupTemplateNodeInfo": (
+                "NodeGroupTemplateNodeInfo",
+                lambda gid: pb.NodeGroupTemplateNodeInfoRequest(id=gid),
+                groups,
+                (1,),
             ),
-            "NodeGroupGetOptions": lambda: stub.NodeGroupGetOptions(
-                pb.NodeGroupAutoscalingOptionsRequest(id=rng.choice(groups), defaults=defaults), timeout=5
-            ),
-            "NodeGroupNodes": lambda: stub.NodeGroupNodes(
-                pb.NodeGroupNodesRequest(id=rng.choice(groups)), timeout=5
-            ),
-            "NodeGroupTemplateNodeInfo": lambda: stub.NodeGroupTemplateNodeInfo(
-                pb.NodeGroupTemplateNodeInfoRequest(id=rng.choice(groups)), timeout=5
-            ),
+            "NodeGroups": ("NodeGroups", lambda _: pb.NodeGroupsRequest(), [""], ()),
         }
+
+        def caller(target: pb_grpc.CloudProviderStub, case: str) -> Callable[[], object]:
+            method, build, keys, _ = cases[case]
+            rpc = getattr(target, method)
+            rng = random.Random(7)
+
+            def call() -> object:
+                try:
+                    return rpc(build(rng.choice(keys)), timeout=5)
+                except grpc.RpcError as err:
+                    if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    return err
+
+            return call
+
         print(
-            f"sim backend: {args.groups} node groups, {total_nodes} nodes; {args.calls} serial calls per RPC"
+            f"sim backend: {args.groups} node groups, {total_nodes} nodes; {args.calls} serial calls per RPC "
+            "(Python client); CPU = server process utime+stime per call (/proc)"
         )
-        print(f"{'RPC':<28}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'calls/s':>10}")
-        for name, call in cases.items():
-            p50, p99, worst, rate = measure(call, args.calls)
-            print(f"{name:<28}{p50:>9.3f}{p99:>9.3f}{worst:>9.3f}{rate:>10.0f}")
-        floor_port = free_port()
-        floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(floor_port)])
-        try:
-            floor_channel = grpc.insecure_channel(f"127.0.0.1:{floor_port}")
-            grpc.channel_ready_future(floor_channel).result(timeout=60)
-            floor_stub = pb_grpc.CloudProviderStub(floor_channel)
-            p50, p99, worst, rate = measure(
-                lambda: floor_stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="x"), timeout=5),
-                args.calls,
-            )
-            print(f"{'(floor: do-nothing server)':<28}{p50:>9.3f}{p99:>9.3f}{worst:>9.3f}{rate:>10.0f}")
-        finally:
-            floor.terminate()
-            floor.wait(20)
-        if not args.no_go:
+        header = f"{'RPC':<38}{'server':<10}{'p50 ms':>8}{'p99 ms':>8}{'calls/s':>9}{'CPU us':>8}{'xGo':>6}"
+        print(header)
+        for case, (method, build, keys, key_path) in cases.items():
+            rows: dict[str, Row] = {"ours": measure_cpu(caller(stub, case), args.calls, proc.pid)}
+            if not args.no_floors and case in PER_NODE:
+                # both floors answer with the bytes (or the status) our server gave for the same request
+                table = cannedserver.Table()
+                table.method(method, key_path)
+                table.record(method, getattr(stub, method), build(keys[0]))
+                for key in keys:
+                    table.record(method, getattr(stub, method), build(key), key)
+                for name, floor in (("grpcio", python_floor), ("Go", go_floor)):
+                    with floor(table) as (pid, floor_port):
+                        floor_stub = pb_grpc.CloudProviderStub(
+                            grpc.insecure_channel(f"127.0.0.1:{floor_port}")
+                        )
+                        rows[name] = measure_cpu(caller(floor_stub, case), args.calls, pid)
+            go = rows.get("Go")
+            for name, row in rows.items():
+                ratio = f"{row.cpu_us / go.cpu_us:>6.2f}" if go else ""
+                print(
+                    f"{case if name == 'ours' else '':<38}{name:<10}{row.p50:>8.3f}{row.p99:>8.3f}"
+                    f"{row.rate:>9.0f}{row.cpu_us:>8.0f}{ratio}"
+                )
+        if args.go:
             go_client(port, args.calls)
         handler_times(config, args.calls)
         t0 = time.perf_counter()

@@ -28,6 +28,8 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loop_pattern import one_loop  # noqa: E402
+
 from cloudprovider_grpc.config import Settings  # noqa: E402
 from cloudprovider_grpc.emulator import FaultPlan  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
@@ -101,39 +103,7 @@ def main() -> int:
     ]
 
     def read_rpcs() -> int:
-        count = 0
-
-        def call(fn, req) -> None:  # type: ignore[no-untyped-def]
-            nonlocal count
-            count += 1
-            try:
-                fn(req, timeout=5)
-            except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-
-        call(s.NodeGroups, pb.NodeGroupsRequest())
-        for node in nodes:
-            call(s.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
-        for node in masters:
-            for _ in range(5):
-                call(s.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
-        for gid in groups:
-            for _ in range(3):
-                call(s.NodeGroupTargetSize, pb.NodeGroupTargetSizeRequest(id=gid))
-        for node in nodes:
-            for _ in range(2):
-                call(
-                    s.NodeGroupGetOptions,
-                    pb.NodeGroupAutoscalingOptionsRequest(id=node.labels["stackpoint.io/node_group"]),
-                )
-        for gid in groups[: max(1, len(groups) // 12)]:
-            call(s.NodeGroupNodes, pb.NodeGroupNodesRequest(id=gid))
-        for gid in groups:
-            call(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id=gid))
-        call(s.GPULabel, pb.GPULabelRequest())
-        call(s.GetAvailableGPUTypes, pb.GetAvailableGPUTypesRequest())
-        return count
+        return one_loop(s, groups, nodes, foreign=masters)
 
     print(f"SPC API calls per CA loop: {args.pools} autoscaled pools, {len(workers)} nodes")
     print(f"startup (initial Refresh): {dict(startup)}")

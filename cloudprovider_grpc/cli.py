@@ -113,15 +113,20 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from cloudprovider_grpc.providers.registry import backend_module, build_provider
 
     settings = _settings(args)
-    ctx = settings.provider_context(emulate=False)
+    # with --emulate the backend validates its emulated configuration (demo defaults included); the
+    # emulator it starts for that listens on loopback and stops with the provider just below
+    ctx = settings.provider_context()
     provider = build_provider(settings.provider, ctx)
-    groups = provider.node_groups()
-    provider.stop(timeout=0)
-    # a backend may add read-only checks against its cloud (Exoscale: max sizes beyond the quota)
-    backend_checks = getattr(backend_module(settings.provider), "check_config", None)
-    if backend_checks is not None:
-        for line in backend_checks(ctx):
-            print(line)
+    try:
+        groups = provider.node_groups()
+        # a backend may add read-only checks against its real cloud (Exoscale: max sizes beyond the
+        # quota); an emulated demo cloud has nothing to tell
+        backend_checks = getattr(backend_module(settings.provider), "check_config", None)
+        if backend_checks is not None and not ctx.emulate:
+            for line in backend_checks(ctx):
+                print(line)
+    finally:
+        provider.stop(timeout=0)
     tls = "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext"
     print(
         f"configuration OK: provider {settings.provider}, {len(groups)} node group(s) "

@@ -34,6 +34,10 @@ from cloudprovider_grpc.tlsfiles import TLSFileError, TLSFiles, load_tls_files
 log = logging.getLogger(__name__)
 
 
+#: at shutdown, how long no RPC may have arrived before the port closes (see Gate.wait_quiet)
+QUIET_BEFORE_CLOSE = 0.2
+
+
 class ServerStartError(Exception):
     """The server could not start (port in use, unreadable certificates)."""
 
@@ -153,7 +157,8 @@ class ServerHandle:
     gate: Gate = field(default_factory=Gate)
     metrics_server: ThreadingHTTPServer | None = None
     metrics_port: int = 0
-    serving: bool = True
+    #: /healthz and /readyz answer 200 only between the start of gRPC serving and shutdown
+    serving: bool = False
     _stopped: threading.Event = field(default_factory=threading.Event)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -176,7 +181,8 @@ class ServerHandle:
             self.serving = False
             self.health.enter_graceful_shutdown()
             self.gate.close()
-            if not self.gate.wait_idle(deadline - time.monotonic()):
+            # the port closes only once callers have stopped arriving (a quiet moment), bounded by the grace
+            if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
                 log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
             self.health.end_watches()
             remaining = max(deadline - time.monotonic(), 0.0)
@@ -242,6 +248,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
 
     provider.start()
     server.start()
+    handle.serving = True
     for svc in ("", SERVICE_NAME):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
     metrics_at = (
@@ -273,20 +280,26 @@ def serve_forever(settings: Settings) -> int:
     Returns 0 after a clean stop, 1 when work was still running at the end of the grace period. The
     caller must then end the process without waiting for threads (`os._exit`): a handler thread
     blocked on the cloud would otherwise hold the process past the grace period."""
-    handle = start_server(settings)
     signalled = threading.Event()
+    started: list[ServerHandle] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         if signalled.is_set():
             return
         signalled.set()
         log.info("received %s, shutting down (grace %gs)", signal.Signals(signum).name, settings.grace_period)
-        threading.Thread(
-            target=handle.stop, args=(settings.grace_period,), name="shutdown", daemon=True
-        ).start()
+        if started:
+            threading.Thread(
+                target=started[0].stop, args=(settings.grace_period,), name="shutdown", daemon=True
+            ).start()
 
+    # installed before starting, so a signal during startup (a slow first listing) is not fatal
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    handle = start_server(settings)
+    started.append(handle)
+    if signalled.is_set():  # the signal came while starting
+        threading.Thread(target=handle.stop, args=(settings.grace_period,), daemon=True).start()
     while not signalled.wait(1.0):
         pass
     # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline

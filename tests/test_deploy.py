@@ -36,6 +36,7 @@ import tomllib
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ from tests.deploy_support.layouts import (
     helm_layouts,
     kustomize_layouts,
     official_values_files,
+    our_chart_variants,
     render_ours,
 )
 from tests.deploy_support.pods import (
@@ -75,7 +77,14 @@ from tests.deploy_support.pods import (
     pod_containers,
     pod_spec,
 )
-from tests.deploy_support.tools import helm_template, helm_template_error, kustomize_build, run, tool
+from tests.deploy_support.tools import (
+    helm_template,
+    helm_template_error,
+    kustomize_build,
+    module_dir,
+    run,
+    tool,
+)
 from tests.support.gotools import HELM, KUSTOMIZE
 from tests.support.servers import free_port
 
@@ -561,36 +570,53 @@ def test_cluster_autoscaler_uses_externalgrpc(layout: str) -> None:
     assert not any(a.startswith("--nodes") for a in view.args)
 
 
-def ca_flags_defined_upstream() -> set[str]:
-    """Flag names cluster-autoscaler 1.36.1 defines: its own (config/flags, main.go), klog's and the
-    leader-election ones, read from the upstream source in ../shared and the klog module."""
-    source = ROOT.parent / "shared" / "upstream" / "cluster-autoscaler" / "1.36.1" / "cluster-autoscaler"
-    names: set[str] = set()
+@functools.cache
+def ca_flags_defined_upstream(version: str) -> frozenset[str]:
+    """Flag names a cluster-autoscaler release defines in its own source (config/flags, main.go and
+    the packages it builds), read from the upstream snapshot in ../shared/upstream."""
+    source = ROOT.parent / "shared" / "upstream" / "cluster-autoscaler" / version / "cluster-autoscaler"
+    assert source.is_dir(), f"no upstream source of cluster-autoscaler {version} to check its flags against"
     pattern = re.compile(r'\bflag\.(?:[A-Z]\w*)\(\s*"([a-z0-9][a-z0-9-]*)"')
+    names: set[str] = set()
     for path in source.rglob("*.go"):
         names.update(pattern.findall(path.read_text(errors="replace")))
+    return frozenset(names)
+
+
+@functools.cache
+def klog_flags(ca_version: str) -> frozenset[str]:
+    """The flags klog.InitFlags registers (CA's main.go calls it), from the klog module at the version
+    that CA release's go.mod requires."""
+    go_mod = (
+        ROOT.parent
+        / "shared"
+        / "upstream"
+        / "cluster-autoscaler"
+        / ca_version
+        / "cluster-autoscaler"
+        / "go.mod"
+    )
+    m = re.search(r"^\s*k8s\.io/klog/v2 (v\S+)", go_mod.read_text(), re.M)
+    assert m, f"{go_mod} requires no k8s.io/klog/v2"
+    source = (module_dir("k8s.io/klog/v2", m.group(1)) / "klog.go").read_text()
+    names = frozenset(re.findall(r'commandLine\.\w+\(&[\w.]+,\s*"([a-z_]+)"', source))
+    assert {"v", "logtostderr"} <= names, "klog flag scan found nothing"
     return names
-
-
-#: klog.InitFlags (k8s.io/klog/v2 klog.go) registers these; CA calls it in main.go.
-KLOG_FLAGS = {
-    "v", "vmodule", "logtostderr", "alsologtostderr", "stderrthreshold", "log_dir", "log_file",
-    "log_file_max_size", "skip_headers", "skip_log_headers", "add_dir_header", "one_output",
-    "log_backtrace_at",
-}  # fmt: skip
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cluster_autoscaler_args_are_flags_it_defines(layout: str) -> None:
-    """Each of CA's arguments names a flag the CA source defines, so CA would start with them."""
+    """Each of CA's arguments names a flag the deployed CA release defines, so CA would start."""
     ca = container(find(rendered(layout), "Deployment", CA_DEPLOYMENT), CA_CONTAINER)
-    args = [*ca.get("command", [])[1:], *ca.get("args", [])]
-    defined = ca_flags_defined_upstream()
+    m = CA_IMAGE_RE.match(ca["image"])
+    assert m, ca["image"]
+    version = ".".join(m.groups())
+    defined = ca_flags_defined_upstream(version)
     assert {"cloud-config", "cloud-provider", "namespace"} <= defined, "flag scan found nothing"
-    for arg in args:
+    for arg in [*ca.get("command", [])[1:], *ca.get("args", [])]:
         assert arg.startswith("--"), f"positional argument {arg!r}"
         name = arg[2:].partition("=")[0]
-        assert name in defined | KLOG_FLAGS, f"cluster-autoscaler defines no flag --{name}"
+        assert name in defined | klog_flags(version), f"cluster-autoscaler defines no flag --{name}"
 
 
 @pytest.mark.parametrize("layout", SIDECARS)
@@ -717,6 +743,14 @@ def test_our_probes_hit_the_metrics_port(layout: str) -> None:
     assert {m["mountPath"] for m in ours["volumeMounts"]} >= {"/tmp"}
 
 
+def cloud_secrets_read(view: ContainerView) -> set[tuple[str, str]]:
+    """(Secret, key) pairs our container reads for the cloud: all it reads but its TLS Secret."""
+    tls_file = flag_value(view.args, "--tls-cert")
+    hit = view.mount_path_of(tls_file) if tls_file else None
+    tls_secret = view.volumes[hit[0]["name"]]["secret"]["secretName"] if hit else None
+    return {ref for ref in secrets_read(view) if ref[0] != tls_secret}
+
+
 def secrets_read(view: ContainerView) -> set[tuple[str, str]]:
     """(Secret, key) pairs a container reads, through env and through mounted Secret volumes."""
     refs = {
@@ -740,8 +774,7 @@ def test_each_cloud_reads_its_in_tree_secrets_unchanged(layout: str) -> None:
     backend = LAYOUTS[layout].backend
     assert flag_value(our_args(objects), "--provider") == backend
     view = ContainerView(our_workload(objects), OUR_CONTAINER, objects)
-    tls = {(s, "*") for s, _ in secrets_read(view) if s.endswith("-tls")}
-    read = secrets_read(view) - tls
+    read = cloud_secrets_read(view)
     assert read <= IN_TREE_SECRETS[backend], sorted(read - IN_TREE_SECRETS[backend])
     assert bool(read) == bool(IN_TREE_SECRETS[backend]), f"{backend}: reads no cloud credentials"
     required = [
@@ -762,7 +795,7 @@ def test_example_secrets_hold_what_the_layout_reads(layout: str) -> None:
         (o["metadata"]["name"], k) for o in secrets for k in {**o.get("data", {}), **o.get("stringData", {})}
     }
     view = ContainerView(our_workload(rendered(layout)), OUR_CONTAINER, rendered(layout))
-    wanted = {ref for ref in secrets_read(view) if not ref[0].endswith("-tls")}
+    wanted = cloud_secrets_read(view)
     assert wanted <= have, sorted(wanted - have)
     assert {o["metadata"]["name"] for o in secrets} == {name for name, _ in IN_TREE_SECRETS[backend]}
 
@@ -776,6 +809,8 @@ def test_our_chart_lints_strictly() -> None:
     assert "0 chart(s) failed" in out, out
     for backend in CHART_BACKENDS:
         run([tool(HELM), "lint", "--strict", OUR_CHART, "--set", f"provider={backend}"])
+    for values in our_chart_variants().values():
+        run([tool(HELM), "lint", "--strict", OUR_CHART, "--values", values])
 
 
 def test_our_chart_values_schema_accepts_the_defaults() -> None:
@@ -783,6 +818,21 @@ def test_our_chart_values_schema_accepts_the_defaults() -> None:
     jsonschema.Draft7Validator.check_schema(schema)
     jsonschema.Draft7Validator(schema).validate(yaml.safe_load((OUR_CHART / "values.yaml").read_text()))
     assert schema["properties"]["provider"]["enum"] == CHART_BACKENDS
+
+
+def test_our_chart_readme_documents_every_value() -> None:
+    """`helm show readme` lists every top-level value of values.yaml, and shows a tested command."""
+    readme = run([tool(HELM), "show", "readme", OUR_CHART])
+    rows = "\n".join(line for line in readme.splitlines() if line.startswith("| `"))
+    documented = set(re.findall(r"`(\w+)`", rows))
+    values = set(yaml.safe_load((OUR_CHART / "values.yaml").read_text()))
+    assert values <= documented, sorted(values - documented)
+    (command,) = [shlex.split(line) for line in readme.splitlines() if line.startswith("helm install ")]
+    settings = tuple(command[i + 1] for i, a in enumerate(command) if a == "--set")
+    provider = settings[0].partition("=")[2]
+    assert settings[1:] == CHART_EXAMPLE_SETTINGS[provider], (
+        "the chart README's command is not the tested one"
+    )
 
 
 @pytest.mark.parametrize(
@@ -798,6 +848,7 @@ def test_our_chart_values_schema_accepts_the_defaults() -> None:
         ("networkPolicy.enabled=maybe", "enabled"),
         ("replicas=2", "replicas"),
         ("logLevel=verbose", "logLevel"),
+        ("image.digest=sha256:abc", "digest"),
     ],
 )
 def test_our_chart_refuses_bad_values_at_install(setting: str, named: str) -> None:
@@ -805,6 +856,15 @@ def test_our_chart_refuses_bad_values_at_install(setting: str, named: str) -> No
     error = helm_template_error(OUR_CHART, set_values=[setting])
     assert "values don't meet the specifications of the schema" in error, error
     assert named in error, error
+
+
+def test_our_chart_pins_the_image_by_digest() -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    objects = render_ours(
+        f"image.digest={digest}", "image.repository=registry.example.com/cloudprovider-grpc"
+    )
+    ours = container(our_workload(objects), OUR_CONTAINER)
+    assert ours["image"] == f"registry.example.com/cloudprovider-grpc@{digest}"
 
 
 def test_our_chart_with_your_own_tls_secret() -> None:
@@ -928,11 +988,23 @@ def test_check_config_rejects_broken_layout_args(
     assert len(lines) == 1 and key in lines[0], result.stderr
 
 
+@dataclass
+class ServerRun:
+    """A server started by running_server(): its ports, and its log once it has stopped."""
+
+    grpc_port: int
+    metrics_port: int
+    output: str = ""
+
+
 @contextlib.contextmanager
-def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[tuple[int, int]]:
+def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[ServerRun]:
     """`cloudprovider-grpc serve` with the layout's args, on free loopback ports; SIGTERM at the end."""
-    grpc_port, metrics_port = free_port(), free_port()
-    args = [*args, "--address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics_port}"]
+    run_ = ServerRun(free_port(), free_port())
+    args = [
+        *args,
+        *("--address", f"127.0.0.1:{run_.grpc_port}", "--metrics-address", f"127.0.0.1:{run_.metrics_port}"),
+    ]
     proc = subprocess.Popen(
         [*CLI, *args], env=pod_env(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -941,17 +1013,18 @@ def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[
         while True:
             assert proc.poll() is None, f"server exited early: {proc.communicate()[0]}"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/healthz", timeout=2) as resp:
+                url = f"http://127.0.0.1:{run_.metrics_port}/healthz"
+                with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200:
                         break
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        yield grpc_port, metrics_port
+        yield run_
         proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=30)
-        assert proc.returncode == 0, f"SIGTERM must end the server cleanly:\n{output}"
+        run_.output, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, f"SIGTERM must end the server cleanly:\n{run_.output}"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -970,13 +1043,17 @@ def test_sidecar_serves_cluster_autoscaler_over_loopback(layout: str, tmp_path: 
     mat, _ = materialize_ours(objects, tmp_path / "pod", [])
     _, config, _ = ca_cloud_config(objects)
     assert split_host_port(config["address"])[0] == "127.0.0.1"
-    with running_server(mat.args, mat.env, tmp_path) as (grpc_port, metrics_port):
+    with running_server(mat.args, mat.env, tmp_path) as server:
         for path in probe_paths(objects):
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}{path}", timeout=5) as resp:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}{path}", timeout=5) as resp:
                 assert resp.status == 200, path
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
             groups = pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
         assert groups.nodeGroups, "the sim backend serves its demo groups"
+    # The log line the README tells the reader to look for (the port is the test's).
+    promised = re.search(r"our log says\s+`([^`]+)`", " ".join(deploying_section().split()))
+    assert promised, "README Deploying no longer says what our log shows"
+    assert promised.group(1).replace(":8086", f":{server.grpc_port}") in server.output, server.output
 
 
 @pytest.mark.parametrize("layout", ["standalone", "chart-sim"])
@@ -997,7 +1074,8 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
         return (ca_pod.mounts[mount["mountPath"]] / rel).read_bytes()
 
     host, _ = split_host_port(config["address"])
-    with running_server(mat.args, mat.env, tmp_path) as (grpc_port, _):
+    with running_server(mat.args, mat.env, tmp_path) as server:
+        grpc_port = server.grpc_port
         creds = grpc.ssl_channel_credentials(ca_file("cacert"), ca_file("key"), ca_file("cert"))
         options = [("grpc.ssl_target_name_override", host)]
         with grpc.secure_channel(f"127.0.0.1:{grpc_port}", creds, options=options) as channel:
@@ -1069,7 +1147,11 @@ def test_readme_helm_commands_are_the_tested_ones() -> None:
             values_seen.add(path.stem)
         else:
             assert chart == "deploy/helm/cloudprovider-grpc" and release == OUR_RELEASE, argv
-            assert not values, argv
+            if values:  # one of the chart's variants, rendered as it is
+                assert len(values) == 1 and not settings, argv
+                variant = {ROOT / v: k for k, v in our_chart_variants().items()}.get(ROOT / values[0])
+                assert variant and f"chart-{variant}" in LAYOUTS, argv
+                continue
             provider = next((s.partition("=")[2] for s in settings if s.startswith("provider=")), "sim")
             rest = tuple(s for s in settings if not s.startswith("provider="))
             assert rest == CHART_EXAMPLE_SETTINGS.get(provider, ()), (rest, "differs from the tested layout")

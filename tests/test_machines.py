@@ -415,3 +415,32 @@ def test_one_broken_group_never_takes_the_others_down() -> None:
         assert victim not in _alive(cloud)
     finally:
         handle.stop(1)
+
+
+def test_untokened_creations_never_sent_are_sent_after_a_restart(tmp_path: Path) -> None:
+    """The journal records whether a create request may have left: one that never did is sent after
+    a restart at once; it does not wait to be adopted (untokened clouds cannot look it up)."""
+    cloud = _cloud()
+    journal = tmp_path / "state.json"
+
+    class Untokened(SimDriver):
+        create_carries_token = False
+
+    first = MachineProvider(Untokened(cloud), inline_workers=True, state_file=journal)
+    handle = _serve(first)
+    stub(channel(handle)).NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=2))
+    handle.stop(0)  # before any Refresh: nothing was sent
+    assert _alive(cloud) == []
+
+    second = MachineProvider(Untokened(cloud), inline_workers=True, state_file=journal)
+    handle = _serve(second)
+    try:
+        s = stub(channel(handle))
+        s.Refresh(pb.RefreshRequest())
+        s.Refresh(pb.RefreshRequest())
+        assert len(_alive(cloud)) == 2
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 2
+        ids = sorted(i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances)
+        assert ids == _alive(cloud)
+    finally:
+        handle.stop(0)

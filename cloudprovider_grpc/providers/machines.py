@@ -76,6 +76,7 @@ class _Creation:
     error: InstanceError | None = None
     failed_at: float = 0.0
     unknown_since: float | None = None  # untokened clouds: when the outcome became unknown
+    sent: bool = False  # a create request may have left (journaled before it goes out)
     cancelled: bool = False  # CA no longer wants it; delete the machine if the inflight create lands
 
 
@@ -238,9 +239,21 @@ class MachineProvider(GroupProvider[_GroupState]):
         waiting = [c for c in state.creations.values() if c.status == CreationStatus.UNKNOWN]
         if not waiting or not state.listed_once:
             return  # the first listing of a group (after a start) is the baseline newcomers are told from
-        known = set(state.machines) | set(state.resolved.values()) | set(state.tombstones)
+
+        # told apart by the cloud's own handle where there is one: an id can change while a machine
+        # boots (SPC reports a node by name until its provider id exists), a handle (pk) cannot
+        def key(m: Machine) -> str:
+            return m.handle or m.id
+
+        seen = [*state.machines.values()]
+        known = {key(m) for m in seen} | set(state.resolved.values()) | set(state.tombstones)
+        known |= {m.id for m in seen}
         newcomers = sorted(
-            (m for mid, m in fresh.items() if mid not in known and not m.token and mid not in state.deleting),
+            (
+                m
+                for mid, m in fresh.items()
+                if key(m) not in known and mid not in known and not m.token and mid not in state.deleting
+            ),
             key=lambda m: _natural(m.id),
         )
         for creation, machine in zip(waiting, newcomers, strict=False):
@@ -322,6 +335,11 @@ class MachineProvider(GroupProvider[_GroupState]):
                 return None  # never re-sent: a listing adopts its machine (_adopt_untokened)
             c.status = CreationStatus.INFLIGHT
             c.attempts += 1
+            if not c.sent and not look_up_first:
+                # journaled before the request leaves: after a crash, a creation never sent is sent
+                # again at once, and only one that may have left is looked up (or, untokened, adopted)
+                c.sent = True
+                self._save_journal()
         try:
             machine = None
             if look_up_first:
@@ -467,12 +485,14 @@ class MachineProvider(GroupProvider[_GroupState]):
     def _journal_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         for gid, s in self._groups.items():
-            tokens = [
-                c.token for c in s.creations.values() if c.status != CreationStatus.FAILED and not c.cancelled
+            creations = [
+                {"token": c.token, "sent": c.sent}
+                for c in s.creations.values()
+                if c.status != CreationStatus.FAILED and not c.cancelled
             ]
             deleting = [_machine_doc(m) for mid in s.deleting if (m := s.machines.get(mid)) is not None]
-            if tokens or deleting:
-                doc[gid] = {"creations": tokens, "deleting": deleting}
+            if creations or deleting:
+                doc[gid] = {"creations": creations, "deleting": deleting}
         return doc
 
     def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -481,14 +501,14 @@ class MachineProvider(GroupProvider[_GroupState]):
             if doc.get("version") == 1:  # flat lists of {"group": ...} items
                 for item in doc.get("creations", []):
                     entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
-                    entries[str(item["group"])]["creations"].append(str(item["token"]))
+                    entries[str(item["group"])]["creations"].append((str(item["token"]), True))
                 for item in doc.get("deleting", []):
                     entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
                     entries[str(item["group"])]["deleting"].append(_machine_from(item, str(item["group"])))
                 return entries
             for gid, entry in dict(doc.get("groups", {})).items():
                 entries[str(gid)] = {
-                    "creations": [str(t) for t in entry.get("creations", [])],
+                    "creations": [_creation_from(t) for t in entry.get("creations", [])],
                     "deleting": [_machine_from(m, str(gid)) for m in entry.get("deleting", [])],
                 }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -497,17 +517,27 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     def _restore(self, state: _GroupState, entry: Any) -> None:
         now = self._clock()
-        for token in entry["creations"]:
-            # it may have been sent before the restart: look the token up (or adopt) before creating
-            creation = _Creation(token, state.config.id, CreationStatus.UNKNOWN)
-            if not self.driver.create_carries_token:
-                creation.unknown_since = now
+        for token, sent in entry["creations"]:
+            if sent:  # it may have left before the restart: look the token up (or adopt) first
+                creation = _Creation(token, state.config.id, CreationStatus.UNKNOWN, sent=True)
+                if not self.driver.create_carries_token:
+                    creation.unknown_since = now
+            else:  # never sent: send it
+                creation = _Creation(token, state.config.id)
             state.creations[token] = creation
             self._submit_create(creation)
         for machine in entry["deleting"]:
             state.machines.setdefault(machine.id, machine)
             state.deleting[machine.id] = now
             self._submit_delete(machine)
+
+
+def _creation_from(item: Any) -> tuple[str, bool]:
+    """A journaled creation: (token, whether its request may have left); bare tokens are older
+    journals, where every creation counts as possibly sent."""
+    if isinstance(item, str):
+        return item, True
+    return str(item["token"]), bool(item["sent"])
 
 
 def _machine_doc(m: Machine) -> dict[str, str]:

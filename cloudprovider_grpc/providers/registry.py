@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
@@ -102,6 +102,38 @@ class BuiltDriver:
     catalog_ttl: float = 300.0
     on_stop: Callable[[], None] | None = None
     seed: int | None = None
+
+
+class Emulator(Protocol):
+    """What the machinery needs of a started API emulator."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+def assemble(
+    ctx: ProviderContext,
+    make_driver: Callable[[str | None], DriverBase],
+    *,
+    start_emulator: Callable[[], Emulator],
+    catalog_ttl: float,
+) -> BuiltDriver:
+    """A backend's driver for `ctx`: `make_driver(api_url)` with api_url None (the configured cloud)
+    or, with `ctx.emulate`, the base URL of the emulator `start_emulator()` started on loopback. The
+    emulator lives as long as the server (stopped with it, not on CA's Cleanup RPC), or is stopped
+    at once if the driver cannot be built."""
+    emulator = start_emulator() if ctx.emulate else None
+    try:
+        driver = make_driver(emulator.base_url if emulator is not None else None)
+    except BaseException:
+        if emulator is not None:
+            emulator.stop()
+        raise
+    return BuiltDriver(
+        driver, catalog_ttl=catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+    )
 
 
 def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:

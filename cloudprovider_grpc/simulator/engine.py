@@ -5,7 +5,9 @@ Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research not
 2. Refresh (an error aborts the loop), NodeGroups;
 3. NodeGroupNodes for groups whose cached listing is stale (2m, as
    `pkg/clusterstate/utils/node_instances_cache.go`) or that are scaling up / just deleted nodes;
-   kubelets register machines the cloud reports running, and the scheduler binds what fits;
+   kubelets register machines the cloud reports running (NotReady for `node_ready_delay`), the
+   scenario's node events apply, CA's first loop removes ToBeDeleted taints a previous run left
+   (`cleanUpIfRequired`), and the scheduler binds what fits;
 4. NodeGroupForNode for every node, templates from a real ready node of each group, else the
    cached real-node template, else NodeGroupTemplateNodeInfo
    (`pkg/processors/nodeinfosprovider/mixed_nodeinfos_processor.go`);
@@ -13,16 +15,18 @@ Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research not
    deleted (`deleteCreatedNodesWithErrors`), instances unregistered past
    `max-node-provision-time` are deleted, scale-up requests that time out back off, and a target
    above the registered size for longer than the provision time is decreased (`fixNodeGroupSize`,
-   which ends the loop);
-6. upcoming nodes (target - registered) are injected and pods that fit them are filtered out
-   (`pkg/core/podlistprocessor/filter_out_schedulable.go`), as are expendable and too-young pods;
+   which ends the loop); too many unready nodes end the loop too (IsClusterHealthy);
+6. upcoming nodes (target - ready - unready: nodes still starting count as upcoming) are injected
+   and pods that fit them are filtered out (`pkg/core/podlistprocessor/filter_out_schedulable.go`),
+   as are expendable and too-young pods;
 7. scale-up (`scaleup.py`), then scale-down (`scaledown.py`) outside its cooldown, deleting one
-   node per DeleteNodes call after a GetOptions call, like CA's actuator.
+   node per DeleteNodes call after a GetOptions call, like CA's actuator (a zero-or-max group's
+   nodes in one call).
 
-Known simplifications: nodes are Ready as soon as they register (no unready phase, so the
-cluster-health check never trips); GetOptions answers are memoised per group within one loop for
-eligibility (CA asks about twice per node), while deletions still call it once per node; ZeroOrMax
-groups, PDB budgets and pod affinity are not modelled.
+Known simplifications: GetOptions answers are memoised per group within one loop for eligibility
+(CA asks about twice per node), while deletions still call it once per node; scale-up reads a
+group's zeroOrMaxNodeScaling from its last GetOptions answer instead of asking again (README
+"Not modelled" lists the rest).
 """
 
 from __future__ import annotations
@@ -172,6 +176,9 @@ class Simulation:
         self._bounds: dict[str, dict[str, int]] = {}
         self._seen_targets: dict[str, int] = {}  # target sizes as CA last knew them, for the timeline
         self._unknown_overrides: set[str] = set()
+        self._kubelet_listing: dict[
+            str, list[InstanceInfo]
+        ] = {}  # the listing each group's kubelets last saw
         self._events = sorted(scenario.node_events, key=lambda e: e.at)
         self._events_done: set[int] = set()
         self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
@@ -226,14 +233,7 @@ class Simulation:
         if not self._initialized:
             self._clean_up_taints()
         w.schedule(t)
-        node_group = {
-            n.name: (
-                g.id
-                if (g := self.client.node_group_for_node(n.name, n.provider_id, n.shape.labels))
-                else None
-            )
-            for n in w.nodes.values()
-        }
+        node_group = self.client.group_ids_for_nodes(w.nodes.values())
         templates = self._templates(groups, node_group)
         self._creation_errors(groups, t)
         targets: dict[str, int] = {}
@@ -415,6 +415,9 @@ class Simulation:
         """Machines the cloud reports running join the cluster; vanished machines leave it."""
         for g in groups:
             listing = self.instances.get(g.id, [])
+            if self._kubelet_listing.get(g.id) is listing:
+                continue  # the same listing as last loop: everything in it that could join has
+            self._kubelet_listing[g.id] = listing
             for inst in listing:
                 self.first_seen.setdefault(inst.id, t)
                 if inst.error_code or inst.state not in (RUNNING, 0):
@@ -1042,6 +1045,12 @@ class Simulation:
     def _report(self) -> Report:
         end = self.tl["t"][-1] if self.tl["t"] else 0.0
         cost = self._cost(end)
+        for i, ev in enumerate(self._events):
+            if i not in self._events_done and ev.at <= end:
+                # a typo in a node name must not pass silently as "nothing happened"
+                self.rec.line(
+                    f"node event for {ev.node} at {self.rec.stamp(ev.at)} never applied: no such node"
+                )
         decisions = self.rec.decisions
         kinds = Counter(d.kind for d in decisions)
         summary = {

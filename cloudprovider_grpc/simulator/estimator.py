@@ -86,8 +86,8 @@ def estimate(
     def add_node() -> int:
         nodes.append(dict(empty_free))
         pods_on.append(0)
-        names.append(f"template-node-for-{template.group}-{len(names)}")
-        if view is not None:
+        if view is not None:  # hypothetical nodes get names only when predicates look at them
+            names.append(f"template-node-for-{template.group}-{len(names)}")
             view.add_node(names[-1], {**template.labels, HOSTNAME: names[-1]})
         return len(nodes) - 1
 
@@ -117,8 +117,9 @@ def estimate(
             for i, free in enumerate(nodes):
                 if remaining == 0:
                     break
-                n = min(remaining, fit_count(req, free))
+                n = fit_count(req, free)
                 if n:
+                    n = min(remaining, n)
                     place(i, shape, n)
                     remaining -= n
             # step 3: last node, then fresh nodes (the last node is already full for this shape)

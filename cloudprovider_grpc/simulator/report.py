@@ -117,20 +117,20 @@ MARKERS = {
 MAX_PANELS = 8  # more groups than this share one panel (one line each) instead of a panel each
 
 
-def hmm(seconds: float) -> str:
-    """Virtual time as h:mm (h:mm:ss when not on a whole minute)."""
+def hmm(seconds: float, with_seconds: bool = False) -> str:
+    """Virtual time as h:mm (h:mm:ss when asked, or when not on a whole minute)."""
     s = round(seconds)
     h, rest = divmod(s, 3600)
     m, sec = divmod(rest, 60)
-    return f"{h}:{m:02d}" if sec == 0 else f"{h}:{m:02d}:{sec:02d}"
+    return f"{h}:{m:02d}" if sec == 0 and not with_seconds else f"{h}:{m:02d}:{sec:02d}"
 
 
 def tick_step(duration: float) -> float:
     """A readable tick spacing (seconds) giving at most about 12 ticks over the run."""
-    for minutes in (1, 2, 5, 10, 15, 20, 30, 60, 120, 180, 240, 360, 720):
-        if duration / (minutes * 60) <= 12:
-            return minutes * 60.0
-    return 1440 * 60.0
+    for step in (10, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 14400, 21600, 43200):
+        if duration / step <= 12:
+            return float(step)
+    return 86400.0
 
 
 def marker_events(decisions: list[Decision]) -> dict[str, list[tuple[float, str, str]]]:
@@ -145,7 +145,7 @@ def marker_events(decisions: list[Decision]) -> dict[str, list[tuple[float, str,
         if kind == "scale-up":
             label = f"+{sum(d.delta for d in ds)}"
         elif kind in ("scale-down", "delete-unregistered"):
-            names = [d.node for d in ds if d.node]
+            names = [_short(d.node) for d in ds if d.node]
             label = f"-{len(ds)}"
             if names:
                 label += f" ({names[0]})" if len(names) == 1 else f" ({names[0]} … {names[-1]})"
@@ -157,6 +157,11 @@ def marker_events(decisions: list[Decision]) -> dict[str, list[tuple[float, str,
             label = kind.removeprefix("scale-up-")
         out.setdefault(group, []).append((t, kind, label))
     return out
+
+
+def _short(name: str, limit: int = 22) -> str:
+    """A node name short enough for a marker label (clouds' instance ids can be long)."""
+    return name if len(name) <= limit else f"{name[: limit // 2 - 1]}…{name[-(limit // 2 - 1) :]}"
 
 
 def write_timeline(report: Report, path: Path) -> str:
@@ -202,9 +207,13 @@ def write_timeline(report: Report, path: Path) -> str:
         ax.step(ts, ready, where="post", color="tab:blue", linewidth=2.2, alpha=0.55)
         top = max([*ready, *(v for v in target if v == v), 1])
         b = bounds.get(group)
+        off_scale = ""
         if b is not None:
-            ax.axhline(b["max_size"], color="0.55", linestyle=":", linewidth=1)
-            top = max(top, b["max_size"])
+            if b["max_size"] <= 2 * top + 2:  # a far-away max would flatten the lines
+                ax.axhline(b["max_size"], color="0.55", linestyle=":", linewidth=1)
+                top = max(top, b["max_size"])
+            else:
+                off_scale = " above the scale"
         near = max(end, 1.0) * 0.04  # labels closer than this in time are stacked upwards
         last_t, stack = -math.inf, 0
         for t, kind, label in events.get(group, []):
@@ -215,19 +224,23 @@ def write_timeline(report: Report, path: Path) -> str:
             k = min(range(len(ts)), key=lambda j: abs(ts[j] - t)) if ts else 0
             y = target[k] if ts and target[k] == target[k] else (ready[k] if ts else 0)
             ax.plot([t], [y], marker=marker, color=colour, markersize=9, linestyle="none", zorder=5)
+            right_half = t > 0.55 * max(end, 1.0)  # labels there grow leftwards, inside the panel
             ax.annotate(
                 label,
                 (t, y),
+                ha="right" if right_half else "left",
                 # failures below their marker, everything else above; close ones stacked
-                xytext=(5, -14 - 10 * stack) if marker == "X" else (5, 5 + 10 * stack),
+                xytext=((-5 if right_half else 5), (-14 - 10 * stack) if marker == "X" else (5 + 10 * stack)),
                 textcoords="offset points",
                 fontsize=8,
                 color=colour,
             )
         ax.set_ylim(-0.3, top * 1.25 + 0.5)
         ax.yaxis.set_major_locator(MultipleLocator(max(1, round(top / 4))))
-        size = f" [{b['min_size']}..{b['max_size']}]" if b is not None else ""
-        ax.set_ylabel(f"{group}{size}", rotation=0, ha="right", va="center", fontsize=9)
+        size = f"  (min {b['min_size']}, max {b['max_size']}{off_scale})" if b is not None else ""
+        # the group's name above its panel: long ids (UUIDs, ASG ids) would squeeze a side label
+        ax.set_title(f"{group}{size}", loc="left", fontsize=9, pad=3)
+        ax.set_ylabel("nodes", fontsize=8)
         ax.grid(axis="x", color="0.9")
     if shared:
         axes[0].set_ylabel("ready nodes")
@@ -243,11 +256,14 @@ def write_timeline(report: Report, path: Path) -> str:
     pend = axes[-1]
     pend.step(ts, tl.get("pending", []), where="post", color="tab:red")
     pend.fill_between(ts, tl.get("pending", []), step="post", color="tab:red", alpha=0.15)
-    pend.set_ylabel("pending pods", rotation=0, ha="right", va="center", fontsize=9)
+    pend.set_title("pending pods", loc="left", fontsize=9, pad=3)
+    pend.set_ylabel("pods", fontsize=8)
     pend.grid(axis="x", color="0.9")
-    pend.set_xlabel("time since start (h:mm)")
-    pend.xaxis.set_major_locator(MultipleLocator(tick_step(end)))
-    pend.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: hmm(x) if x >= 0 else ""))
+    step = tick_step(end)
+    fine = step < 60  # runs of a few minutes get ticks every 10-30 s, all as h:mm:ss
+    pend.set_xlabel("time since start (h:mm:ss)" if fine else "time since start (h:mm)")
+    pend.xaxis.set_major_locator(MultipleLocator(step))
+    pend.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: hmm(x, fine) if x >= 0 else ""))
     pend.set_xlim(0, max(end, 1.0))
     handles = []
     if not shared:

@@ -6,8 +6,8 @@ A layout is one set of objects a user applies:
 - the official cluster-autoscaler chart (../shared/upstream/charts/cluster-autoscaler, the snapshot
   of kubernetes/autoscaler's chart) with each of our values files, `deploy/helm/cluster-autoscaler/`
   (`helm template`): the sidecar, one file per cloud;
-- our chart, `deploy/helm/cloudprovider-grpc`, for each cloud, together with the official chart
-  and `standalone.yaml`: the standalone layout as two Helm releases.
+- our chart, `deploy/helm/cloudprovider-grpc`, for each cloud (and each `ci/<cloud>-<variant>-values.yaml`),
+  together with the official chart and `standalone.yaml`: the standalone layout as two Helm releases.
 
 The list is built from the files on disk, so a new overlay or values file is rendered and checked
 without touching the tests.
@@ -47,13 +47,16 @@ class Layout:
     render: Callable[[], Objects]
     #: the kustomization's directory (kustomize layouts)
     directory: Path | None = None
+    #: a cloud's variant (Helm layouts: `<cloud>-<variant>.yaml`, e.g. alicloud-rrsa), whose example
+    #: Secrets are those of the overlay `manifests/providers/<cloud>/<variant>/`
+    variant: str = ""
 
     def example_secrets_file(self) -> Path:
         """The cloud's example Secrets for this layout: the nearest `secrets.example.yaml` from the
         kustomization up to `manifests/providers/<cloud>/` (a variant such as AliCloud's RRSA ships
         its own), or the cloud's for Helm layouts."""
         cloud_dir = MANIFESTS / "providers" / self.backend
-        here = self.directory if self.directory is not None else cloud_dir
+        here = self.directory if self.directory is not None else cloud_dir / self.variant
         while here.is_relative_to(cloud_dir):
             if (here / "secrets.example.yaml").is_file():
                 return here / "secrets.example.yaml"
@@ -87,7 +90,7 @@ def _kustomize(directory: Path) -> Callable[[], Objects]:
 
 
 def official_values_files() -> dict[str, Path]:
-    """Cloud -> our values file for the official chart's sidecar layout."""
+    """`<cloud>` or `<cloud>-<variant>` -> our values file for the official chart's sidecar layout."""
     return {p.stem: p for p in sorted(OFFICIAL_VALUES.glob("*.yaml")) if p.stem != STANDALONE_VALUES}
 
 
@@ -95,17 +98,25 @@ def render_official(values: Path) -> Objects:
     return helm_template(OFFICIAL_CHART, release=CA_RELEASE, namespace=NAMESPACE, values=[values])
 
 
-def render_ours(*set_values: str) -> Objects:
-    return helm_template(OUR_CHART, release=OUR_RELEASE, namespace=NAMESPACE, set_values=set_values)
+def render_ours(*set_values: str, values: tuple[Path, ...] = ()) -> Objects:
+    return helm_template(
+        OUR_CHART, release=OUR_RELEASE, namespace=NAMESPACE, values=values, set_values=set_values
+    )
+
+
+def our_chart_variants() -> dict[str, Path]:
+    """`<cloud>-<variant>` -> our chart's values for it (`ci/<cloud>-<variant>-values.yaml`, the
+    files chart-testing also uses)."""
+    return {p.name.removesuffix("-values.yaml"): p for p in sorted((OUR_CHART / "ci").glob("*-values.yaml"))}
 
 
 def _official(values: Path) -> Callable[[], Objects]:
     return lambda: render_official(values)
 
 
-def _standalone(backend: str) -> Callable[[], Objects]:
+def _standalone(settings: tuple[str, ...], values: tuple[Path, ...] = ()) -> Callable[[], Objects]:
     def render() -> Objects:
-        ours = render_ours(f"provider={backend}", *CHART_EXAMPLE_SETTINGS.get(backend, ()))
+        ours = render_ours(*settings, values=values)
         return ours + render_official(OFFICIAL_VALUES / f"{STANDALONE_VALUES}.yaml")
 
     return render
@@ -126,10 +137,35 @@ CHART_EXAMPLE_SETTINGS: dict[str, tuple[str, ...]] = {
 
 def helm_layouts(backends: list[str]) -> list[Layout]:
     sidecars = [
-        Layout(f"helm-{cloud}", "helm", "sidecar", cloud, _official(path))
-        for cloud, path in official_values_files().items()
+        Layout(
+            f"helm-{stem}",
+            "helm",
+            "sidecar",
+            stem.partition("-")[0],
+            _official(path),
+            variant=stem.partition("-")[2],
+        )
+        for stem, path in official_values_files().items()
     ]
     standalone = [
-        Layout(f"chart-{cloud}", "helm", "standalone", cloud, _standalone(cloud)) for cloud in backends
+        Layout(
+            f"chart-{cloud}",
+            "helm",
+            "standalone",
+            cloud,
+            _standalone((f"provider={cloud}", *CHART_EXAMPLE_SETTINGS.get(cloud, ()))),
+        )
+        for cloud in backends
     ]
-    return sidecars + standalone
+    variants = [
+        Layout(
+            f"chart-{stem}",
+            "helm",
+            "standalone",
+            stem.partition("-")[0],
+            _standalone((), (path,)),
+            variant=stem.partition("-")[2],
+        )
+        for stem, path in our_chart_variants().items()
+    ]
+    return sidecars + standalone + variants

@@ -125,3 +125,17 @@ def test_pricing_rpcs(client):
     assert client.pod_price(pod, start, start + timedelta(hours=1)) == pytest.approx(0.05)
     # gpu has no price: its node price fails and the client reports None
     assert client.node_price(pb.ExternalGrpcNode(name="template-node-for-gpu-1"), start, start) is None
+
+
+def test_in_process_transport_takes_ready_made_response_bytes():
+    # service handlers may answer with prebuilt response bytes (the raw-bytes server path); the
+    # in-process transport decodes them with the method's response type
+    from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+    from cloudprovider_grpc.simulator.client import InProcessTransport
+
+    class Servicer:
+        def NodeGroups(self, request, context):
+            return pb.NodeGroupsResponse(nodeGroups=[pb.NodeGroup(id="a", maxSize=3)]).SerializeToString()
+
+    resp = InProcessTransport(Servicer()).call("NodeGroups", pb.NodeGroupsRequest())
+    assert [(g.id, g.maxSize) for g in resp.nodeGroups] == [("a", 3)]

@@ -266,3 +266,11 @@ def test_zero_or_max_group_scales_to_max_and_back_to_zero_at_once():
     assert len(downs) == 4 and len({d.t for d in downs}) == 1
     assert r.rpc_counts["autoscaler"]["NodeGroupDeleteNodes"] == 1
     assert r.summary["final_nodes"] == {"slice": 0}
+
+
+def test_a_node_event_for_no_such_node_is_reported():
+    s = scenario(
+        "1m", [group("ng1", initial=1)], node_events=[{"at": "10s", "node": "ng1-9", "ready": False}]
+    )
+    r = run(s)
+    assert any("node event for ng1-9 at 00:00:10 never applied: no such node" in line for line in r.log)

@@ -202,3 +202,20 @@ def test_select_uses_per_group_unneeded_time():
     times = {"gpu": 300.0, "general": 600.0}
     chosen, _ = select_removals(400.0, nodes, times.__getitem__, {"gpu": 2, "general": 2}, {}, 10, 1)
     assert [r.node for r in chosen] == ["fast"]
+
+
+def test_gpu_utilization_as_upstream_calculate():
+    # pkg/simulator/utilization/info_test.go TestCalculate, its GPU case: a 2-cpu node with one
+    # GPU running two 100m pods and one 100m pod using the GPU is judged by its GPU: 1/1 = 1.0,
+    # so the GPU threshold (not cpu's 0.15) decides whether it is underutilized
+    gpu_node = shape(cpu="2", memory="2000000", extra={"nvidia.com/gpu": "1"})
+    n = node_with(
+        "gpu_node",
+        gpu_node,
+        pod_shape(cpu="100m", memory="200000"),
+        pod_shape(cpu="100m", memory="200000"),
+        pod_shape("gpu", cpu="100m", memory="200000", extra={"nvidia.com/gpu": "1"}),
+    )
+    assert utilization(n, False) == (1.0, "nvidia.com/gpu")
+    res = planner().update(0.0, [n], [n], lambda g: GroupScaleDownOptions(gpu_utilization_threshold=0.5))
+    assert [(u.node, u.reason) for u in res.unremovable] == [("gpu_node", "NotUnderutilized")]

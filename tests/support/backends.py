@@ -8,9 +8,11 @@ other configuration (issue "Hostile input": `--emulate` must work alone).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.clouds import CherryCloud, ExternalCloud
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFORMANCE = Path(__file__).resolve().parents[2] / "tests" / "conformance"
@@ -23,13 +25,17 @@ class BackendUnderTest:
     `serve_args` follow `cloudprovider-grpc serve` and select the backend with its emulator.
     `secret_env` names the environment variables that carry the backend's secrets; a suite may set
     them to marker values (the emulator is then seeded to accept them) and scan all output for the
-    markers. `shape` is "machines" or "pools" (which machinery serves it)."""
+    markers. `shape` is "machines" or "pools" (which machinery serves it). `cloud(tmp_dir, state_file)`
+    starts the backend's emulated cloud in the test process (tests/support/clouds.py) for the probes
+    that inject faults, break one pool, kill the server or count what the cloud holds; None when the
+    backend's cloud lives inside the server process (those probes skip it, saying why)."""
 
     name: str
     serve_args: tuple[str, ...]
     secret_env: tuple[str, ...] = ()
     shape: str = "machines"
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    cloud: Callable[[Path, Path | None], ExternalCloud] | None = None
     #: The real cluster-autoscaler end-to-end run (tests/realca): YAML for `serve --config` that gives
     #: the backend (through its emulator) at least the two node groups below, machines booting within
     #: a few seconds. `e2e_group` must hold 0 machines at start and have room for 2; its template
@@ -142,6 +148,7 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         "cherry",
         ("--provider", "cherry", "--emulate"),
         secret_env=("CHERRY_AUTH_TOKEN", "BOOTSTRAP_TOKEN_SECRET"),
+        cloud=lambda tmp, state: CherryCloud(tmp, state_file=state),
         e2e_config=_CHERRY_E2E,
         e2e_group="workers",
         stockout_group="scarce",

@@ -56,6 +56,8 @@ def go_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def go_install(package: str, version: str, binary: str, *, timeout: float = 1800) -> Path:
     """`go install package@version` into `bin/<binary>-<version>/`; a no-op when already built.
 
+    Several test sessions may ask at once (engineers and CI share the cache): one builds under a lock,
+    into a scratch directory renamed into place, so nobody ever runs a half-written binary.
     Raises RuntimeError (with Go's output) when Go is missing or the build fails."""
     dest = cache_root() / "bin" / f"{binary}-{version}"
     exe = dest / binary
@@ -63,17 +65,27 @@ def go_install(package: str, version: str, binary: str, *, timeout: float = 1800
         return exe
     if go_binary() is None:
         raise RuntimeError("Go is not installed (needed to build " + binary + ")")
-    dest.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        ["go", "install", f"{package}@{version}"],
-        env=go_env({"GOBIN": str(dest)}),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if proc.returncode != 0 or not exe.exists():
-        raise RuntimeError(f"go install {package}@{version} failed:\n{proc.stdout}\n{proc.stderr}")
+    with build_lock(f"{binary}-{version}"):
+        if exe.exists():
+            return exe
+        partial = cache_root() / "bin" / f".{binary}-{version}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        try:
+            proc = subprocess.run(
+                ["go", "install", f"{package}@{version}"],
+                env=go_env({"GOBIN": str(partial)}),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if proc.returncode != 0 or not (partial / binary).exists():
+                raise RuntimeError(f"go install {package}@{version} failed:\n{proc.stdout}\n{proc.stderr}")
+            shutil.rmtree(dest, ignore_errors=True)  # an empty or stale directory from an older layout
+            partial.rename(dest)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return exe
 
 

@@ -33,7 +33,7 @@ from cloudprovider_grpc.providers.alicloud.credentials import (
 )
 from cloudprovider_grpc.providers.alicloud.driver import AliCloudDriver
 from cloudprovider_grpc.providers.alicloud.emulator import AliCloudEmulator
-from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "make_client", "make_credentials"]
 
@@ -160,20 +160,11 @@ def _seed_groups(emulator: AliCloudEmulator, config: AliConfig | None, emu: Emul
 def build_driver(ctx: ProviderContext) -> BuiltDriver:
     """The AliCloud driver: validated config -> credentials -> client -> driver."""
     config = load_config(ctx)
-    emulator = None
-    endpoint = ""
-    if ctx.emulate:
-        emulator = _emulator_for(config, config.emulator, "127.0.0.1:0", None)
-        emulator.start()
-        endpoint = emulator.base_url
-    try:
-        driver = AliCloudDriver(config, make_client(config, endpoint))
-    except BaseException:
-        if emulator is not None:
-            emulator.stop()
-        raise
-    return BuiltDriver(
-        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+    return assemble(
+        ctx,
+        lambda endpoint: AliCloudDriver(config, make_client(config, endpoint or "")),
+        start_emulator=lambda: _emulator_for(config, config.emulator, "127.0.0.1:0", None).start(),
+        catalog_ttl=config.tuning.catalog_ttl,
     )
 
 

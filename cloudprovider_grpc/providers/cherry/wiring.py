@@ -21,7 +21,7 @@ from cloudprovider_grpc.providers.cherry.config import (
 )
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
 from cloudprovider_grpc.providers.cherry.emulator import DEFAULT_TEAM, CherryEmulator
-from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "make_client"]
 
@@ -63,20 +63,11 @@ def _emulator_for(
 def build_driver(ctx: ProviderContext) -> BuiltDriver:
     """The Cherry driver: validated config -> client -> driver (the registry adds the machinery)."""
     config = load_config(ctx)
-    emulator = None
-    api_url = None
-    if ctx.emulate:
-        emulator = _emulator_for(config, "", config.emulator, "127.0.0.1:0", None).start()
-        api_url = emulator.base_url
-    try:
-        driver = CherryDriver(config, make_client(config, api_url))
-    except BaseException:
-        if emulator is not None:
-            emulator.stop()
-        raise
-    # the emulator lives as long as the server: stopped with it, not on CA's Cleanup RPC
-    return BuiltDriver(
-        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+    return assemble(
+        ctx,
+        lambda api_url: CherryDriver(config, make_client(config, api_url)),
+        start_emulator=lambda: _emulator_for(config, "", config.emulator, "127.0.0.1:0", None).start(),
+        catalog_ttl=config.tuning.catalog_ttl,
     )
 
 

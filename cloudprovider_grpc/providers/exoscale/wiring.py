@@ -18,7 +18,7 @@ from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
 from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig, load_config
 from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
 from cloudprovider_grpc.providers.exoscale.emulator import ExoscaleEmulator
-from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "check_config", "make_client"]
 
@@ -69,19 +69,11 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     """The Exoscale driver: validated config -> signing client -> driver (the registry adds the
     pool machinery)."""
     config = load_config(ctx)
-    emulator = None
-    endpoint = None
-    if ctx.emulate:
-        emulator = emulator_for(config, "127.0.0.1:0", None).start()
-        endpoint = emulator.base_url
-    try:
-        driver = ExoscaleDriver(config, make_client(config, endpoint))
-    except BaseException:
-        if emulator is not None:
-            emulator.stop()
-        raise
-    return BuiltDriver(
-        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+    return assemble(
+        ctx,
+        lambda endpoint: ExoscaleDriver(config, make_client(config, endpoint)),
+        start_emulator=lambda: emulator_for(config, "127.0.0.1:0", None).start(),
+        catalog_ttl=config.tuning.catalog_ttl,
     )
 
 

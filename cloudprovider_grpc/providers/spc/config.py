@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
 from cloudprovider_grpc.providers.spc.machines_table import spec_of
 from cloudprovider_grpc.providers.spc.providerid import parse_template
@@ -58,11 +59,7 @@ _TOP_KEYS = frozenset(
         "draft-timeout",
         "provider-id-template",
         "reserved",
-        "connect-timeout",
-        "read-timeout",
-        "retries",
-        "retry-budget",
-        "rate-limit",
+        *ClientTuning.KEYS,
         "emulator",
     }
 )
@@ -91,10 +88,14 @@ _EMULATOR_POOL_KEYS = frozenset(
         "capacity",
     }
 )
-_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 #: RFC 9110 field-value characters: visible ASCII and spaces inside, no CR/LF/controls
 _HEADER_SAFE_RE = re.compile(r"^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+
+
+#: HTTP client defaults; SPC documented no rate limit, so ours only keeps a burst of deletes polite.
+#: The catalogue (machine table, pool templates) is rebuilt from the pool listing every 5 minutes.
+TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=10.0, catalog_ttl=300.0)
 
 
 @dataclass(frozen=True)
@@ -158,32 +159,12 @@ class SpcConfig:
     draft_timeout: float = 600.0
     provider_id_template: GoTemplate | None = None
     reserved: Mapping[str, str] = field(default_factory=dict)
-    connect_timeout: float = 3.05
-    read_timeout: float = 10.0
-    retries: int = 4
-    #: seconds one API call may spend retrying: the listing runs inside CA's Refresh deadline
-    retry_budget: float = 8.0
-    #: requests/s; SPC documented no limit, so this only keeps a burst of deletes polite
-    rate_limit: float = 10.0
+    tuning: ClientTuning = field(default_factory=lambda: TUNING)
     emulator: EmulatorOptions = field(default_factory=EmulatorOptions)
 
     @property
     def path(self) -> str:
         return f"orgs/{self.org_id}/clusters/{self.cluster_id}"
-
-
-def _norm(key: object) -> str:
-    return str(key).strip().lower().replace("_", "-")
-
-
-def _float(value: Any, where: str, *, allow_zero: bool = True) -> float:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(where, f"{value!r} is not a number") from None
-    if f < 0 or (not allow_zero and f == 0):
-        raise ConfigError(where, f"must be {'above' if not allow_zero else 'at least'} 0, got {f:g}")
-    return f
 
 
 def _positive_int(value: str, where: str) -> int:
@@ -252,7 +233,7 @@ def _emulator_pools(value: Any, where: str) -> tuple[EmulatorPool, ...]:
         w = f"{where}[{i}]"
         if not isinstance(item, Mapping):
             raise ConfigError(w, "expected a mapping")
-        pool = {_norm(k): v for k, v in item.items()}
+        pool = {norm_key(k): v for k, v in item.items()}
         for k in pool:
             if k not in _EMULATOR_POOL_KEYS:
                 raise ConfigError(
@@ -319,7 +300,7 @@ def _nodes(ctx: ProviderContext) -> tuple[tuple[Gen1Group, ...], tuple[tuple[int
 
 def load_config(ctx: ProviderContext) -> SpcConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem."""
-    opts = {_norm(k): v for k, v in dict(ctx.options or {}).items()}
+    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
     for key in opts:
         if key not in _TOP_KEYS:
             raise ConfigError(f"spc.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
@@ -378,19 +359,12 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
         except TemplateError as exc:
             raise ConfigError("spc.provider-id-template", str(exc)) from None
 
-    reserved: dict[str, str] = {}
-    res_opt = opts.get("reserved") or {}
-    if not isinstance(res_opt, Mapping):
-        raise ConfigError("spc.reserved", "expected a mapping of resource name to quantity")
-    for k, v in res_opt.items():
-        if not _QUANTITY_RE.match(str(v)):
-            raise ConfigError(f"spc.reserved.{k}", f"{v!r} is not a Kubernetes quantity")
-        reserved[str(k)] = str(v)
+    reserved = read_reserved(opts.get("reserved"), "spc.reserved")
 
     emu_opt = opts.get("emulator") or {}
     if not isinstance(emu_opt, Mapping):
         raise ConfigError("spc.emulator", "expected a mapping")
-    emu = {_norm(k): v for k, v in emu_opt.items()}
+    emu = {norm_key(k): v for k, v in emu_opt.items()}
     for k in emu:
         if k not in _EMULATOR_KEYS:
             raise ConfigError(
@@ -398,27 +372,26 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
             )
     defaults = EmulatorOptions()
     emulator = EmulatorOptions(
-        draft_seconds=_float(emu.get("draft-seconds", defaults.draft_seconds), "spc.emulator.draft-seconds"),
-        building_seconds=_float(
+        draft_seconds=read_float(
+            emu.get("draft-seconds", defaults.draft_seconds), "spc.emulator.draft-seconds"
+        ),
+        building_seconds=read_float(
             emu.get("building-seconds", defaults.building_seconds), "spc.emulator.building-seconds"
         ),
-        provisioned_seconds=_float(
+        provisioned_seconds=read_float(
             emu.get("provisioned-seconds", defaults.provisioned_seconds), "spc.emulator.provisioned-seconds"
         ),
-        deleting_seconds=_float(
+        deleting_seconds=read_float(
             emu.get("deleting-seconds", defaults.deleting_seconds), "spc.emulator.deleting-seconds"
         ),
         pool_cpu_memory=bool(emu.get("pool-cpu-memory", False)),
         rate_limit=(
-            _float(emu["rate-limit"], "spc.emulator.rate-limit", allow_zero=False)
+            read_float(emu["rate-limit"], "spc.emulator.rate-limit", allow_zero=False)
             if emu.get("rate-limit")
             else None
         ),
         pools=_emulator_pools(emu["pools"], "spc.emulator.pools") if "pools" in emu else (),
     )
-    retries = opts.get("retries", 4)
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise ConfigError("spc.retries", f"expected a non-negative integer, got {retries!r}")
     return SpcConfig(
         api_url=api_url,
         token=token,
@@ -427,13 +400,9 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
         pools_override=pools_override,
         gen1=gen1,
         narrow=narrow,
-        draft_timeout=_float(opts.get("draft-timeout", 600.0), "spc.draft-timeout", allow_zero=False),
+        draft_timeout=read_float(opts.get("draft-timeout", 600.0), "spc.draft-timeout", allow_zero=False),
         provider_id_template=template,
         reserved=reserved,
-        connect_timeout=_float(opts.get("connect-timeout", 3.05), "spc.connect-timeout", allow_zero=False),
-        read_timeout=_float(opts.get("read-timeout", 10.0), "spc.read-timeout", allow_zero=False),
-        retries=retries,
-        retry_budget=_float(opts.get("retry-budget", 8.0), "spc.retry-budget", allow_zero=False),
-        rate_limit=_float(opts.get("rate-limit", 10.0), "spc.rate-limit", allow_zero=False),
+        tuning=TUNING.read(opts, "spc"),
         emulator=emulator,
     )

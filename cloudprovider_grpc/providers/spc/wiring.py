@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 from cloudprovider_grpc.providers.spc.client import SpcClient
 from cloudprovider_grpc.providers.spc.config import (
     EMULATOR_DEFAULT_CLUSTER,
@@ -34,10 +34,7 @@ def make_client(config: SpcConfig, api_url: str | None = None) -> SpcClient:
         config.token,
         config.org_id,
         config.cluster_id,
-        timeout=(config.connect_timeout, config.read_timeout),
-        retries=config.retries,
-        rate_limit_per_s=config.rate_limit,
-        max_elapsed=config.retry_budget,
+        **config.tuning.client_kwargs(),
     )
 
 
@@ -85,23 +82,18 @@ def _emulator(
 
 
 def build_driver(ctx: ProviderContext) -> BuiltDriver:
-    """The SPC driver: validated config -> client -> driver (the registry adds the machinery)."""
+    """The SPC driver: validated config -> client -> driver (the registry adds the machinery). The
+    catalogue is static (the SDK's machine table); its TTL only bounds how long a template built from
+    a pool's JSON (labels, GPUs) is reused after the pool changes."""
     config = load_config(ctx)
-    emulator = None
-    if ctx.emulate:
-        emulator = _emulator(
+    return assemble(
+        ctx,
+        lambda api_url: SpcDriver(config, make_client(config, api_url), clock=ctx.clock),
+        start_emulator=lambda: _emulator(
             config.token, config.org_id, config.cluster_id, config.emulator, "127.0.0.1:0", None
-        ).start()
-    try:
-        api_url = emulator.base_url if isinstance(emulator, SpcEmulator) else None
-        driver = SpcDriver(config, make_client(config, api_url), clock=ctx.clock)
-    except BaseException:
-        if emulator is not None:
-            emulator.stop()
-        raise
-    # the catalogue is static (the SDK's machine table); the TTL only bounds how long a template built
-    # from a pool's JSON (labels, GPUs) is reused after the pool changes
-    return BuiltDriver(driver, catalog_ttl=300.0, on_stop=emulator.stop if emulator is not None else None)
+        ).start(),
+        catalog_ttl=config.tuning.catalog_ttl,
+    )
 
 
 def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) -> SpcEmulator:

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
+from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 from cloudprovider_grpc.providers.vultr import emulator_seed
 from cloudprovider_grpc.providers.vultr.client import VultrClient
 from cloudprovider_grpc.providers.vultr.config import (
@@ -30,9 +30,9 @@ __all__ = ["build_driver", "build_emulator", "make_client"]
 
 
 def make_client(config: VultrConfig, api_url: str | None = None) -> VultrClient:
-    return VultrClient(
-        api_url or config.api_url, config.token, page_size=config.page_size, **config.tuning.client_kwargs()
-    )
+    """`api_url` (an emulator's) may end in /v2/ like the configured one: request paths carry it."""
+    base = (api_url or config.api_url).removesuffix("v2/")
+    return VultrClient(base, config.token, page_size=config.page_size, **config.tuning.client_kwargs())
 
 
 def _emulator_for(
@@ -68,21 +68,13 @@ def _emulator_for(
 def build_driver(ctx: ProviderContext) -> BuiltDriver:
     """The VKE driver: validated config -> client -> driver (the registry adds the pool machinery)."""
     config = load_config(ctx)
-    emulator = None
-    api_url = None
-    if ctx.emulate:
-        emulator = _emulator_for(
+    return assemble(
+        ctx,
+        lambda api_url: VultrDriver(config, make_client(config, api_url)),
+        start_emulator=lambda: _emulator_for(
             config.token, config.cluster_id, config.emulator, "127.0.0.1:0", None
-        ).start()
-        api_url = f"http://{emulator.address}/"
-    try:
-        driver = VultrDriver(config, make_client(config, api_url))
-    except BaseException:
-        if emulator is not None:
-            emulator.stop()
-        raise
-    return BuiltDriver(
-        driver, catalog_ttl=config.tuning.catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+        ).start(),
+        catalog_ttl=config.tuning.catalog_ttl,
     )
 
 

@@ -1,0 +1,54 @@
+"""kill -9 right after a scale-up was accepted, then a new process: with `--state-file` the cloud ends
+with exactly what CA asked for; without one nothing is doubled (creations never sent are dropped and
+CA asks again) and what CA sees equals what the cloud holds."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from tests.support.backends import BackendUnderTest
+from tests.support.probes import REFRESH_EVERY, instances, poll, refresh, start_server
+
+DELTA = 8
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["state-file", "no-state-file"])
+def test_kill_9_mid_scale_up(backend: BackendUnderTest, cloud_factory, tmp_path: Path, journal: bool) -> None:
+    cloud = cloud_factory()
+    gid = next(g for g, (_, hi) in cloud.groups.items() if hi >= DELTA)
+    extra = ["--state-file", str(tmp_path / "journal.json")] if journal else []
+    first = start_server(backend, tmp_path, cloud=cloud, extra=extra, name="first")
+    try:
+        s = first.stub()
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=DELTA), timeout=5)
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.close()
+    second = start_server(backend, tmp_path, cloud=cloud, extra=extra, name="second")
+    try:
+        s = second.stub()
+        if journal:
+
+            def exact() -> bool:
+                refresh(s)
+                return len(cloud.machines(gid)) == DELTA and len(instances(s, gid)) == DELTA
+
+            poll(exact, 60, f"exactly {DELTA} machines after the restart", REFRESH_EVERY)
+        else:
+            refresh(s)
+            assert len(cloud.machines(gid)) <= DELTA
+        # what CA sees is what the cloud holds, and stays so
+        for _ in range(3):
+            refresh(s)
+            ids = sorted(i.id.rsplit("/", 1)[-1] for i in instances(s, gid) if "pending-" not in i.id)
+            assert ids == sorted(cloud.machines(gid))
+            target = s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
+            assert target == len(instances(s, gid)) <= DELTA
+    finally:
+        second.close()
+    assert "Traceback" not in second.output()
