@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_check_config_with_emulate_alone(backend: BackendUnderTest) -> None:
     out = run("check-config", *backend.serve_args)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"configuration OK: provider {backend.name}, ")
+    assert out.stdout.startswith(f"configuration OK: provider {backend.provider}, ")
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.yaml")))
@@ -41,7 +41,7 @@ def test_every_backend_ships_a_configuration_and_a_scenario() -> None:
     providers = set()
     for scenario in (ROOT / "examples" / "scenarios").glob("*.yaml"):
         providers.add(yaml.safe_load(scenario.read_text()).get("provider", "sim"))
-    assert {b.name for b in BACKENDS} <= providers
+    assert {b.provider for b in BACKENDS} <= providers
 
 
 def test_the_cherry_scenario_and_another_backend_on_a_sim_scenario(tmp_path: Path) -> None:

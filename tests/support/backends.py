@@ -55,6 +55,11 @@ class BackendUnderTest:
     def id(self) -> str:
         return self.name
 
+    @property
+    def provider(self) -> str:
+        """The `--provider` it runs (sim-pools is the sim cloud in pool shape)."""
+        return self.name.partition("-")[0]
+
 
 _SIM_E2E = """
 sim:
