@@ -1,7 +1,8 @@
 """Conformance through cluster-autoscaler's own externalgrpc client code, over real sockets.
 
 The pytest entry point of `tests/conformance/run.sh` (README "## Conformance"): for every backend of
-`tests/support/backends.py` and every CA generation whose source snapshot sits in
+`tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud, spc; a new backend
+joins by being registered there) and every CA generation whose source snapshot sits in
 `../shared/upstream/cluster-autoscaler/` (1.34.1 with the legacy wire fields, 1.36.1, master), the
 Go harness is linked against that CA's `externalgrpc` package (built once, cached outside the clone)
 and drives three servers on loopback with mutual TLS through CA's own `CloudProvider`, `NodeGroup`

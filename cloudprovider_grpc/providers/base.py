@@ -20,6 +20,7 @@ and `PoolProvider` (providers/pools.py, the cloud owns it). It holds, once:
 
 from __future__ import annotations
 
+import abc
 import logging
 import random
 import threading
@@ -132,24 +133,25 @@ class GroupProvider(CloudProvider, Generic[S]):
     shape: str = "base"
 
     # ------------------------------------------------------------------ hooks for the shapes
+    @abc.abstractmethod
     def _new_state(self, config: GroupConfig) -> S:
-        raise NotImplementedError
+        """A fresh per-group state of the shape's kind."""
 
     def _placeholder_ids(self, state: S) -> Iterable[str]:
         """Ids of instances CA sees that the cloud does not list (yet)."""
         return ()
 
+    @abc.abstractmethod
     def _list(self) -> Any:
         """The shape's one listing call (raise Unavailable when nothing could be listed)."""
-        raise NotImplementedError
 
     def _configs(self, listing: Any) -> Sequence[GroupConfig]:
         """The group set after a listing (drivers that discover groups update it while listing)."""
         return self.driver.groups()
 
+    @abc.abstractmethod
     def _apply(self, listing: Any, started: float) -> None:
         """Fold a listing into the group states (under the lock)."""
-        raise NotImplementedError
 
     def _expire(self, now: float) -> None:
         for state in self._groups.values():
@@ -166,8 +168,9 @@ class GroupProvider(CloudProvider, Generic[S]):
     def _restore(self, state: S, entry: Any) -> None:
         """Resume what a group's journal entry holds (its operations are queued again)."""
 
+    @abc.abstractmethod
     def _target(self, state: S) -> int:
-        raise NotImplementedError
+        """The group's target size as CA sees it."""
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:

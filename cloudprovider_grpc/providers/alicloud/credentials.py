@@ -18,6 +18,7 @@ where the client runs: in Refresh and the background workers, never in a read RP
 
 from __future__ import annotations
 
+import abc
 import calendar
 import logging
 import threading
@@ -66,7 +67,7 @@ def parse_expiration(value: str) -> float:
         raise CloudError(f"alicloud credentials: bad Expiration {value!r}", transient=True) from None
 
 
-class CredentialSource:
+class CredentialSource(abc.ABC):
     """Base: thread-safe, caches a temporary key until it is due for refresh."""
 
     mode = "static"
@@ -97,8 +98,9 @@ class CredentialSource:
         margin = min(MAX_REFRESH_MARGIN, max(0.0, cred.expires_at - issued) / 4)
         return self._clock() >= cred.expires_at - margin
 
+    @abc.abstractmethod
     def _fetch(self) -> Credential:
-        raise NotImplementedError
+        """A fresh credential from this source (STS, the metadata server, ...)."""
 
     @property
     def temporary(self) -> bool:
