@@ -10,7 +10,6 @@ state (`snapshot()`/`restore()`).
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
@@ -32,11 +31,6 @@ log = logging.getLogger(__name__)
 
 _PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-#: request log entries kept (the newest; each is up to ~1 KB with signed query strings); tests read
-#: far fewer between two clear_log() calls
-REQUEST_LOG_SIZE = 5_000
 
 
 class HttpProblem(Exception):
@@ -122,10 +116,7 @@ class EmulatorServer:
         self.state_file = Path(state_file) if state_file else None
         self.lock = threading.RLock()
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        # bounded: `serve --emulate` and `emulate` run for days as demos. Unbounded, the log grew an
-        # emulated AliCloud server by about 3 MB per 600 Refresh calls; with 10 entries, by 0.9 MB
-        # (the rest of the growth over 100,000 fuzzed requests is not explained yet)
-        self._log: collections.deque[LogEntry] = collections.deque(maxlen=REQUEST_LOG_SIZE)
+        self._log: list[LogEntry] = []
         self._buckets: dict[str, TokenBucket] = {}
         self._in_flight = 0
         self._host, self._port = host, port
