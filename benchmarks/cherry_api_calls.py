@@ -45,7 +45,7 @@ def endpoint(method: str, path: str) -> str:
 
 
 def calls_since(emu: CherryEmulator, mark: int) -> collections.Counter[str]:
-    return collections.Counter(endpoint(e.method, e.path) for e in emu.request_log()[mark:])
+    return collections.Counter(endpoint(e.method, e.path) for e in emu.request_log(since=mark))
 
 
 def main() -> int:
@@ -112,23 +112,23 @@ def main() -> int:
     rows = []
     for loop in range(args.loops):
         scale_up = loop == args.loops - 1
-        mark = len(emu.request_log())
+        mark = emu.log_mark()
         t0 = time.perf_counter()
         s.Refresh(pb.RefreshRequest(), timeout=30)
         refresh_s = time.perf_counter() - t0
-        after_refresh = len(emu.request_log())
+        after_refresh = emu.log_mark()
         t1 = time.perf_counter()
         rpcs = read_rpcs(scale_up)
         reads_s = time.perf_counter() - t1
         read_calls = calls_since(emu, after_refresh)
         write_calls: collections.Counter[str] = collections.Counter()
         if scale_up:
-            wmark = len(emu.request_log())
+            wmark = emu.log_mark()
             s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=pools[0], delta=2), timeout=5)
             handle.provider.wait_idle(30)  # type: ignore[attr-defined]
             write_calls = calls_since(emu, wmark)
         refresh_calls = collections.Counter(
-            endpoint(e.method, e.path) for e in emu.request_log()[mark:after_refresh]
+            endpoint(e.method, e.path) for e in emu.request_log(since=mark)[: after_refresh - mark]
         )
         kind = "scale-up" if scale_up else "quiet"
         rows.append((loop + 1, kind, refresh_calls, rpcs, read_calls, write_calls, refresh_s, reads_s))

@@ -48,7 +48,10 @@ def endpoint(method: str, path: str) -> str:
 
 
 def calls(emu: SpcEmulator, start: int, end: int | None = None) -> collections.Counter[str]:
-    return collections.Counter(endpoint(e.method, e.path) for e in emu.request_log()[start:end])
+    entries = emu.request_log(since=start)
+    if end is not None:
+        entries = entries[: end - start]
+    return collections.Counter(endpoint(e.method, e.path) for e in entries)
 
 
 def main() -> int:
@@ -109,11 +112,11 @@ def main() -> int:
     print(f"startup (initial Refresh): {dict(startup)}")
     rows = []
     for loop in range(args.loops):
-        mark = len(emu.request_log())
+        mark = emu.log_mark()
         t0 = time.perf_counter()
         s.Refresh(pb.RefreshRequest(), timeout=30)
         refresh_ms = (time.perf_counter() - t0) * 1000
-        after = len(emu.request_log())
+        after = emu.log_mark()
         rpcs = read_rpcs()
         rows.append((loop + 1, calls(emu, mark, after), rpcs, sum(calls(emu, after).values()), refresh_ms))
     head = f"{'loop':>4} {'Refresh API calls':66} {'read RPCs':>9} {'API calls from reads':>20}"
@@ -134,7 +137,7 @@ def main() -> int:
         FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=args.add_delay, methods=frozenset({"POST"}))
     )
     gid = groups[0]
-    mark = len(emu.request_log())
+    mark = emu.log_mark()
     inc_ms = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -144,12 +147,12 @@ def main() -> int:
     provider.wait_idle(60)  # type: ignore[attr-defined]
     emu.set_faults(None)
     s.Refresh(pb.RefreshRequest(), timeout=30)
-    mark = len(emu.request_log())
+    mark = emu.log_mark()
     s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=groups[1], delta=3), timeout=5)
     provider.wait_idle(60)  # type: ignore[attr-defined]
     scale_up_calls = calls(emu, mark)
     del_ms = []
-    mark = len(emu.request_log())
+    mark = emu.log_mark()
     for node in nodes[len(nodes) - 5 :]:
         t0 = time.perf_counter()
         s.NodeGroupDeleteNodes(

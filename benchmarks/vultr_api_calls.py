@@ -47,7 +47,10 @@ def endpoint(method: str, path: str) -> str:
 
 
 def calls_between(emu: VultrEmulator, start: int, end: int | None = None) -> collections.Counter[str]:
-    return collections.Counter(endpoint(e.method, e.path) for e in emu.request_log()[start:end])
+    entries = emu.request_log(since=start)
+    if end is not None:
+        entries = entries[: end - start]
+    return collections.Counter(endpoint(e.method, e.path) for e in entries)
 
 
 def serve(emu: VultrEmulator) -> tuple[object, pb_grpc.CloudProviderStub, grpc.Channel]:
@@ -95,16 +98,16 @@ def ca_loops(args: argparse.Namespace) -> bool:
     per_refresh, from_reads = [], 0
     for loop in range(args.loops):
         scale_up = loop == args.loops - 1
-        mark = len(emu.request_log())
+        mark = emu.log_mark()
         t0 = time.perf_counter()
         s.Refresh(pb.RefreshRequest(), timeout=30)
         refresh_ms = (time.perf_counter() - t0) * 1000
-        after = len(emu.request_log())
+        after = emu.log_mark()
         rpcs = read_rpcs(scale_up)
         reads = calls_between(emu, after)
         writes: collections.Counter[str] = collections.Counter()
         if scale_up:
-            wmark = len(emu.request_log())
+            wmark = emu.log_mark()
             s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=pools[0], delta=2), timeout=5)
             handle.provider.wait_idle(30)  # type: ignore[attr-defined]
             writes = calls_between(emu, wmark)

@@ -124,3 +124,20 @@ def test_injectable_clock_stamps_the_log() -> None:
     with Counter(clock=lambda: 1234.5) as emu:
         requests.get(emu.base_url + "counter", headers=H)
         assert emu.request_log()[0].time == 1234.5
+
+
+def test_the_request_log_is_bounded_and_marks_stay_comparable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running emulator keeps only the newest requests; `log_mark()` still counts them all."""
+    from cloudprovider_grpc.emulator import server
+
+    monkeypatch.setattr(server, "REQUEST_LOG_SIZE", 5)
+    with Counter() as emu:
+        hdr = {"Authorization": "Bearer good"}
+        for _ in range(8):
+            requests.get(f"{emu.base_url}counter", headers=hdr, timeout=5)
+        assert emu.log_mark() == 8 and len(emu.request_log()) == 5
+        mark = emu.log_mark()
+        requests.post(f"{emu.base_url}counter", headers=hdr, timeout=5)
+        assert [e.method for e in emu.request_log(since=mark)] == ["POST"]
+        emu.clear_log()
+        assert emu.request_log() == [] and emu.log_mark() == 9

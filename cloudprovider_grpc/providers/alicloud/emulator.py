@@ -26,6 +26,7 @@ Reconstructions (not documented anywhere we could read) are marked in comments.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import hashlib
@@ -42,6 +43,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
+from cloudprovider_grpc.emulator.server import REQUEST_LOG_SIZE
 from cloudprovider_grpc.providers.alicloud import emulator_seed as seed
 from cloudprovider_grpc.providers.alicloud import signing
 
@@ -216,7 +218,8 @@ class AliCloudEmulator(EmulatorServer):
         self._nonces: dict[str, float] = {}
         self._tokens: dict[str, dict[str, Any]] = {}
         self._seq = 0
-        self._actions: list[str] = []
+        # bounded like the base's request log (a long-running `--emulate` server must not grow)
+        self._actions: collections.deque[str] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         #: launch template id -> its versions ({VersionNumber, DefaultVersion, LaunchTemplateData})
         self.launch_templates: dict[str, list[dict[str, Any]]] = {}
         for g in groups:
