@@ -53,6 +53,8 @@ VPC_VERSION = "2016-04-28"
 STS_VERSION = "2015-04-01"
 #: ±15 minutes (research §5)
 TIMESTAMP_WINDOW = 15 * 60
+#: signature nonces remembered for replay detection, at most (the newest)
+NONCES_KEPT = 10_000
 _REMOVABLE = frozenset({"InService", "Standby", "Stopped"})
 
 
@@ -498,8 +500,11 @@ class AliCloudEmulator(EmulatorServer):
             raise _fail("MissingSignatureNonce")
         if nonce in self._nonces:
             raise _fail("SignatureNonceUsed")
-        if len(self._nonces) > 10000:
-            self._nonces = {n: t for n, t in self._nonces.items() if now - t <= 2 * TIMESTAMP_WINDOW}
+        if len(self._nonces) >= NONCES_KEPT:
+            # expired ones first; then the oldest, so a long-running `--emulate` server stays flat
+            # (a replay older than the newest NONCES_KEPT requests then passes unnoticed)
+            fresh = {n: t for n, t in self._nonces.items() if now - t <= 2 * TIMESTAMP_WINDOW}
+            self._nonces = dict(list(fresh.items())[-(NONCES_KEPT // 2) :])
         self._nonces[nonce] = now
 
     def _mismatch(self, string_to_sign: str) -> AcsError:
