@@ -46,28 +46,19 @@ V = TypeVar("V")
 
 
 class _Timer:
-    """Pre-resolved metric children per (method, code): label lookups are the costliest part of
+    """Pre-resolved metric tallies per (method, code): label lookups are the costliest part of
     recording a metric, and these RPCs must stay well under a millisecond. Keyed by the status enum
     itself: reading `code.name` on every call cost more than the dictionary lookup (issue 17)."""
 
     def __init__(self) -> None:
-        self._children: dict[tuple[str, grpc.StatusCode], tuple[Any, Any]] = {}
-        self._lock = threading.Lock()
+        self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
 
     def observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
         key = (method, code)
-        child = self._children.get(key)
-        if child is None:
-            with self._lock:
-                child = self._children.setdefault(
-                    key,
-                    (
-                        metrics.RPC_REQUESTS.labels(method, code.name),
-                        metrics.RPC_LATENCY.labels(method, code.name),
-                    ),
-                )
-        child[0].inc()
-        child[1].observe(seconds)
+        tally = self._children.get(key)
+        if tally is None:
+            tally = self._children.setdefault(key, metrics.RPC.tally(method, code))
+        tally.observe(seconds)
 
 
 _TIMER = _Timer()
@@ -259,6 +250,17 @@ def _rpc(fn: Callable[..., R]) -> Callable[..., R]:
     return wrapper
 
 
+#: the RPCs CA asks per node, which the compiled front answers from its cache (issue 17)
+CACHEABLE = ("NodeGroupGetOptions", "NodeGroupForNode", "NodeGroupTargetSize")
+#: the trailer carrying the provider's state version to the front (stripped there, never seen by CA)
+VERSION_TRAILER = "cpg-state-version"
+
+
+def _send_version(context: grpc.ServicerContext, version: int | None) -> None:
+    if version is not None:
+        context.set_trailing_metadata(((VERSION_TRAILER, str(version)),))
+
+
 def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> grpc.RpcMethodHandler:
     """A handler that gets the request as bytes and returns bytes.
 
@@ -280,14 +282,25 @@ def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> g
             ) from None
 
     gate = servicer.gate
+    provider = servicer.provider
+    # Behind the compiled front, every answer carries the provider's state version in its trailer
+    # (see cloudprovider_grpc/front). A read is labelled with the version read BEFORE it is computed,
+    # so a cached answer is never newer-labelled than its content; any other RPC (a write, Refresh)
+    # with the version AFTER it ran, so the front knows of the change before the caller does.
+    behind_front = servicer.behind_front
+    read_before = name in CACHEABLE
 
     def call(raw: bytes, context: grpc.ServicerContext) -> bytes:
         if not gate.enter():
             raise ShuttingDown(f"{name}: the server is shutting down; the request was not executed")
         try:
+            if behind_front and read_before:
+                _send_version(context, provider.state_version())
             response = impl(servicer, parse(raw), context)
         finally:
             gate.leave()
+            if behind_front and not read_before:
+                _send_version(context, provider.state_version())
         if isinstance(response, Prebuilt):
             return response.raw
         return response if isinstance(response, bytes) else response.SerializeToString()
@@ -451,8 +464,10 @@ def _defaults_of(key: tuple[bool, bytes]) -> AutoscalingOptions | None:
 class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     """All 15 RPCs over one CloudProvider."""
 
-    def __init__(self, provider: CloudProvider) -> None:
+    def __init__(self, provider: CloudProvider, *, behind_front: bool = False) -> None:
         self.provider = provider
+        #: served through the compiled front: answers carry the state version in their trailer
+        self.behind_front = behind_front
         #: admission of RPCs over the network (see Gate and server.ServerHandle.stop)
         self.gate = Gate()
         self._templates: dict[str, tuple[NodeTemplate, bytes]] = {}

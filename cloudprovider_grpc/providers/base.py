@@ -124,6 +124,11 @@ class GroupProvider(CloudProvider, Generic[S]):
         self._by_id: dict[str, str] = {}  # providerID or placeholder -> group
         self._by_name: dict[str, str] = {}  # machine name -> group
         self._started = False
+        # STAND-IN on branch `front` until the `version` branch lands (the lead keeps that branch's
+        # version): bumped on every journal save, which every write, Refresh and background outcome
+        # makes after changing state
+        self._state_version = 0
+        self._state_watchers: list[Callable[[int], None]] = []
         self._sync_groups(driver.groups())
         # journal entries per group, applied when the group exists: at start, or when a group the
         # cloud offers only later is discovered (kept in the journal meanwhile)
@@ -446,7 +451,18 @@ class GroupProvider(CloudProvider, Generic[S]):
                 by_id.setdefault(pid, gid)
         self._by_id, self._by_name = by_id, by_name
 
+    def state_version(self) -> int | None:
+        return self._state_version
+
+    def watch_state(self, callback: Callable[[int], None]) -> None:
+        self._state_watchers.append(callback)
+
     def _save_journal(self) -> None:
+        with self._lock:
+            self._state_version += 1
+            version = self._state_version
+        for callback in self._state_watchers:
+            callback(version)
         if self._journal.enabled:
             groups = {**self._unrestored, **self._journal_doc()}
             self._journal.save({"groups": groups})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -178,6 +178,19 @@ class CloudProvider(abc.ABC):
         """Per-group options; raise NotImplementedByProvider when the group has no overrides
         (CA >= 1.35 would otherwise read a missing max-node-startup-time as 0, issue #10245)."""
         raise NotImplementedByProvider(f"{self.name}: node group {group_id!r} has no option overrides")
+
+    # ---- state version (read by the compiled front to know when cached answers are stale) ----
+    # STAND-IN on branch `front` until the `version` branch lands: the lead keeps that branch's
+    # definitions of these two methods.
+    def state_version(self) -> int | None:
+        """A number that grows whenever an answer of target_size, node_group_for_node or options
+        could change; None when the backend cannot tell (then nothing is cached)."""
+        return None
+
+    def watch_state(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(new_version)` after every change, from whichever thread made it (it must
+        stay cheap and non-blocking). Backends without a version never call it."""
+        return None
 
     # ---- operations ----
     def sizes(self) -> dict[str, GroupSizes]:
