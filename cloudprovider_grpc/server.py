@@ -276,6 +276,7 @@ def _start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple
             backend=socket_path,
             counters=counters,
             cacheable=[f"/{SERVICE_NAME}/{name}" for name in CACHEABLE],
+            unary_prefix=f"/{SERVICE_NAME}/",  # every CloudProvider RPC is unary
             tls=reloader.files if reloader is not None else None,
             tls_paths=reloader.paths if reloader is not None else None,
             reload_tls=reloader.fetch_files if reloader is not None else None,

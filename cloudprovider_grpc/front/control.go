@@ -20,11 +20,12 @@ type command struct {
 	Op string `json:"op"` // start, version, closing, stop, tls
 
 	// start
-	Listen    string    `json:"listen"`   // public address, as Go's net.Listen takes it
-	Backend   string    `json:"backend"`  // unix socket path of the Python gRPC server
-	Counters  string    `json:"counters"` // path of the shared counters file
-	Methods   []string  `json:"methods"`  // cacheable full method names, in counter-slot order
-	Buckets   []float64 `json:"buckets"`  // histogram upper bounds, seconds
+	Listen    string    `json:"listen"`       // public address, as Go's net.Listen takes it
+	Backend   string    `json:"backend"`      // unix socket path of the Python gRPC server
+	Counters  string    `json:"counters"`     // path of the shared counters file
+	Methods   []string  `json:"methods"`      // cacheable full method names, in counter-slot order
+	Unary     string    `json:"unary_prefix"` // "/pkg.Service/" whose methods are all unary
+	Buckets   []float64 `json:"buckets"`      // histogram upper bounds, seconds
 	MaxEntry  int       `json:"max_entries"`
 	MaxBytes  int       `json:"max_bytes"`
 	TLSFiles  []string  `json:"tls_files"` // cert, key[, ca]: stat()ed on every handshake

@@ -62,6 +62,8 @@ func main() {
 		cache:     newCache(start.MaxEntry, start.MaxBytes),
 		counters:  counters,
 		cacheable: map[string]int{},
+
+		unaryPrefix: start.Unary,
 	}
 	for i, m := range start.Methods {
 		f.cacheable[m] = i
