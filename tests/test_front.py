@@ -288,6 +288,18 @@ def test_the_version_trailer_never_reaches_the_caller() -> None:
                 assert service.VERSION_TRAILER not in dict(info.trailing_metadata() or ())
 
 
+def test_gzip_compressed_calls_are_accepted_as_by_grpcio() -> None:
+    with dial_server(Dial()) as handle, channel(handle) as ch:
+        s = stub(ch)
+        for _ in range(2):  # computed by Python, then from the cache
+            resp = s.NodeGroupTargetSize(
+                pb.NodeGroupTargetSizeRequest(id="g"), timeout=5, compression=grpc.Compression.Gzip
+            )
+            assert resp.targetSize == 1
+        groups = s.NodeGroups(pb.NodeGroupsRequest(), timeout=5, compression=grpc.Compression.Gzip)
+        assert [g.id for g in groups.nodeGroups] == ["g"]
+
+
 def test_shutdown_through_the_front() -> None:
     """In-flight calls finish, later ones answer UNAVAILABLE (never from the cache), Watch streams
     end cleanly, and the front's process and port are gone afterwards."""

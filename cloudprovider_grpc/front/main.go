@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/encoding/gzip" // grpcio servers accept gzip-compressed calls; so does the front
 	"google.golang.org/grpc/grpclog"
 )
 
@@ -50,7 +51,13 @@ func main() {
 	backend, err := grpc.NewClient(
 		"unix://"+start.Backend,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(math.MaxInt32)),
+		grpc.WithDefaultCallOptions(
+			grpc.ForceCodec(rawCodec{}),
+			grpc.MaxCallRecvMsgSize(math.MaxInt32),
+			// while Python's server is still starting (its first Refresh), calls wait for it within
+			// their deadline, as they waited on grpcio's bound but not yet started port before
+			grpc.WaitForReady(true),
+		),
 	)
 	if err != nil {
 		ctl.send(event{Ev: "error", Kind: "config", Message: "backend: " + err.Error()})
