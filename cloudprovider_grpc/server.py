@@ -31,7 +31,8 @@ from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.front import binary as front_binary
 from cloudprovider_grpc.front.counters import FrontCounters
-from cloudprovider_grpc.front.process import FrontProcess, FrontStartError
+from cloudprovider_grpc.front.process import FrontProcess, FrontStartError, map_field_paths
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.secrets import redact
@@ -263,6 +264,7 @@ def _front_binary(settings: Settings) -> Path | None:
 
 def _start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple[FrontLink, int]:
     """Python's gRPC server on a private unix socket, the front on the public address."""
+    service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
     directory = Path(tempfile.mkdtemp(prefix="cloudprovider-grpc-"))  # mode 0700
     try:
         socket_path = directory / "grpc.sock"
@@ -276,6 +278,10 @@ def _start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple
             backend=socket_path,
             counters=counters,
             cacheable=[f"/{SERVICE_NAME}/{name}" for name in CACHEABLE],
+            maps={
+                f"/{SERVICE_NAME}/{name}": map_field_paths(service.methods_by_name[name].input_type)
+                for name in CACHEABLE
+            },
             unary_prefix=f"/{SERVICE_NAME}/",  # every CloudProvider RPC is unary
             tls=reloader.files if reloader is not None else None,
             tls_paths=reloader.paths if reloader is not None else None,

@@ -256,9 +256,15 @@ CACHEABLE = ("NodeGroupGetOptions", "NodeGroupForNode", "NodeGroupTargetSize")
 VERSION_TRAILER = "cpg-state-version"
 
 
-def _send_version(context: grpc.ServicerContext, version: int | None) -> None:
-    if version is not None:
-        context.set_trailing_metadata(((VERSION_TRAILER, str(version)),))
+def _send_version(
+    context: grpc.ServicerContext, before: int | None, after: int | None, cacheable: bool
+) -> None:
+    """`N`: the state is at version N and this answer belongs to it; `N!`: raise to N, but do not
+    store this answer (the state changed while it was computed, or the RPC is not cacheable)."""
+    if after is None:
+        return
+    store = cacheable and before == after
+    context.set_trailing_metadata(((VERSION_TRAILER, str(after) if store else f"{after}!"),))
 
 
 def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> grpc.RpcMethodHandler:
@@ -284,23 +290,22 @@ def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> g
     gate = servicer.gate
     provider = servicer.provider
     # Behind the compiled front, every answer carries the provider's state version in its trailer
-    # (see cloudprovider_grpc/front). A read is labelled with the version read BEFORE it is computed,
-    # so a cached answer is never newer-labelled than its content; any other RPC (a write, Refresh)
-    # with the version AFTER it ran, so the front knows of the change before the caller does.
+    # (see cloudprovider_grpc/front), read AFTER the call ran, so the front knows of a change made by
+    # a write or Refresh before the caller does. A read is cacheable only when the version was the
+    # same before and after it was computed: then it belongs to that version.
     behind_front = servicer.behind_front
-    read_before = name in CACHEABLE
+    cacheable = name in CACHEABLE
 
     def call(raw: bytes, context: grpc.ServicerContext) -> bytes:
         if not gate.enter():
             raise ShuttingDown(f"{name}: the server is shutting down; the request was not executed")
+        before = provider.state_version() if behind_front and cacheable else None
         try:
-            if behind_front and read_before:
-                _send_version(context, provider.state_version())
             response = impl(servicer, parse(raw), context)
         finally:
             gate.leave()
-            if behind_front and not read_before:
-                _send_version(context, provider.state_version())
+            if behind_front:
+                _send_version(context, before, provider.state_version(), cacheable)
         if isinstance(response, Prebuilt):
             return response.raw
         return response if isinstance(response, bytes) else response.SerializeToString()

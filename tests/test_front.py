@@ -63,6 +63,7 @@ class Dial(CloudProvider):
         self.refresh_entered = threading.Event()
         self.refresh_release = threading.Event()
         self.refresh_release.set()
+        self.change_while_reading = 0
 
     def _change(self, size: int) -> None:
         with self._lock:
@@ -86,6 +87,8 @@ class Dial(CloudProvider):
         return [self.group]
 
     def node_group_for_node(self, node: NodeRef) -> NodeGroup | None:
+        if "pool" in node.labels:
+            return self.group if node.labels["pool"] == "g" else None
         return self.group if node.provider_id.startswith("dial://g/") else None
 
     def refresh(self) -> None:
@@ -96,7 +99,11 @@ class Dial(CloudProvider):
     def target_size(self, group_id: str) -> int:
         if group_id != "g":
             raise NotFound(f"node group {group_id!r} not found")
-        return self.size
+        size = self.size
+        if self.change_while_reading:  # another thread's change lands while this answer is computed
+            self.change_while_reading -= 1
+            self._change(size)
+        return size
 
     def increase_size(self, group_id: str, delta: int) -> None:
         self._change(self.target_size(group_id) + delta)
@@ -190,6 +197,58 @@ def test_a_backend_without_a_state_version_is_never_answered_from_the_cache() ->
         assert (front1 - front0, python1 - python0) == (0, 5)
         dial.set_size(9)  # nobody is told: only an uncached answer can show it
         assert target(s) == 9
+
+
+def for_node_request(provider_id: str, labels: list[tuple[str, str]]) -> bytes:
+    """A NodeGroupForNode request with the label entries in exactly this order, as Go's encoder
+    writes map entries in random order (duplicates allowed: what a hostile client could send)."""
+    node = pb.ExternalGrpcNode(providerID=provider_id).SerializeToString()
+    for key, value in labels:
+        node += pb.ExternalGrpcNode(labels={key: value}).SerializeToString()
+    return b"\x0a" + _varint(len(node)) + node  # field 1 (node), length-delimited
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def test_map_entries_in_any_order_share_one_cached_answer() -> None:
+    with dial_server(Dial()) as handle, channel(handle) as ch:
+        raw = ch.unary_unary(f"/{service.SERVICE_NAME}/NodeGroupForNode")
+        labels = [("pool", "g"), ("zone", "z1"), ("arch", "amd64")]
+        front0, python0 = split_counts(handle, "NodeGroupForNode", "OK")
+        for order in (labels, labels[::-1], labels[1:] + labels[:1], labels):
+            answer = pb.NodeGroupForNodeResponse.FromString(raw(for_node_request("x://1", order), timeout=5))
+            assert answer.nodeGroup.id == "g"
+        front1, python1 = split_counts(handle, "NodeGroupForNode", "OK")
+        assert (front1 - front0, python1 - python0) == (3, 1)
+
+        # a repeated key: the last value wins, so order matters and such requests are never shared
+        for order, expected in (
+            ([("pool", "x"), ("pool", "g")], "g"),
+            ([("pool", "g"), ("pool", "x")], ""),
+            ([("pool", "x"), ("pool", "g")], "g"),
+            ([("pool", "g"), ("pool", "x")], ""),
+        ):
+            answer = pb.NodeGroupForNodeResponse.FromString(raw(for_node_request("x://2", order), timeout=5))
+            assert answer.nodeGroup.id == expected
+
+
+def test_an_answer_computed_while_the_state_changed_is_not_stored() -> None:
+    dial = Dial()
+    with dial_server(dial) as handle, channel(handle) as ch:
+        s = stub(ch)
+        dial.change_while_reading = 1
+        front0, python0 = split_counts(handle, TARGET, "OK")
+        assert [target(s) for _ in range(3)] == [1] * 3
+        front1, python1 = split_counts(handle, TARGET, "OK")
+        # the first answer straddled a change: not stored; the second was, and served the third
+        assert (front1 - front0, python1 - python0) == (1, 2)
 
 
 def test_a_serial_caller_never_reads_older_state_than_a_previous_call_showed() -> None:

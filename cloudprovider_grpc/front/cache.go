@@ -5,12 +5,13 @@ package main
 //
 // Why this is correct without knowing the schema: the three cached RPCs are pure functions of the
 // request and the provider's state, and the provider's state version changes whenever any of their
-// answers could change. Python reads the version BEFORE computing a read answer and sends it in the
-// trailer; an answer is stored only when that version is still the front's current one, so a stored
-// answer is never older than the state it is served for. Write RPCs and Refresh send the version
-// AFTER they ran, and the front raises its version on receipt, before the caller sees the reply: a
-// serial caller (CA) never reads older state than a previous call showed. Changes made in the
-// background (a worker finishing) arrive over the control channel a few milliseconds later.
+// answers could change. Python reads the version before and after computing a read answer and sends
+// it in the trailer, marked storable only when both were equal (the answer then belongs to that
+// version); the front stores it only while that version is still its current one. Every reply, writes
+// and Refresh included, carries the version after the call ran, and the front raises its version on
+// receipt, before the caller sees the reply: a serial caller (CA) never reads older state than a
+// previous call showed. Changes made in the background (a worker finishing) arrive over the control
+// channel a few milliseconds later.
 
 import (
 	"sync"

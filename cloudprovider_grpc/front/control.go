@@ -20,20 +20,21 @@ type command struct {
 	Op string `json:"op"` // start, version, closing, stop, tls
 
 	// start
-	Listen    string    `json:"listen"`       // public address, as Go's net.Listen takes it
-	Backend   string    `json:"backend"`      // unix socket path of the Python gRPC server
-	Counters  string    `json:"counters"`     // path of the shared counters file
-	Methods   []string  `json:"methods"`      // cacheable full method names, in counter-slot order
-	Unary     string    `json:"unary_prefix"` // "/pkg.Service/" whose methods are all unary
-	Buckets   []float64 `json:"buckets"`      // histogram upper bounds, seconds
-	MaxEntry  int       `json:"max_entries"`
-	MaxBytes  int       `json:"max_bytes"`
-	TLSFiles  []string  `json:"tls_files"` // cert, key[, ca]: stat()ed on every handshake
-	TLSCert   string    `json:"tls_cert"`  // PEM (start and tls replies)
-	TLSKey    string    `json:"tls_key"`
-	TLSCA     string    `json:"tls_ca"`
-	TLSChange bool      `json:"changed"` // tls reply: a new pair was loaded (false: keep the old one)
-	ID        int64     `json:"id"`      // tls reply: the request it answers
+	Listen    string             `json:"listen"`       // public address, as Go's net.Listen takes it
+	Backend   string             `json:"backend"`      // unix socket path of the Python gRPC server
+	Counters  string             `json:"counters"`     // path of the shared counters file
+	Methods   []string           `json:"methods"`      // cacheable full method names, in counter-slot order
+	Unary     string             `json:"unary_prefix"` // "/pkg.Service/" whose methods are all unary
+	Maps      map[string][][]int `json:"maps"`         // per cacheable method: field-number paths of its map fields
+	Buckets   []float64          `json:"buckets"`      // histogram upper bounds, seconds
+	MaxEntry  int                `json:"max_entries"`
+	MaxBytes  int                `json:"max_bytes"`
+	TLSFiles  []string           `json:"tls_files"` // cert, key[, ca]: stat()ed on every handshake
+	TLSCert   string             `json:"tls_cert"`  // PEM (start and tls replies)
+	TLSKey    string             `json:"tls_key"`
+	TLSCA     string             `json:"tls_ca"`
+	TLSChange bool               `json:"changed"` // tls reply: a new pair was loaded (false: keep the old one)
+	ID        int64              `json:"id"`      // tls reply: the request it answers
 
 	// version: the provider's state version; null = cannot tell (never cache)
 	Version *int64 `json:"version"`

@@ -69,11 +69,13 @@ func main() {
 		cache:     newCache(start.MaxEntry, start.MaxBytes),
 		counters:  counters,
 		cacheable: map[string]int{},
+		keys:      map[string]*mapPaths{},
 
 		unaryPrefix: start.Unary,
 	}
 	for i, m := range start.Methods {
 		f.cacheable[m] = i
+		f.keys[m] = newMapPaths(start.Maps[m])
 	}
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodec(rawCodec{}),

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from google.protobuf.descriptor import Descriptor
+
 from cloudprovider_grpc.front.counters import FrontCounters
 from cloudprovider_grpc.tlsfiles import TLSFiles
 
@@ -57,6 +59,7 @@ class FrontProcess:
         counters: FrontCounters,
         cacheable: list[str],
         unary_prefix: str = "",
+        maps: dict[str, list[list[int]]] | None = None,
         tls: TLSFiles | None = None,
         tls_paths: list[Path] | None = None,
         reload_tls: Callable[[], TLSFiles | None] | None = None,
@@ -82,6 +85,7 @@ class FrontProcess:
             "counters": str(counters.path),
             "methods": cacheable,
             "unary_prefix": unary_prefix,
+            "maps": maps or {},
             "buckets": list(counters.buckets),
             "max_entries": max_entries,
             "max_bytes": max_bytes,
@@ -197,6 +201,21 @@ class FrontProcess:
         if files is not None:
             reply.update(_tls_fields(files))
         self._send(reply)
+
+
+def map_field_paths(message: Descriptor, prefix: tuple[int, ...] = (), depth: int = 4) -> list[list[int]]:
+    """Field-number paths of the map fields in `message` and its singular sub-messages: the front sorts
+    their entries in its cache keys, since Go clients (CA) encode map entries in random order."""
+    paths: list[list[int]] = []
+    for field in message.fields:
+        if field.message_type is None:
+            continue
+        path = (*prefix, field.number)
+        if field.message_type.GetOptions().map_entry:
+            paths.append(list(path))
+        elif not field.is_repeated and depth > 0:
+            paths += map_field_paths(field.message_type, path, depth - 1)
+    return paths
 
 
 def _tls_fields(files: TLSFiles) -> dict[str, str]:

@@ -35,7 +35,8 @@ type front struct {
 	backend   *grpc.ClientConn
 	cache     *cache
 	counters  *counters
-	cacheable map[string]int // full method name -> counter slot
+	cacheable map[string]int       // full method name -> counter slot
+	keys      map[string]*mapPaths // full method name -> its request's map fields (see canonical.go)
 	// unaryPrefix: the service whose methods are all unary (CloudProvider): its uncached calls are
 	// forwarded as one Invoke, measurably cheaper than the generic stream relay
 	unaryPrefix string
@@ -68,18 +69,21 @@ func outgoing(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
-// observe reads the state version from Python's trailer and raises the front's to it.
-func (f *front) observe(trailer metadata.MD) (int64, bool) {
+// observe reads the state version from Python's trailer and raises the front's to it. The answer may
+// be stored (ok) only for "N"; "N!" says the state moved while the answer was computed (or the RPC is
+// not a cacheable read): raise, but do not store.
+func (f *front) observe(trailer metadata.MD) (version int64, ok bool) {
 	vals := trailer.Get(versionKey)
 	if len(vals) == 0 {
 		return 0, false
 	}
-	v, err := strconv.ParseInt(vals[0], 10, 64)
+	text, store := strings.CutSuffix(vals[0], "!")
+	v, err := strconv.ParseInt(text, 10, 64)
 	if err != nil {
 		return 0, false
 	}
 	f.cache.raise(v)
-	return v, true
+	return v, !store
 }
 
 func withoutVersion(md metadata.MD) metadata.MD {
@@ -99,18 +103,19 @@ func (f *front) unary(method string, slot int, stream grpc.ServerStream) error {
 	if err := stream.RecvMsg(&req); err != nil {
 		return err
 	}
-	key := cacheKey{method, string(req)}
-	if slot < 0 {
-		key = cacheKey{}
-	} else if a := f.cache.get(key); a != nil {
-		var err error
-		if a.err != nil {
-			err = a.err.Err()
-		} else {
-			err = stream.SendMsg(&a.body)
+	var key cacheKey
+	if slot >= 0 {
+		key = cacheKey{method, string(f.keys[method].key(req))}
+		if a := f.cache.get(key); a != nil {
+			var err error
+			if a.err != nil {
+				err = a.err.Err()
+			} else {
+				err = stream.SendMsg(&a.body)
+			}
+			f.counters.observe(slot, a.code, time.Since(start))
+			return err
 		}
-		f.counters.observe(slot, a.code, time.Since(start))
-		return err
 	}
 	var resp []byte
 	var trailer metadata.MD
