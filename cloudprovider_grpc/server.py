@@ -287,6 +287,9 @@ def _start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple
             tls_paths=reloader.paths if reloader is not None else None,
             reload_tls=reloader.fetch_files if reloader is not None else None,
         )
+    except OSError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise ServerStartError(f"compiled front: cannot run {binary}: {exc.strerror or exc}") from None
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise

@@ -472,6 +472,7 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        start_new_session=True,  # its own process group, as a server started from a terminal
     )
 
 
@@ -483,6 +484,22 @@ def wait_serving(port: int, proc: subprocess.Popen[str]) -> None:
     finally:
         ch.close()
     assert proc.poll() is None
+
+
+def test_ctrl_c_to_the_process_group_is_a_graceful_stop_led_by_python() -> None:
+    port = free_port()
+    proc = serve("--address", f"127.0.0.1:{port}", "--metrics-address", "", "--front", "on")
+    try:
+        wait_serving(port, proc)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the front gets it too
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    assert "received SIGINT, shutting down" in err and "server stopped" in err
+    assert "exited unexpectedly" not in err
 
 
 def test_kill_9_of_the_python_process_takes_the_front_down_and_frees_the_port() -> None:

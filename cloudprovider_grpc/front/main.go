@@ -21,6 +21,8 @@ import (
 	"math"
 	"net"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,6 +39,10 @@ const maxRequest = 4 << 20
 func main() {
 	// grpc-go's own log lines would bypass Python's log format and secret redaction
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
+	// Python decides when the front stops (the stop command, or EOF on stdin): a Ctrl-C at a terminal
+	// reaches the whole process group, and the front must not drop the port before Python's graceful
+	// shutdown has let the calls in flight finish
+	signal.Ignore(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	ctl := newControl(os.Stdin, os.Stdout)
 	start := ctl.read()
 	if start.Op != "start" {
