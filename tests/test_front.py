@@ -528,14 +528,17 @@ def test_kill_9_of_the_python_process_takes_the_front_down_and_frees_the_port() 
     ],
 )
 def test_front_modes_choose_the_path_that_serves(tmp_path: Path, mode: str, cache: str, line: str) -> None:
-    env = dict(os.environ)
+    env = {**os.environ, "EXAMPLE_API_TOKEN": "front-must-not-see-this"}
     if cache == "empty":  # a machine where the front was never built
         env["XDG_CACHE_HOME"] = str(tmp_path)
     port = free_port()
     proc = serve("--address", f"127.0.0.1:{port}", "--metrics-address", "", "--front", mode, env=env)
     try:
         wait_serving(port, proc)
-        has_front = bool(children(proc.pid))
+        fronts = children(proc.pid)
+        has_front = bool(fronts)
+        for pid in fronts:  # the front gets no environment: no credential reaches its /proc
+            assert Path(f"/proc/{pid}/environ").read_bytes() == b""
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     finally:

@@ -92,9 +92,10 @@ class FrontProcess:
         }
         if tls is not None:
             start.update(_tls_fields(tls), tls_files=[str(p) for p in tls_paths or []])
-        # stdout is the control channel; stderr is inherited for what only a crash prints
+        # stdout is the control channel; stderr is inherited for what only a crash prints. An empty
+        # environment: the front needs none, and the cloud credentials in ours stay out of its /proc
         self.proc = subprocess.Popen(
-            [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
+            [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, env={}
         )
         self._stdin: IO[bytes] = self.proc.stdin  # type: ignore[assignment]
         self._send(start)
