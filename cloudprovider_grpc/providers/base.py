@@ -348,7 +348,10 @@ class GroupProvider(CloudProvider, Generic[S]):
         if changed:
             self._version += 1
             for callback in self._watchers:
-                callback(self._version)
+                try:
+                    callback(self._version)
+                except Exception:  # a watcher's bug must not fail the change that was made
+                    log.exception("state version watcher failed")
 
     def _index_node(self, node_id: str, group_id: str, name: str = "") -> None:
         """Point NodeGroupForNode at `group_id` for this id (and name) between two reindexes."""

@@ -358,8 +358,7 @@ class MachineProvider(GroupProvider[_GroupState]):
             if state is None:
                 return None
             state.creations.pop(c.token, None)
-            state.resolved[c.token] = machine.id
-            self._unindex_node(self._placeholder(c.token))
+            state.resolved[c.token] = machine.id  # its placeholder keeps pointing at the group
             state.machines[machine.id] = machine
             if c.cancelled:
                 state.deleting[machine.id] = self._clock()
