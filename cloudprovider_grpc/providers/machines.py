@@ -87,7 +87,8 @@ class _GroupState(GroupStateBase):
     resolved: dict[str, str] = field(default_factory=dict)  # creation token -> id of the machine it became
 
     def target(self) -> int:
-        return len(self.live_machines()) + sum(1 for c in self.creations.values() if not c.cancelled)
+        wanted = sum(1 for c in self.creations.values() if not c.cancelled) if self.creations else 0
+        return self.live_count() + wanted
 
 
 class MachineProvider(GroupProvider[_GroupState]):

@@ -264,7 +264,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         """Make the placeholder list as long as target - live machines: new ones get new numbers;
         surplus ones leave oldest first (they most likely became the machines now listed), or newest
         first when CA lowered the target."""
-        want = max(0, state.target() - len(state.live_machines()))
+        want = max(0, state.target() - state.live_count())
         now = self._clock()
         while len(state.placeholders) < want:
             pid = f"{self.driver.id_prefix}pending-{state.config.id}-{state.placeholder_seq}"
