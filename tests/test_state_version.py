@@ -20,6 +20,7 @@ the clouds answer over real HTTP.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import random
 import secrets
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,10 +42,10 @@ from cloudprovider_grpc.providers.cherry import CherryEmulator, make_client
 from cloudprovider_grpc.providers.cherry.config import load_config as load_cherry
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, NodeRef
-from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS
+from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS, DriverBase
 from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.pools import PoolProvider
-from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
+from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext, build_provider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions, SimPoolDriver
 from cloudprovider_grpc.providers.sim.cloud import FailSpec, SimGroupSpec
 from cloudprovider_grpc.providers.spc import SpcEmulator
@@ -687,6 +689,70 @@ def test_refreshes_with_nothing_changed_keep_the_version(name: str) -> None:
         w.cloud_actions["vanish"](random.Random(0))
         p.refresh()
         assert p.state_version() > version and reported[-1] == p.state_version()
+
+
+@pytest.mark.parametrize("name", ["alicloud", "exoscale"])
+def test_the_other_clouds_keep_the_version_across_refreshes_with_their_bundled_emulator(name: str) -> None:
+    """The backends outside the model check, as `serve --provider NAME --emulate` runs them."""
+    # the client rate limit (10/s by default) is not under test here
+    provider = build_provider(name, ProviderContext(emulate=True, options={"rate-limit": 1000}))
+    assert isinstance(provider, GroupProvider)
+    reported: list[int] = []
+    provider.watch_state(reported.append)
+    try:
+        provider.start()
+        version, calls = provider.state_version(), len(reported)
+        for _ in range(5):
+            provider.refresh()
+        assert provider.state_version() == version and reported[calls:] == []
+        gid = next(g.id for g in provider.node_groups() if provider.target_size(g.id) < g.max_size)
+        provider.increase_size(gid, 1)
+        assert provider.state_version() == version + 1 and reported[calls:] == [version + 1]
+    finally:
+        provider.stop(1.0)
+
+
+def test_every_driver_says_what_its_node_fallbacks_read() -> None:
+    """A driver that overrides is_control_plane, group_of or machine_of without fallback_version
+    is taken to change at every comparison: correct, but nothing it answers could be cached."""
+    for module in BACKENDS.values():
+        importlib.import_module(module)
+    classes, todo = [], [DriverBase]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__module__.startswith("cloudprovider_grpc."):
+            classes.append(cls)
+    overriding = [
+        c
+        for c in classes
+        if any(
+            getattr(c, n) is not getattr(DriverBase, n)
+            for n in ("is_control_plane", "group_of", "machine_of")
+        )
+    ]
+    assert {c.__name__ for c in overriding} >= {"CherryDriver", "VultrDriver", "SpcDriver", "AliCloudDriver"}
+    undeclared = [c.__name__ for c in overriding if c.fallback_version is DriverBase.fallback_version]
+    assert undeclared == []
+
+
+def test_a_journal_restored_at_start_moves_the_version(tmp_path: Path) -> None:
+    journal = tmp_path / "state.json"
+    first = sim_world("machines", 5).provider
+    cloud = first.driver.cloud  # type: ignore[attr-defined]
+    first = MachineProvider(SimDriver(cloud), clock=first._clock, inline_workers=True, state_file=journal)
+    first.start()
+    first.increase_size("b", 2)  # accepted, never sent (inline workers run at the next Refresh)
+    first.stop(1.0)
+    second = MachineProvider(SimDriver(cloud), clock=first._clock, inline_workers=True, state_file=journal)
+    reported: list[int] = []
+    second.watch_state(reported.append)
+    version = second.state_version()
+    assert second.target_size("b") == 0
+    second.start()
+    assert second.target_size("b") == 2
+    assert second.state_version() > version and reported[-1] == second.state_version()
+    second.stop(1.0)
 
 
 # ---------------------------------------------------------------------------------- threaded workers
