@@ -263,6 +263,9 @@ def test_the_cross_backend_entry_names_real_groups() -> None:
             refresh(s)
         (placeholder,) = failed()
         assert "unavailable" in placeholder.status.errorInfo.errorMessage
+        # a zone out of capacity is out of resources for CA (class 1), like a quota
+        assert placeholder.status.errorInfo.instanceErrorClass == 1
+        assert placeholder.status.errorInfo.errorCode == "OUT_OF_CAPACITY"
         node = pb.ExternalGrpcNode(providerID=placeholder.id, name=placeholder.id)
         s.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=be.stockout_group, nodes=[node]), timeout=5)
         assert target(s, be.stockout_group) == 0
