@@ -33,6 +33,7 @@ import hashlib
 import json
 import secrets
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -55,6 +56,13 @@ STS_VERSION = "2015-04-01"
 TIMESTAMP_WINDOW = 15 * 60
 #: signature nonces remembered for replay detection, at most (the newest)
 NONCES_KEPT = 10_000
+#: finished scaling activities kept per group (the newest; one in progress is never dropped): ESS
+#: keeps a group's history, but an emulator inside a long-running `serve --emulate` must not grow
+#: with every scale, nor scan ever more activities on every request (`_tick`)
+ACTIVITIES_KEPT = 100
+#: ClientToken answers remembered for idempotent retries, at most (the newest; a retry comes
+#: seconds after its first attempt)
+CLIENT_TOKENS_KEPT = 1_000
 _REMOVABLE = frozenset({"InService", "Standby", "Stopped"})
 
 
@@ -355,6 +363,10 @@ class AliCloudEmulator(EmulatorServer):
             super().clear_log()
             self._actions.clear()
 
+    def _note(self, action: str) -> None:
+        # interned: ten thousand "DescribeScalingInstances" cost one string, not ten thousand copies
+        self._actions.append(sys.intern(action))
+
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -430,7 +442,7 @@ class AliCloudEmulator(EmulatorServer):
             params = self._params(req)
             action = req.headers.get("x-acs-action") or params.get("Action", "")
             version = req.headers.get("x-acs-version") or params.get("Version", "")
-            self._actions.append(action)
+            self._note(action)
             handler = self._handler(action, version)
             self._tick()
             if action != "AssumeRoleWithOIDC":
@@ -823,7 +835,18 @@ class AliCloudEmulator(EmulatorServer):
             "_outcome": ("Successful", "", ""),
         }
         self.activities[act["ScalingActivityId"]] = act
+        self._forget_old_activities(g["ScalingGroupId"])
         return act
+
+    def _forget_old_activities(self, group_id: str) -> None:
+        finished = [a for a in self._activities_of(group_id) if a["StatusCode"] != "InProgress"]
+        for old in finished[ACTIVITIES_KEPT:]:
+            del self.activities[old["ScalingActivityId"]]
+
+    def _remember_token(self, key: str, body: dict[str, Any]) -> None:
+        self._tokens[key] = copy.deepcopy(body)
+        while len(self._tokens) > CLIENT_TOKENS_KEPT:
+            del self._tokens[next(iter(self._tokens))]  # the oldest (dicts keep insertion order)
 
     def _scale_out(self, g: dict[str, Any], act: dict[str, Any], n: int) -> None:
         queue = self.next_outcomes.get(g["ScalingGroupId"]) or []
@@ -935,7 +958,7 @@ class AliCloudEmulator(EmulatorServer):
             body["ScalingActivityId"] = act["ScalingActivityId"]
             body["ActivityType"] = "CapacityChange" if (desired_mode and not sync) else "ScalingActivity"
         if token_key:
-            self._tokens[token_key] = copy.deepcopy(body)
+            self._remember_token(token_key, body)
         return body
 
     def _remove_instances(self, params: dict[str, str], version: str) -> dict[str, Any]:
@@ -1011,7 +1034,7 @@ class AliCloudEmulator(EmulatorServer):
                 act["_outcome"] = ("Warning", ignored[0]["Code"], ignored[0]["Message"])
             body["ScalingActivityId"] = act["ScalingActivityId"]
         if token_key:
-            self._tokens[token_key] = copy.deepcopy(body)
+            self._remember_token(token_key, body)
         return body
 
     # ------------------------------------------------------------------ ECS
@@ -1133,13 +1156,13 @@ class AliCloudEmulator(EmulatorServer):
         }
 
     def _metadata_roles(self, req: Request) -> Response:
-        self._actions.append(req.path)
+        self._note(req.path)
         if not self.metadata_role:
             return Response(404, b"", {"Content-Type": "text/plain"})
         return Response(200, self.metadata_role.encode(), {"Content-Type": "text/plain"})
 
     def _metadata_credentials(self, req: Request) -> Response:
-        self._actions.append(req.path)
+        self._note(req.path)
         if not self.metadata_role or req.params["role"] != self.metadata_role:
             return Response(404, b"", {"Content-Type": "text/plain"})
         key_id, key = self._issue_key(self.sts_duration)
@@ -1157,7 +1180,7 @@ class AliCloudEmulator(EmulatorServer):
         )
 
     def _metadata_region(self, req: Request) -> Response:
-        self._actions.append(req.path)
+        self._note(req.path)
         return Response(200, self.region.encode(), {"Content-Type": "text/plain"})
 
 
