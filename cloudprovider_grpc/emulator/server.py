@@ -260,6 +260,15 @@ class EmulatorServer:
             self._log_dropped += len(self._log)
             self._log.clear()
 
+    def keep_history(self, requests: int) -> None:
+        """From now on remember only the newest `requests` requests (the request log, and whatever a
+        subclass keeps per request). `serve --emulate` calls it: there the emulator serves the
+        server's own client in the same process, nothing can read its history, and a history of
+        REQUEST_LOG_SIZE requests was most of what such a server grew by under fuzzing."""
+        with self.lock:
+            self._log_dropped += max(0, len(self._log) - requests)
+            self._log = collections.deque(self._log, maxlen=requests)
+
     def reset_rate_limits(self) -> None:
         """Forget every client's request budget (each starts again with a full bucket)."""
         with self.lock:

@@ -90,6 +90,19 @@ def test_signature_nonce_and_timestamp_rules(emulator: AliCloudEmulator) -> None
     assert (unknown.status_code, unknown.json()["Code"]) == (404, "InvalidAccessKeyId.NotFound")
 
 
+def test_keep_history_also_bounds_actions_and_nonces(emulator: AliCloudEmulator) -> None:
+    """As inside `serve --emulate`: a replay within the kept history is still refused, an older one
+    is no longer remembered."""
+    emulator.keep_history(4)
+    nonces = [uuid.uuid4().hex for _ in range(6)]
+    for nonce in nonces:
+        assert v1(emulator, "DescribeScalingGroups", nonce=nonce).status_code == 200
+    assert emulator.actions() == ["DescribeScalingGroups"] * 4 and len(emulator.request_log()) == 4
+    again = v1(emulator, "DescribeScalingGroups", nonce=nonces[-1])
+    assert (again.status_code, again.json()["Code"]) == (400, "SignatureNonceUsed")
+    assert v1(emulator, "DescribeScalingGroups", nonce=nonces[0]).status_code == 200
+
+
 def test_routing_errors(emulator: AliCloudEmulator) -> None:
     nope = v1(emulator, "DescribeNothing")
     assert (nope.status_code, nope.json()["Code"]) == (404, "InvalidAction.NotFound")

@@ -226,6 +226,7 @@ class AliCloudEmulator(EmulatorServer):
         #: instance id -> (Code, Message) RemoveInstances answers for it (injected refusals)
         self.remove_refusals: dict[str, tuple[str, str]] = {}
         self._nonces: dict[str, float] = {}
+        self._nonces_kept = NONCES_KEPT
         self._tokens: dict[str, dict[str, Any]] = {}
         self._seq = 0
         # bounded like the base's request log (a long-running `--emulate` server must not grow)
@@ -362,6 +363,13 @@ class AliCloudEmulator(EmulatorServer):
         with self.lock:
             super().clear_log()
             self._actions.clear()
+
+    def keep_history(self, requests: int) -> None:
+        """The base's log, the actions and the signature nonces: the newest `requests` of each."""
+        with self.lock:
+            super().keep_history(requests)
+            self._actions = collections.deque(self._actions, maxlen=requests)
+            self._nonces_kept = max(2, requests)
 
     def _note(self, action: str) -> None:
         # interned: ten thousand "DescribeScalingInstances" cost one string, not ten thousand copies
@@ -512,11 +520,11 @@ class AliCloudEmulator(EmulatorServer):
             raise _fail("MissingSignatureNonce")
         if nonce in self._nonces:
             raise _fail("SignatureNonceUsed")
-        if len(self._nonces) >= NONCES_KEPT:
+        if len(self._nonces) >= self._nonces_kept:
             # expired ones first; then the oldest, so a long-running `--emulate` server stays flat
-            # (a replay older than the newest NONCES_KEPT requests then passes unnoticed)
+            # (a replay older than the newest `_nonces_kept` requests then passes unnoticed)
             fresh = {n: t for n, t in self._nonces.items() if now - t <= 2 * TIMESTAMP_WINDOW}
-            self._nonces = dict(list(fresh.items())[-(NONCES_KEPT // 2) :])
+            self._nonces = dict(list(fresh.items())[-(self._nonces_kept // 2) :])
         self._nonces[nonce] = now
 
     def _mismatch(self, string_to_sign: str) -> AcsError:
