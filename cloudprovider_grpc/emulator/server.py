@@ -85,8 +85,8 @@ class LogEntry:
     """One request as the emulator saw it; `status` is None when the connection was dropped.
 
     Compact, because an emulator inside `serve --emulate` keeps REQUEST_LOG_SIZE of them: the query
-    stays the string as sent and is parsed when read (a parsed query held ~750 bytes per AliCloud
-    request, most of the 18.6 MB an AliCloud server grew by over 100,000 fuzzed requests)."""
+    stays the string as sent and is parsed when read (parsed, it held ~750 bytes per AliCloud request:
+    most of what a fuzzed AliCloud `serve --emulate` gained, benchmarks/memory_growth.py)."""
 
     time: float
     method: str

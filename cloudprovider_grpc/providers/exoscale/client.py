@@ -126,8 +126,8 @@ class ExoscaleClient:
             rate_limit_per_s=rate_limit_per_s,
             # a second's worth saved up: the limit only smooths sustained load (Exoscale publishes
             # none), so an idle client's Refresh (one listing per pool, plus the cluster and the pools)
-            # goes out at once; with a burst of 1 each of its calls waited 1/rate (500 ms for the demo
-            # cloud's 5 calls at 10/s)
+            # goes out at once; with a burst of 1 each call after the first waited 1/rate (400-500 ms
+            # per Refresh of the demo cloud's 5 calls at 10/s)
             rate_burst=max(1.0, rate_limit_per_s or 1.0),
             max_elapsed=max_elapsed,
             user_agent=user_agent,
