@@ -51,11 +51,16 @@ def fuzz_figures(backend: BackendUnderTest, work: Path, requests: int) -> str:
         ch = server.channel()
         before = fuzz.state(ch)
         rss0 = rss_start = server.rss_bytes()
+        # RSS moves by several MB either way as huge requests come and go: samples along the run tell
+        # a trend from that noise, which the end point alone cannot
+        step, samples = max(1, requests // 10), []
         started = time.monotonic()
         for i, case in enumerate(fuzz.cases(seed=2026, count=WARMUP + requests)):
             fuzz.send(ch, case, tally)
             if i == WARMUP:
                 rss0 = server.rss_bytes()
+            elif i > WARMUP and (i - WARMUP) % step == 0:
+                samples.append(server.rss_bytes())
         seconds = time.monotonic() - started
         crashed = server.proc.poll() is not None
         rss1 = server.rss_bytes() if not crashed else 0
@@ -75,7 +80,8 @@ def fuzz_figures(backend: BackendUnderTest, work: Path, requests: int) -> str:
         f"UNKNOWN {tally.by_code.get('UNKNOWN', 0)}; INTERNAL {tally.by_code.get('INTERNAL', 0)}; "
         f"traceback text {output.count('Traceback')}; state changes {int(changed)}; "
         f"RSS {rss_start / 2**20:.1f} MB at start, {rss0 / 2**20:.1f} MB after warm-up, "
-        f"{rss1 / 2**20:.1f} MB at the end (growth {(rss1 - rss0) / 2**20:+.1f} MB); "
+        f"{rss1 / 2**20:.1f} MB at the end (growth {(rss1 - rss0) / 2**20:+.1f} MB; every {step:,} "
+        f"requests: {' '.join(f'{x / 2**20:.1f}' for x in samples)} MB); "
         f"malformed-body warnings {output.count('does not parse')}; "
         f"secret leaks {leaks if secrets else 'n/a (no secrets)'}; "
         f"codes {dict(sorted(tally.by_code.items()))}"

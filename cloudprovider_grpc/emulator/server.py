@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -79,17 +80,25 @@ class Response:
     headers: dict[str, str | None] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One request as the emulator saw it; `status` is None when the connection was dropped."""
+    """One request as the emulator saw it; `status` is None when the connection was dropped.
+
+    Compact, because an emulator inside `serve --emulate` keeps REQUEST_LOG_SIZE of them: the query
+    stays the string as sent and is parsed when read (parsed, it held ~750 bytes per AliCloud request:
+    most of what a fuzzed AliCloud `serve --emulate` gained, benchmarks/memory_growth.py)."""
 
     time: float
     method: str
     path: str
-    query: dict[str, list[str]]
+    raw_query: str
     status: int | None
     fault: str | None
     processed: bool
+
+    @property
+    def query(self) -> dict[str, list[str]]:
+        return parse_qs(self.raw_query)
 
 
 Handler = Callable[[Request], Response]
@@ -119,9 +128,9 @@ class EmulatorServer:
         self.state_file = Path(state_file) if state_file else None
         self.lock = threading.RLock()
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        # bounded: `serve --emulate` runs for days as a demo and under fuzzing (the request log grew an
-        # AliCloud server by 18.6 MB per 100,000 fuzzed requests, benchmarks/robustness.py); positions
-        # stay comparable through `log_mark()`, which counts every request ever logged
+        # bounded, of compact entries: `serve --emulate` runs for days as a demo and under fuzzing
+        # (benchmarks/robustness.py); positions stay comparable through `log_mark()`, which counts
+        # every request ever logged
         self._log: collections.deque[LogEntry] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self._log_dropped = 0
         self._buckets: dict[str, TokenBucket] = {}
@@ -251,6 +260,15 @@ class EmulatorServer:
             self._log_dropped += len(self._log)
             self._log.clear()
 
+    def keep_history(self, requests: int) -> None:
+        """From now on remember only the newest `requests` requests (the request log, and whatever a
+        subclass keeps per request). `serve --emulate` calls it: there the emulator serves the
+        server's own client in the same process, nothing can read its history, and a history of
+        REQUEST_LOG_SIZE requests was most of what such a server grew by under fuzzing."""
+        with self.lock:
+            self._log_dropped += max(0, len(self._log) - requests)
+            self._log = collections.deque(self._log, maxlen=requests)
+
     def reset_rate_limits(self) -> None:
         """Forget every client's request budget (each starts again with a full bucket)."""
         with self.lock:
@@ -284,7 +302,9 @@ class EmulatorServer:
             if len(self._log) == self._log.maxlen:
                 self._log_dropped += 1  # the oldest entry makes room
             self._log.append(
-                LogEntry(self.clock(), req.method, req.path, req.query, status, fault, processed)
+                LogEntry(
+                    self.clock(), sys.intern(req.method), req.path, req.raw_query, status, fault, processed
+                )
             )
 
     def in_flight(self) -> int:

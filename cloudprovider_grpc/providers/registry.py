@@ -104,11 +104,18 @@ class BuiltDriver:
     seed: int | None = None
 
 
+#: requests an emulator started for `--emulate` remembers (its request log, AliCloud's nonces): it
+#: serves the server's own client and nobody reads its history (emulator/server.py `keep_history`)
+EMBEDDED_EMULATOR_HISTORY = 500
+
+
 class Emulator(Protocol):
     """What the machinery needs of a started API emulator."""
 
     @property
     def base_url(self) -> str: ...
+
+    def keep_history(self, requests: int) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -125,6 +132,8 @@ def assemble(
     emulator lives as long as the server (stopped with it, not on CA's Cleanup RPC), or is stopped
     at once if the driver cannot be built."""
     emulator = start_emulator() if ctx.emulate else None
+    if emulator is not None:
+        emulator.keep_history(EMBEDDED_EMULATOR_HISTORY)
     try:
         driver = make_driver(emulator.base_url if emulator is not None else None)
     except BaseException:

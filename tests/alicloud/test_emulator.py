@@ -7,10 +7,12 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 import requests
 
 from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.providers.alicloud import AliCloudEmulator, signing
+from cloudprovider_grpc.providers.alicloud import emulator as emulator_module
 from tests.alicloud.conftest import AK, GROUP_A, GROUP_B, REGION, SK, seed_groups
 from tests.support.servers import ManualClock
 
@@ -88,6 +90,19 @@ def test_signature_nonce_and_timestamp_rules(emulator: AliCloudEmulator) -> None
     assert (unknown.status_code, unknown.json()["Code"]) == (404, "InvalidAccessKeyId.NotFound")
 
 
+def test_keep_history_also_bounds_actions_and_nonces(emulator: AliCloudEmulator) -> None:
+    """As inside `serve --emulate`: a replay within the kept history is still refused, an older one
+    is no longer remembered."""
+    emulator.keep_history(4)
+    nonces = [uuid.uuid4().hex for _ in range(6)]
+    for nonce in nonces:
+        assert v1(emulator, "DescribeScalingGroups", nonce=nonce).status_code == 200
+    assert emulator.actions() == ["DescribeScalingGroups"] * 4 and len(emulator.request_log()) == 4
+    again = v1(emulator, "DescribeScalingGroups", nonce=nonces[-1])
+    assert (again.status_code, again.json()["Code"]) == (400, "SignatureNonceUsed")
+    assert v1(emulator, "DescribeScalingGroups", nonce=nonces[0]).status_code == 200
+
+
 def test_routing_errors(emulator: AliCloudEmulator) -> None:
     nope = v1(emulator, "DescribeNothing")
     assert (nope.status_code, nope.json()["Code"]) == (404, "InvalidAction.NotFound")
@@ -144,6 +159,38 @@ def test_scaling_rules_clamp_minimum_and_batch_size(
     )
     assert (strict.status_code, strict.json()["Code"]) == (404, "InvalidInstanceId.NotFound")
     assert emulator.group_record(GROUP_A)["DesiredCapacity"] == 30
+
+
+def test_finished_activities_and_client_tokens_are_capped(
+    emulator: AliCloudEmulator, emu_clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running emulator keeps a group's newest finished activities (and the one in progress)
+    and the newest ClientToken answers, not one of each for every scale it ever saw."""
+    monkeypatch.setattr(emulator_module, "ACTIVITIES_KEPT", 3)
+    monkeypatch.setattr(emulator_module, "CLIENT_TOKENS_KEPT", 2)
+
+    def scale(size: int, token: str) -> str:
+        got = v1(
+            emulator,
+            "ScaleWithAdjustment",
+            "2022-02-22",
+            method="POST",
+            ScalingGroupId=GROUP_A,
+            AdjustmentType="TotalCapacity",
+            AdjustmentValue=str(size),
+            ClientToken=token,
+        )
+        assert got.status_code == 200 and "ScalingActivityId" in got.json(), got.text
+        return str(got.json()["ScalingActivityId"])
+
+    started = []
+    for n in range(6):
+        started.append(scale(3 + n % 2, f"token-{n}"))
+        emu_clock.advance(60)  # every activity finishes before the next one starts
+    newest_first = started[::-1]
+    assert [a["ScalingActivityId"] for a in emulator.activity_records(GROUP_A)] == newest_first[:4]
+    assert scale(4, "token-5") == started[5]  # a retry still gets its first answer
+    assert scale(3, "token-0") not in started  # forgotten: served as a new request
 
 
 def test_throttling_is_400_with_retry_after_in_milliseconds(emulator: AliCloudEmulator) -> None:

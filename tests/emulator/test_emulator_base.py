@@ -141,3 +141,40 @@ def test_the_request_log_is_bounded_and_marks_stay_comparable(monkeypatch: pytes
         assert [e.method for e in emu.request_log(since=mark)] == ["POST"]
         emu.clear_log()
         assert emu.request_log() == [] and emu.log_mark() == 9
+
+
+def test_keep_history_shortens_the_log_and_marks_stay_comparable() -> None:
+    with Counter() as emu:
+        for _ in range(6):
+            requests.get(f"{emu.base_url}counter", headers=H, timeout=5)
+        emu.keep_history(4)
+        assert emu.log_mark() == 6 and len(emu.request_log()) == 4
+        mark = emu.log_mark()
+        for _ in range(3):
+            requests.post(f"{emu.base_url}counter", headers=H, timeout=5)
+        assert emu.log_mark() == 9 and [e.method for e in emu.request_log()] == ["GET"] + ["POST"] * 3
+        assert [e.method for e in emu.request_log(since=mark)] == ["POST"] * 3
+
+
+def test_an_emulator_started_for_emulate_keeps_a_short_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve --emulate`'s emulator serves the server's own client and nobody reads its history:
+    it remembers EMBEDDED_EMULATOR_HISTORY requests, not REQUEST_LOG_SIZE."""
+    from cloudprovider_grpc.providers import registry
+
+    monkeypatch.setattr(registry, "EMBEDDED_EMULATOR_HISTORY", 3)
+    emu = Counter()
+    urls: list[str | None] = []
+    built = registry.assemble(
+        registry.ProviderContext(emulate=True),
+        lambda url: urls.append(url),  # type: ignore[func-returns-value,arg-type]
+        start_emulator=emu.start,
+        catalog_ttl=60.0,
+    )
+    try:
+        assert urls == [emu.base_url]
+        for _ in range(5):
+            requests.get(f"{emu.base_url}counter", headers=H, timeout=5)
+        assert emu.log_mark() == 5 and len(emu.request_log()) == 3
+    finally:
+        assert built.on_stop is not None
+        built.on_stop()

@@ -143,6 +143,23 @@ def test_slow_answer_times_out_as_transient(emulator: ExoscaleEmulator) -> None:
     assert info.value.transient
 
 
+def test_rate_limit_lets_an_idle_clients_refresh_through_at_once(emulator: ExoscaleEmulator) -> None:
+    """The client-side limit only smooths sustained load: a second's worth of calls (a Refresh's
+    cluster, pools and member listings) goes out without waiting; calls beyond it wait their turn."""
+    waits: list[float] = []
+    c = client(emulator, rate_limit_per_s=10.0, sleep=waits.append)
+    pools = c.list_instance_pools()
+    c.list_sks_clusters()
+    for _ in range(8):
+        c.list_pool_instances(pools[0]["id"])
+    assert waits == []
+    for _ in range(200):  # ~2 ms each on loopback: far more than 10 a second
+        c.list_sks_clusters()
+        if waits:
+            break
+    assert waits and all(0 < w <= 0.1 + 1e-9 for w in waits)
+
+
 def test_conflict_is_transient_and_quota_is_out_of_resources() -> None:
     from cloudprovider_grpc.providers.exoscale.client import classify
 

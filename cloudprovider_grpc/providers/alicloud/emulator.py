@@ -33,6 +33,7 @@ import hashlib
 import json
 import secrets
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -55,6 +56,13 @@ STS_VERSION = "2015-04-01"
 TIMESTAMP_WINDOW = 15 * 60
 #: signature nonces remembered for replay detection, at most (the newest)
 NONCES_KEPT = 10_000
+#: finished scaling activities kept per group (the newest; one in progress is never dropped): ESS
+#: keeps a group's history, but an emulator inside a long-running `serve --emulate` must not grow
+#: with every scale, nor scan ever more activities on every request (`_tick`)
+ACTIVITIES_KEPT = 100
+#: ClientToken answers remembered for idempotent retries, at most (the newest; a retry comes
+#: seconds after its first attempt)
+CLIENT_TOKENS_KEPT = 1_000
 _REMOVABLE = frozenset({"InService", "Standby", "Stopped"})
 
 
@@ -218,6 +226,7 @@ class AliCloudEmulator(EmulatorServer):
         #: instance id -> (Code, Message) RemoveInstances answers for it (injected refusals)
         self.remove_refusals: dict[str, tuple[str, str]] = {}
         self._nonces: dict[str, float] = {}
+        self._nonces_kept = NONCES_KEPT
         self._tokens: dict[str, dict[str, Any]] = {}
         self._seq = 0
         # bounded like the base's request log (a long-running `--emulate` server must not grow)
@@ -355,6 +364,17 @@ class AliCloudEmulator(EmulatorServer):
             super().clear_log()
             self._actions.clear()
 
+    def keep_history(self, requests: int) -> None:
+        """The base's log, the actions and the signature nonces: the newest `requests` of each."""
+        with self.lock:
+            super().keep_history(requests)
+            self._actions = collections.deque(self._actions, maxlen=requests)
+            self._nonces_kept = max(2, requests)
+
+    def _note(self, action: str) -> None:
+        # interned: ten thousand "DescribeScalingInstances" cost one string, not ten thousand copies
+        self._actions.append(sys.intern(action))
+
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -430,7 +450,7 @@ class AliCloudEmulator(EmulatorServer):
             params = self._params(req)
             action = req.headers.get("x-acs-action") or params.get("Action", "")
             version = req.headers.get("x-acs-version") or params.get("Version", "")
-            self._actions.append(action)
+            self._note(action)
             handler = self._handler(action, version)
             self._tick()
             if action != "AssumeRoleWithOIDC":
@@ -500,11 +520,11 @@ class AliCloudEmulator(EmulatorServer):
             raise _fail("MissingSignatureNonce")
         if nonce in self._nonces:
             raise _fail("SignatureNonceUsed")
-        if len(self._nonces) >= NONCES_KEPT:
+        if len(self._nonces) >= self._nonces_kept:
             # expired ones first; then the oldest, so a long-running `--emulate` server stays flat
-            # (a replay older than the newest NONCES_KEPT requests then passes unnoticed)
+            # (a replay older than the newest `_nonces_kept` requests then passes unnoticed)
             fresh = {n: t for n, t in self._nonces.items() if now - t <= 2 * TIMESTAMP_WINDOW}
-            self._nonces = dict(list(fresh.items())[-(NONCES_KEPT // 2) :])
+            self._nonces = dict(list(fresh.items())[-(self._nonces_kept // 2) :])
         self._nonces[nonce] = now
 
     def _mismatch(self, string_to_sign: str) -> AcsError:
@@ -823,7 +843,18 @@ class AliCloudEmulator(EmulatorServer):
             "_outcome": ("Successful", "", ""),
         }
         self.activities[act["ScalingActivityId"]] = act
+        self._forget_old_activities(g["ScalingGroupId"])
         return act
+
+    def _forget_old_activities(self, group_id: str) -> None:
+        finished = [a for a in self._activities_of(group_id) if a["StatusCode"] != "InProgress"]
+        for old in finished[ACTIVITIES_KEPT:]:
+            del self.activities[old["ScalingActivityId"]]
+
+    def _remember_token(self, key: str, body: dict[str, Any]) -> None:
+        self._tokens[key] = copy.deepcopy(body)
+        while len(self._tokens) > CLIENT_TOKENS_KEPT:
+            del self._tokens[next(iter(self._tokens))]  # the oldest (dicts keep insertion order)
 
     def _scale_out(self, g: dict[str, Any], act: dict[str, Any], n: int) -> None:
         queue = self.next_outcomes.get(g["ScalingGroupId"]) or []
@@ -935,7 +966,7 @@ class AliCloudEmulator(EmulatorServer):
             body["ScalingActivityId"] = act["ScalingActivityId"]
             body["ActivityType"] = "CapacityChange" if (desired_mode and not sync) else "ScalingActivity"
         if token_key:
-            self._tokens[token_key] = copy.deepcopy(body)
+            self._remember_token(token_key, body)
         return body
 
     def _remove_instances(self, params: dict[str, str], version: str) -> dict[str, Any]:
@@ -1011,7 +1042,7 @@ class AliCloudEmulator(EmulatorServer):
                 act["_outcome"] = ("Warning", ignored[0]["Code"], ignored[0]["Message"])
             body["ScalingActivityId"] = act["ScalingActivityId"]
         if token_key:
-            self._tokens[token_key] = copy.deepcopy(body)
+            self._remember_token(token_key, body)
         return body
 
     # ------------------------------------------------------------------ ECS
@@ -1133,13 +1164,13 @@ class AliCloudEmulator(EmulatorServer):
         }
 
     def _metadata_roles(self, req: Request) -> Response:
-        self._actions.append(req.path)
+        self._note(req.path)
         if not self.metadata_role:
             return Response(404, b"", {"Content-Type": "text/plain"})
         return Response(200, self.metadata_role.encode(), {"Content-Type": "text/plain"})
 
     def _metadata_credentials(self, req: Request) -> Response:
-        self._actions.append(req.path)
+        self._note(req.path)
         if not self.metadata_role or req.params["role"] != self.metadata_role:
             return Response(404, b"", {"Content-Type": "text/plain"})
         key_id, key = self._issue_key(self.sts_duration)
@@ -1157,7 +1188,7 @@ class AliCloudEmulator(EmulatorServer):
         )
 
     def _metadata_region(self, req: Request) -> Response:
-        self._actions.append(req.path)
+        self._note(req.path)
         return Response(200, self.region.encode(), {"Content-Type": "text/plain"})
 
 

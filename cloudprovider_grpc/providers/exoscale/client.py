@@ -115,6 +115,7 @@ class ExoscaleClient:
         max_elapsed: float | None = 8.0,
         user_agent: str = "cloudprovider-grpc/exoscale",
         now: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.http = HttpClient(
             "exoscale",
@@ -123,8 +124,14 @@ class ExoscaleClient:
             timeout=timeout,
             retry=RetryPolicy(retries=retries),
             rate_limit_per_s=rate_limit_per_s,
+            # a second's worth saved up: the limit only smooths sustained load (Exoscale publishes
+            # none), so an idle client's Refresh (one listing per pool, plus the cluster and the pools)
+            # goes out at once; with a burst of 1 each call after the first waited 1/rate (400-500 ms
+            # per Refresh of the demo cloud's 5 calls at 10/s)
+            rate_burst=max(1.0, rate_limit_per_s or 1.0),
             max_elapsed=max_elapsed,
             user_agent=user_agent,
+            sleep=sleep,
         )
 
     def __repr__(self) -> str:
