@@ -89,6 +89,9 @@ class VultrEmulator(EmulatorServer):
         self.pools: dict[str, dict[str, Any]] = {}
         #: the next N PATCHes are applied but echo the previous node_quantity
         self.stale_echoes = 0
+        #: plans sold out in the cluster's region: a PATCH raising node_quantity of a pool on one is
+        #: refused with 400 (one pool VKE cannot grow beside healthy ones; the wording is ours)
+        self.unavailable_plans: set[str] = set()
         #: every PATCH that reached a pool: (pool id, node_quantity asked or None), in order
         self.patches: list[tuple[str, int | None]] = []
         #: nodes VKE chose to delete itself because a PATCH lowered node_quantity below the node
@@ -326,6 +329,8 @@ class VultrEmulator(EmulatorServer):
                 raise HttpProblem(
                     400, f"node_quantity must be between {pool['min_nodes']} and {pool['max_nodes']}."
                 )
+            if want > old and pool["plan"] in self.unavailable_plans:
+                raise HttpProblem(400, f"Plan {pool['plan']} is not available in the selected location.")
             if want > old and self.node_limit is not None:
                 total = sum(len(p["nodes"]) for p in self.pools.values())
                 if total + want - old > self.node_limit:
