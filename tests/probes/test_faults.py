@@ -58,6 +58,7 @@ def test_exact_counts_under_cloud_faults(backend: BackendUnderTest, cloud_factor
         )
         cloud.set_faults(0)
         final = settle(s, gid, base + 4)
+        assert cloud.faults_injected() > 0, "no request met a fault: the probe proved nothing"
         assert not set(victims) & set(final)
         assert sorted(f"{i}" for i in cloud.machines(gid)) == sorted(x.rsplit("/", 1)[-1] for x in final)
     finally:

@@ -44,6 +44,9 @@ class ExternalCloud(Protocol):
     def set_slow(self, seconds: float) -> None:
         """Answer every request only after `seconds` (longer than the backend's read timeout)."""
 
+    def faults_injected(self) -> int:
+        """How many requests met a fault so far (a fault probe that met none proved nothing)."""
+
     def machines(self, group: str) -> list[str]:
         """Ids of the machines the cloud holds for `group`, not counting ones being deleted."""
 
@@ -61,8 +64,38 @@ class ExternalCloud(Protocol):
     def stop(self) -> None: ...
 
 
+#: client settings for every adapter: fast enough for tests, but real timeouts and retries (a slow
+#: fault of 1.5 s outlasts the 1 s read timeout)
+_TUNING = {"rate-limit": 200, "read-timeout": 1.0, "connect-timeout": 1.0, "retry-budget": 3.0}
+
+
+class _Emulated:
+    """What every adapter over an `EmulatorServer` shares: faults, slowness, a config file, stop."""
+
+    emulator: EmulatorServer
+    tmp: Path
+
+    def set_faults(self, rate: float, seed: int = 0) -> None:
+        self.emulator.set_faults(FaultPlan(rate=rate, seed=seed, slow_seconds=1.5) if rate else None)
+
+    def set_slow(self, seconds: float) -> None:
+        self.emulator.set_faults(FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=seconds))
+
+    def faults_injected(self) -> int:
+        return sum(1 for entry in self.emulator.request_log() if entry.fault is not None)
+
+    def stop(self) -> None:
+        self.emulator.stop()
+
+    def _config(self, name: str, doc: Mapping[str, object]) -> Path:
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        path = self.tmp / f"{name}-probe.yaml"
+        path.write_text(yaml.safe_dump(dict(doc)))
+        return path
+
+
 @dataclass
-class CherryCloud:
+class CherryCloud(_Emulated):
     """The Cherry emulator with two pools in two projects of one team (pool2 in its own project, so
     one project can be made to answer 403 while the other works)."""
 
@@ -116,12 +149,6 @@ class CherryCloud:
         self.serve_args = ("--provider", "cherry", "--config", str(config))
         self.env = {"CHERRY_AUTH_TOKEN": self.token}
 
-    def set_faults(self, rate: float, seed: int = 0) -> None:
-        self.emulator.set_faults(FaultPlan(rate=rate, seed=seed, slow_seconds=1.5) if rate else None)
-
-    def set_slow(self, seconds: float) -> None:
-        self.emulator.set_faults(FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=seconds))
-
     def machines(self, group: str) -> list[str]:
         return [
             str(r["id"])
@@ -136,36 +163,6 @@ class CherryCloud:
     def refuse_all(self) -> None:
         for group in self.groups:
             self.break_group(group)
-
-    def stop(self) -> None:
-        self.emulator.stop()
-
-
-#: client settings for every adapter: fast enough for tests, but real timeouts and retries (a slow
-#: fault of 1.5 s outlasts the 1 s read timeout)
-_TUNING = {"rate-limit": 200, "read-timeout": 1.0, "connect-timeout": 1.0, "retry-budget": 3.0}
-
-
-class _Emulated:
-    """What every adapter over an `EmulatorServer` shares: faults, slowness, a config file, stop."""
-
-    emulator: EmulatorServer
-    tmp: Path
-
-    def set_faults(self, rate: float, seed: int = 0) -> None:
-        self.emulator.set_faults(FaultPlan(rate=rate, seed=seed, slow_seconds=1.5) if rate else None)
-
-    def set_slow(self, seconds: float) -> None:
-        self.emulator.set_faults(FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=seconds))
-
-    def stop(self) -> None:
-        self.emulator.stop()
-
-    def _config(self, name: str, doc: Mapping[str, object]) -> Path:
-        self.tmp.mkdir(parents=True, exist_ok=True)
-        path = self.tmp / f"{name}-probe.yaml"
-        path.write_text(yaml.safe_dump(dict(doc)))
-        return path
 
 
 class VultrCloud(_Emulated):
