@@ -52,6 +52,10 @@ class ExternalCloud(Protocol):
 
     #: the HTTP status the broken group's calls get ("403": denied; "400": refused to grow)
     broken_status: str
+    #: False when the cloud's create cannot carry an idempotency token (SPC): a create whose answer
+    #: was lost is never re-sent (it could double), so after kill -9 it may end one machine short
+    #: until CA asks again
+    idempotent_creates: bool
 
     def break_group(self, group: str) -> None:
         """Make `group` fail while the others work: every call about it answers 403 where the cloud
@@ -74,6 +78,7 @@ class _Emulated:
 
     emulator: EmulatorServer
     tmp: Path
+    idempotent_creates = True
 
     def set_faults(self, rate: float, seed: int = 0) -> None:
         self.emulator.set_faults(FaultPlan(rate=rate, seed=seed, slow_seconds=1.5) if rate else None)
@@ -331,11 +336,14 @@ class AliCloudCloud(_Emulated):
 
 class SpcCloud(_Emulated):
     """The SPC emulator with one cluster of two empty autoscaled pools (AWS instance sizes, so
-    built nodes carry `aws:///<zone>/<instance id>` providerIDs)."""
+    nodes carry `aws:///<zone>/<instance id>` providerIDs)."""
 
     token = "probe-spc-token-5e1f0a2b3c4d"
     org, cluster = 4, 12
     broken_status = "400"
+    idempotent_creates = (
+        False  # SPC's add body is size, node_count, node_pool: no client token (research cherry-spc.md §B2)
+    )
 
     def __init__(self, tmp: Path, state_file: Path | None = None) -> None:
         from cloudprovider_grpc.providers.spc import SpcEmulator
@@ -343,8 +351,10 @@ class SpcCloud(_Emulated):
         self.tmp = tmp
         self.emulator = emu = SpcEmulator(
             tokens={self.token: {self.org}},
-            draft_seconds=0.2,
-            building_seconds=0.2,
+            # no draft phase: a node has its provider's instance id (the id CA sees) from the start,
+            # so the probes compare ids with the cloud without racing the draft -> building change
+            draft_seconds=0.0,
+            building_seconds=0.3,
             provisioned_seconds=0.2,
             deleting_seconds=0.5,
             state_file=state_file,
@@ -368,8 +378,8 @@ class SpcCloud(_Emulated):
         }
 
     def machines(self, group: str) -> list[str]:
-        """The last segment of the id CA sees: the provider's instance id once the node is built,
-        the node's SPC name before."""
+        """The last segment of the id CA sees: the provider's instance id (the node's SPC name while
+        it has none)."""
         return [
             n["provider_node_id"] or n["instance_id"]
             for n in self.emulator.node_records(self.cluster)
