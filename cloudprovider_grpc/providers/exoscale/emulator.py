@@ -6,7 +6,8 @@ OpenAPI document python-exoscale ships, which the test suite validates every ans
 - EXO2-HMAC-SHA256 verification over the raw path, the raw body bytes as received, the signed
   query values in the pragma's order and the expiry; an unknown key, a bad or expired signature
   or an unsigned query parameter are refused with a configurable 401/403;
-- per-key IAM operation lists (403 for operations outside them);
+- per-key IAM operation lists (403 for operations outside them) and deny rules on resources
+  (`denied_resources`: 403 for requests naming a denied nodepool or Instance Pool);
 - errors as `{"message": "..."}`; every success is 200 + JSON, mutating calls answer an operation;
 - operations `pending` -> `success` after `operation_polls` polls and `operation_seconds`, or the
   injected `failure`/`timeout` with a `reason`, or held pending for a while (`hold_operations`);

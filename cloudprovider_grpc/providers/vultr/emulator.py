@@ -17,8 +17,9 @@ fixtures; the API v2 introduction):
   README's warning about VKE); DELETE of a node lowers `node_quantity` by one (inferred from the
   in-tree provider's decrement, not documented); `node_quantity` below 1 is refused with 400, and so is
   the deletion of a pool's last node; recycle replaces a node's id and keeps the quantity;
-- an account-wide `node_limit` (PATCH beyond it: 400, a quota refusal) and `stale_echoes` (the next N
-  PATCHes are applied but echo the old `node_quantity`), plus the base's switchable faults.
+- an account-wide `node_limit` (PATCH beyond it: 400, a quota refusal), `unavailable_plans` (a pool on
+  one cannot grow: 400) and `stale_echoes` (the next N PATCHes are applied but echo the old
+  `node_quantity`), plus the base's switchable faults.
 Undocumented details (the quota wording, whether PATCH enforces `min_nodes`/`max_nodes`: off by
 default, `enforce_bounds` turns it on) are our reconstruction.
 """
