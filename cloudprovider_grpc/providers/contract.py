@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -178,6 +178,30 @@ class CloudProvider(abc.ABC):
         """Per-group options; raise NotImplementedByProvider when the group has no overrides
         (CA >= 1.35 would otherwise read a missing max-node-startup-time as 0, issue #10245)."""
         raise NotImplementedByProvider(f"{self.name}: node group {group_id!r} has no option overrides")
+
+    # ---- state version (lets a front cache the per-node read answers) ----
+    def state_version(self) -> int | None:
+        """A number that changes (it only ever increments) whenever an answer of `target_size`,
+        `node_group_for_node`, `options` or `node_groups` could differ from before, including a
+        group id becoming known or unknown (NOT_FOUND answers are cached too); None when the
+        provider cannot tell, and then nothing may be cached.
+
+        Why: CA asks NodeGroupForNode once per node per loop and the answers rarely change, so a
+        front can keep each encoded answer and serve it again while the version is unchanged.
+        That is only worth it if the version stays put when nothing observable changed, in
+        particular across steady-state Refreshes; it is only correct if it moves after every
+        change that could alter an answer, and never before the change is visible to readers.
+        An answer computed while the version read before and after it was the same belongs to
+        that version."""
+        return None
+
+    def watch_state(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(new_version)` after every change of `state_version()`, from the thread
+        that made the change, once the change is visible to readers. Callbacks must be cheap and
+        must never block: the shared machinery (providers/base.py) calls them with its lock held,
+        so that they arrive in version order whatever thread made each change, and every RPC waits
+        meanwhile. The default provider never changes version, so it never calls back."""
+        return None
 
     # ---- operations ----
     def sizes(self) -> dict[str, GroupSizes]:

@@ -154,9 +154,37 @@ class DriverBase(abc.ABC):
         `vke.vultr.com/node-id` label carries the node id), or None. From memory."""
         return None
 
+    def fallback_version(self) -> object:
+        """A value (compared with ==) that changes whenever `is_control_plane`, `group_of` or
+        `machine_of` could answer differently for the same node: a counter the driver increments
+        when the state they read changes, or an immutable snapshot of that state. None: they
+        read nothing but the node and fixed configuration.
+
+        Why: the machinery's state version (contract.state_version) must move when a
+        NodeGroupForNode answer could change, and these fallbacks read driver state that the
+        listing replaces outside the machinery's lock. The machinery compares this value after
+        every listing and every background step. A driver that overrides any of the three
+        without overriding this is taken to change at every comparison (correct, but a front
+        can then cache nothing)."""
+        if any(
+            getattr(type(self), name) is not getattr(DriverBase, name)
+            for name in ("is_control_plane", "group_of", "machine_of")
+        ):
+            return _Unknown()
+        return None
+
     def close(self) -> None:
         """Release clients and sessions."""
         return None
+
+
+class _Unknown:
+    """A fallback version equal to nothing, not even itself: 'could have changed'."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class MachineListing(list[Machine]):

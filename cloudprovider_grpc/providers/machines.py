@@ -87,7 +87,8 @@ class _GroupState(GroupStateBase):
     resolved: dict[str, str] = field(default_factory=dict)  # creation token -> id of the machine it became
 
     def target(self) -> int:
-        return len(self.live_machines()) + sum(1 for c in self.creations.values() if not c.cancelled)
+        wanted = sum(1 for c in self.creations.values() if not c.cancelled) if self.creations else 0
+        return self.live_count() + wanted
 
 
 class MachineProvider(GroupProvider[_GroupState]):
@@ -128,18 +129,18 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        with self._lock:
+        with self._changing(group_id):
             state, target = self._check_increase(group_id, delta)
             for _ in range(delta):
                 creation = _Creation(token=secrets.token_hex(8), group=group_id)
                 state.creations[creation.token] = creation
-                self._by_id[self._placeholder(creation.token)] = group_id
+                self._index_node(self._placeholder(creation.token), group_id)
                 self._submit_create(creation)
             self._save_journal()
         log.info("node group %s: target %d -> %d", group_id, target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        with self._lock:
+        with self._changing(group_id):
             state, target = self._check_decrease(group_id, delta)
             new = target + delta
             # cancel the requests least likely to deliver first: failed, then not yet sent, then newest
@@ -151,7 +152,7 @@ class MachineProvider(GroupProvider[_GroupState]):
         log.info("node group %s: target %d -> %d (decrease)", group_id, target, new)
 
     def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
-        with self._lock:
+        with self._changing(group_id):
             state = self._group(group_id)
             machines: dict[str, Machine] = {}
             creations: dict[str, _Creation] = {}
@@ -326,7 +327,7 @@ class MachineProvider(GroupProvider[_GroupState]):
         self._jobs.submit(lambda: self._attempt_create(creation))
 
     def _attempt_create(self, c: _Creation) -> float | None:
-        with self._lock:
+        with self._changing(c.group):
             state = self._groups.get(c.group)
             if state is None or state.creations.get(c.token) is not c or c.cancelled:
                 return None  # resolved by a listing, cancelled before it was sent, or the group is gone
@@ -353,28 +354,25 @@ class MachineProvider(GroupProvider[_GroupState]):
         except CloudError as exc:
             return self._create_failed(c, exc)
         metrics.OPERATIONS.labels(self.name, "create", "ok").inc()
-        with self._lock:
+        with self._changing(c.group):
             state = self._groups.get(c.group)
             if state is None:
                 return None
             state.creations.pop(c.token, None)
-            state.resolved[c.token] = machine.id
-            self._by_id.pop(self._placeholder(c.token), None)
+            state.resolved[c.token] = machine.id  # its placeholder keeps pointing at the group
             state.machines[machine.id] = machine
             if c.cancelled:
                 state.deleting[machine.id] = self._clock()
                 self._submit_delete(machine)
             else:
                 state.created_locally[machine.id] = self._clock()
-                self._by_id[machine.id] = c.group
-                if machine.name:
-                    self._by_name[machine.name] = c.group
+                self._index_node(machine.id, c.group, machine.name)
             self._save_journal()
         log.info("node group %s: created %s", c.group, machine.id)
         return None
 
     def _create_failed(self, c: _Creation, exc: CloudError) -> float | None:
-        with self._lock:
+        with self._changing(c.group):
             if exc.transient and not self.driver.create_carries_token:
                 # the request may have reached the cloud and nothing identifies its machine: never
                 # send it again; the next listings adopt the machine if it appears (_adopt_untokened)
@@ -430,7 +428,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                     return self._backoff(attempts[0])
                 metrics.OPERATIONS.labels(self.name, "delete", "failed").inc()
                 log.error("node group %s: deleting %s failed: %s", machine.group, machine.id, exc.message)
-                with self._lock:
+                with self._changing(machine.group):
                     state = self._groups.get(machine.group)
                     if state is not None:
                         state.deleting.pop(machine.id, None)
@@ -448,7 +446,7 @@ class MachineProvider(GroupProvider[_GroupState]):
         else:
             state.creations.pop(c.token, None)
             state.tombstones[self._placeholder(c.token)] = self._clock()
-        self._by_id.pop(self._placeholder(c.token), None)
+        self._unindex_node(self._placeholder(c.token))
 
     # ------------------------------------------------------------------ helpers
     def _placeholder(self, token: str) -> str:

@@ -132,7 +132,7 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        with self._lock:
+        with self._changing(group_id):
             state, target = self._check_increase(group_id, delta)
             state.wanted = target + delta
             state.failed = None  # a new request: try again
@@ -142,7 +142,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         log.info("node group %s: target %d -> %d", group_id, target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        with self._lock:
+        with self._changing(group_id):
             # never below the listed machines: the cloud would delete random instances to meet it
             state, target = self._check_decrease(group_id, delta)
             new = target + delta
@@ -153,7 +153,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         log.info("node group %s: target %d -> %d (decrease)", group_id, target, new)
 
     def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
-        with self._lock:
+        with self._changing(group_id):
             state = self._group(group_id)
             machines: dict[str, Machine] = {}
             placeholders: list[str] = []
@@ -264,13 +264,13 @@ class PoolProvider(GroupProvider[_PoolState]):
         """Make the placeholder list as long as target - live machines: new ones get new numbers;
         surplus ones leave oldest first (they most likely became the machines now listed), or newest
         first when CA lowered the target."""
-        want = max(0, state.target() - len(state.live_machines()))
+        want = max(0, state.target() - state.live_count())
         now = self._clock()
         while len(state.placeholders) < want:
             pid = f"{self.driver.id_prefix}pending-{state.config.id}-{state.placeholder_seq}"
             state.placeholder_seq += 1
             state.placeholders.append(pid)
-            self._by_id[pid] = state.config.id
+            self._index_node(pid, state.config.id)
         while len(state.placeholders) > want:
             pid = state.placeholders.pop() if drop_newest else state.placeholders.pop(0)
             state.tombstones[pid] = now
@@ -286,7 +286,7 @@ class PoolProvider(GroupProvider[_PoolState]):
     def _sync(self, gid: str) -> float | None:
         """One round for a group: the pending removals in one call, then one absolute size push.
         Returns the delay before the next round (0: more arrived meanwhile), or None when done."""
-        with self._lock:
+        with self._changing(gid):
             state = self._groups.get(gid)
             if state is None:
                 return None  # the group left the cloud
@@ -296,7 +296,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             retry = self._remove(state, batch)
             if retry is not None:
                 return retry
-        with self._lock:
+        with self._changing(gid):
             if state.removing:
                 return self._coalesce
             size = self._size_to_push(state)
@@ -311,7 +311,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             return self._push_failed(state, size, exc)
         metrics.SIZE_PUSHES.labels(self.name, gid, "ok").inc()
         log.info("node group %s: cloud desired size set to %d", gid, size)
-        with self._lock:
+        with self._changing(gid):
             state.expected = size
             state.acked_at = self._clock()
             state.sync_attempts = 0
@@ -338,7 +338,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         try:
             outcome = self.driver.remove_machines(gid, batch)
         except CloudError as exc:
-            with self._lock:
+            with self._changing(gid):
                 state.sync_attempts += 1
                 if exc.transient and state.sync_attempts < self._max_attempts:
                     for m in batch:  # all of them again, unless a listing showed them gone meanwhile
@@ -357,7 +357,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                 failed = {m.id: exc for m in batch}
                 self._removal_failed(state, failed)
                 return None
-        with self._lock:
+        with self._changing(gid):
             removed = [m for m in batch if m.id not in outcome.failed]
             if outcome.failed:
                 self._removal_failed(state, {k: v for k, v in outcome.failed.items()})
@@ -384,7 +384,7 @@ class PoolProvider(GroupProvider[_PoolState]):
 
     def _push_failed(self, state: _PoolState, size: int, exc: CloudError) -> float | None:
         gid = state.config.id
-        with self._lock:
+        with self._changing(gid):
             state.sync_attempts += 1
             if exc.transient and state.sync_attempts < self._max_attempts:
                 metrics.SIZE_PUSHES.labels(self.name, gid, "retry").inc()
@@ -437,7 +437,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                         operation.ref,
                         exc.message,
                     )
-                    with self._lock:
+                    with self._changing(operation.group):
                         current.operations.pop(operation.ref, None)
                     return None
                 status = None
@@ -449,12 +449,12 @@ class PoolProvider(GroupProvider[_PoolState]):
                         operation.ref,
                         OPERATION_GIVE_UP,
                     )
-                    with self._lock:
+                    with self._changing(operation.group):
                         current.operations.pop(operation.ref, None)
                     return None
                 delay[0] = min(POLL_MAX, delay[0] * 1.5)
                 return delay[0]
-            with self._lock:
+            with self._changing(operation.group):
                 current.operations.pop(operation.ref, None)
                 if status.state is OperationState.FAILED:
                     metrics.OPERATIONS.labels(self.name, operation.kind, "failed").inc()

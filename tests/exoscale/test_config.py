@@ -88,6 +88,17 @@ def test_bad_values_name_their_key(env: dict[str, str], key: str, fragment: str)
         ({"emulator": {"quota-mode": "maybe"}}, "exoscale.emulator.quota-mode"),
         ({"emulator": {"auth-failure-status": 500}}, "exoscale.emulator.auth-failure-status"),
         ({"emulator": {"nope": 1}}, "exoscale.emulator.nope"),
+        ({"emulator": {"stock": {"standard.colossal": 0}}}, "exoscale.emulator.stock.standard.colossal"),
+        ({"emulator": {"stock": {"standard.large": -1}}}, "exoscale.emulator.stock.standard.large"),
+        ({"emulator": {"nodepools": []}}, "exoscale.emulator.nodepools"),
+        ({"emulator": {"nodepools": [{"size": 1}]}}, "exoscale.emulator.nodepools[0].name"),
+        ({"emulator": {"nodepools": [{"name": "a", "id": "A"}]}}, "exoscale.emulator.nodepools[0].id"),
+        ({"emulator": {"nodepools": [{"name": "a", "zone": "x"}]}}, "exoscale.emulator.nodepools[0].zone"),
+        ({"emulator": {"nodepools": [{"name": "a"}, {"name": "a"}]}}, "exoscale.emulator.nodepools"),
+        (
+            {"emulator": {"nodepools": [{"name": "a", "taints": {"k": {"effect": "Never"}}}]}},
+            "exoscale.emulator.nodepools[0].taints",
+        ),
     ],
 )
 def test_bad_options_name_their_key(options: dict[str, Any], key: str) -> None:

@@ -222,3 +222,53 @@ def test_one_broken_pool_keeps_what_was_known_and_the_others_scale(emulator: Exo
         eventually(
             s, lambda: len(instances(s, gpu)) == 1 and REAL_ID.match(instances(s, gpu)[0].id) is not None
         )
+
+
+def test_the_cross_backend_entry_names_real_groups() -> None:
+    """tests/support/backends.py: the real-CA run's nodepools exist under their fixed Instance Pool
+    ids, empty, and the scarce one's instance type has no capacity: its scale operation fails and the
+    failure shows on the placeholder, which CA deletes."""
+    import yaml
+
+    from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
+    from tests.support.backends import backend
+
+    be = backend("exoscale")
+    doc = yaml.safe_load(be.e2e_config)
+    ctx = ProviderContext(
+        options=doc["exoscale"], nodes=tuple(NodesSpec.parse(n) for n in doc["nodes"]), emulate=True
+    )
+    handle = start_server(
+        Settings(address="127.0.0.1:0", metrics_address=""), provider=build_provider("exoscale", ctx)
+    )
+    ch = channel(handle)
+    try:
+        s = stub(ch)
+        refresh(s)
+        found = {g.id: g for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups}
+        assert set(found) == {be.e2e_group, be.stockout_group}
+        for gid, g in found.items():
+            assert target(s, gid) == g.minSize == 0 and g.maxSize >= 1
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=be.stockout_group, delta=1), timeout=5)
+
+        def failed() -> list[pb.Instance]:
+            return [i for i in instances(s, be.stockout_group) if i.status.HasField("errorInfo")]
+
+        # Refresh at about CA's pace: a tighter loop keeps the client's rate limit (10/s) busy with
+        # listings, which go first, and the operation poll behind them waits
+        deadline = time.monotonic() + 30
+        while not failed():
+            assert time.monotonic() < deadline, "the failed operation never reached the placeholder"
+            time.sleep(0.5)
+            refresh(s)
+        (placeholder,) = failed()
+        assert "unavailable" in placeholder.status.errorInfo.errorMessage
+        # a zone out of capacity is out of resources for CA (class 1), like a quota
+        assert placeholder.status.errorInfo.instanceErrorClass == 1
+        assert placeholder.status.errorInfo.errorCode == "OUT_OF_CAPACITY"
+        node = pb.ExternalGrpcNode(providerID=placeholder.id, name=placeholder.id)
+        s.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=be.stockout_group, nodes=[node]), timeout=5)
+        assert target(s, be.stockout_group) == 0
+    finally:
+        ch.close()
+        handle.stop(grace=2)

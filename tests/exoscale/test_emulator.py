@@ -19,6 +19,9 @@ from exoscale.api.exceptions import (
 
 from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 from cloudprovider_grpc.providers.exoscale.client import authorization
+from cloudprovider_grpc.providers.exoscale.config import load_config
+from cloudprovider_grpc.providers.exoscale.wiring import emulator_for
+from cloudprovider_grpc.providers.registry import ProviderContext
 from tests.exoscale.conftest import KEY, SECRET
 from tests.exoscale.openapi import Recorder
 from tests.support.servers import ManualClock
@@ -202,6 +205,70 @@ def test_quota_unlimited_and_exceeded(api: sdk.Client, emulator: ExoscaleEmulato
     assert api.get_quota(entity="instance")["limit"] == -1
     api.wait(api.scale_instance_pool(id=ref["pool"], size=40)["id"])
     assert api.get_instance_pool(id=ref["pool"])["size"] == 40
+
+
+def test_capacity_per_instance_type_fails_only_its_scale_ups(
+    api: sdk.Client, emulator: ExoscaleEmulator, clock: ManualClock
+) -> None:
+    """`stock`: instances of a type the zone can still create. A scale-up beyond it fails its
+    operation (`unavailable`, the OpenAPI's reason) and changes nothing; other types scale on; the
+    capacity of evicted members comes back."""
+    ref = ids(api)
+    emulator.stock = {emulator.find_type("standard.small")["id"]: 1}  # batch: standard.small, size 1
+    op = api.scale_instance_pool(id=ref["pool"], size=3)
+    with pytest.raises(ExoscaleAPIServerException, match="failure, unavailable"):
+        api.wait(op["id"])
+    assert "Not enough capacity for instance type standard.small" in api.get_operation(id=op["id"])["message"]
+    assert api.get_instance_pool(id=ref["pool"])["size"] == 1
+    api.wait(api.scale_sks_nodepool(id=ref["cluster"], sks_nodepool_id=ref["nodepool"], size=4)["id"])
+    api.wait(api.scale_instance_pool(id=ref["pool"], size=2)["id"])  # the last one left
+    clock.advance(60)
+    members = [i["id"] for i in api.get_instance_pool(id=ref["pool"])["instances"]]
+    with pytest.raises(ExoscaleAPIServerException, match="unavailable"):
+        api.wait(api.scale_instance_pool(id=ref["pool"], size=3)["id"])
+    api.wait(api.evict_instance_pool_members(id=ref["pool"], instances=members[:1])["id"])
+    api.wait(api.scale_instance_pool(id=ref["pool"], size=2)["id"])  # the evicted one's capacity
+    assert api.get_instance_pool(id=ref["pool"])["size"] == 2
+
+
+def test_a_configured_seed_names_its_nodepools_and_pools(recorder: Recorder) -> None:
+    """`exoscale.emulator.nodepools` replaces the demo cloud, with fixed ids where given (the group
+    id is the Instance Pool id), and `stock` reaches the emulator."""
+    pool_id = "e2e00000-0000-4000-8000-0000000000c1"
+    options = {
+        "emulator": {
+            "stock": {"standard.large": 0},
+            "nodepools": [
+                {"name": "a", "instance-pool-id": pool_id, "instance-type": "standard.large",
+                 "labels": {"role": "a"}},
+                {"name": "b", "size": 1, "taints": {"dedicated": {"value": "b", "effect": "NoSchedule"}}},
+            ],
+        }
+    }  # fmt: skip
+    config = load_config(ProviderContext(options=options, emulate=True))
+    emulator = emulator_for(config, "127.0.0.1:0", None)
+    emulator.observer = recorder
+    with emulator:
+        api = sdk.Client(config.api_key, config.api_secret, url=emulator.base_url.rstrip("/"))
+        [cluster] = api.list_sks_clusters()["sks-clusters"]
+        a, b = cluster["nodepools"]
+        assert (a["name"], a["instance-pool"]["id"], a["size"], a["labels"]) == (
+            "a",
+            pool_id,
+            0,
+            {"role": "a"},
+        )
+        assert (b["name"], b["size"], b["taints"]) == (
+            "b",
+            1,
+            {"dedicated": {"value": "b", "effect": "NoSchedule"}},
+        )
+        pools = {p["id"] for p in api.list_instance_pools()["instance-pools"]}
+        assert pools == {pool_id, b["instance-pool"]["id"]}  # no demo standalone pool
+        op = api.scale_sks_nodepool(id=cluster["id"], sks_nodepool_id=a["id"], size=1)
+        failed = api.get_operation(id=op["id"])
+        assert (failed["state"], failed["reason"]) == ("failure", "unavailable")
+    assert not recorder.problems, recorder.problems
 
 
 def test_conflict_mode_fails_changes_to_a_busy_pool(api: sdk.Client, emulator: ExoscaleEmulator) -> None:

@@ -135,13 +135,15 @@ def from_simulator(data: dict) -> list[Step]:
 def mirror_cloud(
     groups: Mapping[str, tuple[int, int]],
     templates: Mapping[str, Mapping[str, Any]],
+    sizes: Mapping[str, int],
+    *,
     stockout_group: str,
 ) -> str:
     """A sim cloud shaped like another backend's node groups, for a simulator run that predicts CA on
-    that backend: the same ids and bounds, and template Nodes with the same allocatable resources,
-    labels and taints (the only things CA's decisions read from a cloud), `stockout_group` unable to
-    create machines. A cloud's own API (tags, pools, activities) is our server's business, not CA's,
-    so it does not enter the prediction."""
+    that backend: the same ids, bounds and starting sizes (`sizes`, nodes already up), and template
+    Nodes with the same allocatable resources, labels and taints (the only things CA's decisions
+    read from a cloud), `stockout_group` unable to create machines. A cloud's own API (tags, pools,
+    activities) is our server's business, not CA's, so it does not enter the prediction."""
     specs = []
     for gid, (lo, hi) in sorted(groups.items()):
         tpl = templates[gid]
@@ -150,6 +152,7 @@ def mirror_cloud(
             "id": gid,
             "min_size": lo,
             "max_size": hi,
+            "initial_size": sizes.get(gid, 0),
             "capacity": {k: v for k, v in allocatable.items() if k != "pods"},
             "pods": int(allocatable.get("pods", "110")),
             "labels": {k: v for k, v in tpl["labels"].items() if k != "kubernetes.io/hostname"},

@@ -27,6 +27,9 @@ from tests.support.backends import BackendUnderTest
 #: how long a phase may take before the test fails (CA loops every 2 s; machines boot in seconds)
 PHASE_TIMEOUT = 120
 
+#: node groups as CA saw them: bounds, templates, target sizes (`cloud_shape`)
+Shape = tuple[dict[str, tuple[int, int]], dict[str, dict], dict[str, int]]
+
 
 @dataclass
 class Run:
@@ -35,7 +38,7 @@ class Run:
     registrar: Registrar
     ca: Autoscaler
     #: the backend's node groups as CA saw them (`cloud_shape`), recorded by scenarios that compare
-    shape: tuple[dict[str, tuple[int, int]], dict[str, dict]] | None = None
+    shape: Shape | None = None
 
     @property
     def kube(self) -> Kube:
@@ -157,38 +160,53 @@ def phase_scale_up(r: Run, group: str, workload: wl.Workload, delta: int) -> lis
     return got
 
 
-def phase_scale_down_named(r: Run, workload: str, group: str, *, expect_nodes: set[str]) -> list[Decision]:
-    """Scale `workload` to zero: CA removes exactly the now-empty `expect_nodes` by name, and our
-    server deletes exactly those instances."""
-    ids = {
-        name: node["spec"]["providerID"] for name, node in wl.nodes(r.kube).items() if name in expect_nodes
-    }
+def phase_scale_down_named(
+    r: Run, workload: str, group: str, *, candidates: set[str], count: int
+) -> list[Decision]:
+    """Scale `workload` to zero: CA removes exactly `count` of the now-empty `candidates` by name
+    (which ones among equal nodes is CA's choice: the group goes down to its min size), and our
+    server deletes exactly those instances and keeps the others."""
+    ids = {name: node["spec"]["providerID"] for name, node in wl.nodes(r.kube).items() if name in candidates}
+    assert set(ids) == candidates, f"nodes {sorted(candidates - set(ids))} are not registered"
     wl.scale(r.kube, workload, 0)
     got = r.ca.wait_decisions(
-        lambda ds: set(downs(ds)) >= expect_nodes, PHASE_TIMEOUT, f"CA removing {sorted(expect_nodes)}"
+        lambda ds: len(downs(ds)) >= count, PHASE_TIMEOUT, f"CA removing {count} of {sorted(candidates)}"
     )
-    assert set(downs(got)) == expect_nodes, f"CA removed {downs(got)}, want exactly {sorted(expect_nodes)}"
+    removed = downs(got)
+    assert len(removed) == count and set(removed) <= candidates, (
+        f"CA removed {removed}, want {count} of {sorted(candidates)}"
+    )
+    gone = {ids[name] for name in removed}
+    kept = set(ids.values()) - gone
+
+    def deleted_exactly() -> bool:
+        now = set(live_ids(r, group))
+        return not gone & now and kept <= now
+
     wait_for(
-        f"{sorted(ids.values())} gone from {group}",
-        lambda: not set(ids.values()) & {i.id for i in r.server.instances(group)},
+        f"{sorted(gone)} gone from {group}, {sorted(kept)} kept",
+        deleted_exactly,
         PHASE_TIMEOUT,
         watch=r.watch(),
     )
     return got
 
 
-def phase_stockout(r: Run, group: str, workload: wl.Workload) -> list[Decision]:
-    """`workload` fits only `group`, whose cloud never creates machines: CA scales it up, sees the
-    instance's errorInfo, backs the group off and deletes the failed placeholder; our server's target
-    returns to where it was."""
+def phase_stockout(r: Run, group: str, workload: wl.Workload, delta: int | None = None) -> list[Decision]:
+    """`workload` fits only `group`, whose cloud never creates machines: CA scales it up by `delta`
+    (default: one node per replica; fewer when the group's machines already hold some of the pods),
+    sees the instance's errorInfo, backs the group off and deletes the failed placeholder; our
+    server's target and instances return to where they were."""
     before = r.server.target(group)
+    machines = {i.id for i in r.server.instances(group)}
     wl.apply(r.kube, workload)
     got = r.ca.wait_decisions(
         lambda ds: any(d.kind == "failed-removed" for d in ds) and any(d.kind == "backoff" for d in ds),
         PHASE_TIMEOUT,
         f"CA backing off {group} and removing its failed placeholder",
     )
-    assert ups(got)[:1] == [(group, workload.replicas)], f"CA decided {[str(d) for d in got]}"
+    want = workload.replicas if delta is None else delta
+    assert ups(got)[:1] == [(group, want)], f"CA decided {[str(d) for d in got]}"
     assert any(d.kind == "failed-scale-up" and d.group == group for d in got), [str(d) for d in got]
     assert any(d.kind == "backoff" and d.group == group for d in got), [str(d) for d in got]
     wait_for(
@@ -198,7 +216,10 @@ def phase_stockout(r: Run, group: str, workload: wl.Workload) -> list[Decision]:
         watch=r.watch(),
     )
     wait_for(
-        f"{group} holds no instance", lambda: not r.server.instances(group), PHASE_TIMEOUT, watch=r.watch()
+        f"{group} holds only its {len(machines)} machine(s) from before",
+        lambda: {i.id for i in r.server.instances(group)} == machines,
+        PHASE_TIMEOUT,
+        watch=r.watch(),
     )
     # backed off: no new scale-up of the group while the pods stay pending
     r.ca.settle(3)
@@ -234,28 +255,59 @@ def fits_one_node(r: Run, group: str, name: str, replicas: int = 1) -> wl.Worklo
 
 def generic(r: Run, backend: BackendUnderTest) -> list[Change]:
     """Every backend through its emulator: scale-up, named-node scale-down, the cloud's failure path.
-    Returns the workload changes it made, phase by phase (for the simulator's scenario)."""
-    group = backend.e2e_group
+    Returns the workload changes it made, phase by phase (for the simulator's scenario).
+
+    Each group starts at a base size, its min (0 where the cloud allows empty groups, 1 on VKE), its
+    machines running and registered: the workload asks for base + 1 nodes' worth of pods, one per
+    node, so the base nodes take `base` of them and CA adds exactly one node; at zero replicas CA
+    removes exactly one of the group's now-empty nodes, its own pick, down to the base."""
+    group, scarce_group = backend.e2e_group, backend.stockout_group
     r.shape = cloud_shape(r)
-    one = fits_one_node(r, group, "one")
+    bounds, _, sizes = r.shape
+    for g in (group, scarce_group):
+        assert sizes[g] == bounds[g][0], (
+            f"group {g} must start at its min size {bounds[g][0]}, not {sizes[g]} (CA would remove "
+            "the surplus nodes before the scenario starts)"
+        )
+        wait_registered(r, g, sizes[g])
+    base = sizes[group]
+    one = fits_one_node(r, group, "one", replicas=base + 1)
     phase_scale_up(r, group, one, 1)
-    placed = wl.running_on(r.kube, "one")
-    phase_scale_down_named(r, "one", group, expect_nodes=set(placed.values()))
-    assert r.server.target(group) == 0
-    scarce = fits_one_node(r, backend.stockout_group, "scarce")
-    phase_stockout(r, backend.stockout_group, scarce)
-    return [Change(0, one, 1), Change(1, one, 0), Change(2, scarce, 1)]
+    phase_scale_down_named(r, "one", group, candidates=group_nodes(r, group), count=1)
+    assert r.server.target(group) == base
+    scarce = fits_one_node(r, scarce_group, "scarce", replicas=sizes[scarce_group] + 1)
+    phase_stockout(r, scarce_group, scarce, delta=1)
+    return [Change(0, one, base + 1), Change(1, one, 0), Change(2, scarce, sizes[scarce_group] + 1)]
 
 
-def cloud_shape(r: Run) -> tuple[dict[str, tuple[int, int]], dict[str, dict]]:
-    """Our server's node groups as CA sees them: bounds, and each template's allocatable resources,
-    labels and taints (the input of `compare.mirror_cloud`)."""
+def wait_registered(r: Run, group: str, count: int) -> None:
+    """Until `group` has `count` running machines, each a registered Node (CA counts a machine
+    without a Node as a node still coming up)."""
+
+    def registered() -> bool:
+        running = [
+            i
+            for i in r.server.instances(group)
+            if i.status.instanceState == pb.InstanceStatus.instanceRunning
+        ]
+        return len(running) == count and len(group_nodes(r, group)) == count
+
+    wait_for(f"{count} registered node(s) of {group}", registered, PHASE_TIMEOUT, watch=r.watch())
+
+
+def cloud_shape(r: Run) -> Shape:
+    """Our server's node groups as CA sees them: bounds, each template's allocatable resources,
+    labels and taints, and each group's target size now (the input of `compare.mirror_cloud`)."""
     bounds: dict[str, tuple[int, int]] = {}
     tpls: dict[str, dict] = {}
+    sizes: dict[str, int] = {}
     with r.server.endpoint.channel() as channel:
         stub = pb_grpc.CloudProviderStub(channel)
         for group in stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups:
             bounds[group.id] = (group.minSize, group.maxSize)
+            sizes[group.id] = stub.NodeGroupTargetSize(
+                pb.NodeGroupTargetSizeRequest(id=group.id), timeout=5
+            ).targetSize
             res = stub.NodeGroupTemplateNodeInfo(pb.NodeGroupTemplateNodeInfoRequest(id=group.id), timeout=5)
             node = decode_node(res.nodeBytes)
             tpls[group.id] = {
@@ -263,7 +315,7 @@ def cloud_shape(r: Run) -> tuple[dict[str, tuple[int, int]], dict[str, dict]]:
                 "labels": dict(node.metadata.labels),
                 "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.spec.taints],
             }
-    return bounds, tpls
+    return bounds, tpls, sizes
 
 
 def node_groups(r: Run) -> dict[str, str]:

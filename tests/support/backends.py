@@ -45,11 +45,12 @@ class BackendUnderTest:
     cloud: Callable[[Path, Path | None], ExternalCloud] | None = None
     #: The real cluster-autoscaler end-to-end run (tests/realca): YAML for `serve --config` that gives
     #: the backend (through its emulator) at least the two node groups below, machines booting within
-    #: a few seconds. `e2e_group` must hold 0 machines at start and have room for 2; its template
-    #: must differ from the other groups' in at least one label (the scenario pins pods with it).
-    #: `stockout_group` is the cloud's failure path: a group whose machines the cloud never creates
-    #: (an emulator stock of 0, a sim stockout), which CA must back off from. Empty `e2e_config`
-    #: keeps the backend out of the real-CA run (say why in a comment on the entry).
+    #: a few seconds. Both groups must start at their min size (their base: 0 where the cloud allows
+    #: empty groups, 1 on VKE) with room for one more; `e2e_group`'s template must differ from the
+    #: other groups' in at least one label (the scenario pins pods with it). `stockout_group` is the
+    #: cloud's failure path: a group whose new machines the cloud never creates (an emulator stock of
+    #: 0, a sim stockout), which CA must back off from. Empty `e2e_config` keeps the backend out of
+    #: the real-CA run (say why in a comment on the entry).
     e2e_config: str = ""
     e2e_group: str = ""
     stockout_group: str = ""
@@ -101,6 +102,22 @@ cherry:
   emulator: {deploy-seconds: 0, stock: 20}
 """
 
+#: two VKE pools with fixed ids (the group ids), each at its min of 1 node (VKE never holds a pool below
+#: 1); the scarce one's plan is sold out in the location, so its PATCHes up answer 400 (capacity)
+VULTR_E2E_WORKERS = "7e2e0000-0000-4000-8000-00000000a001"
+VULTR_E2E_SCARCE = "7e2e0000-0000-4000-8000-00000000a002"
+_VULTR_E2E = f"""
+vultr:
+  emulator:
+    provision-seconds: 2
+    stock: {{vc2-6c-16gb: 0}}
+    pools:
+      - {{id: {VULTR_E2E_WORKERS}, label: workers, plan: vc2-4c-8gb, node_quantity: 1, min_nodes: 1,
+         max_nodes: 4}}
+      - {{id: {VULTR_E2E_SCARCE}, label: scarce, plan: vc2-6c-16gb, node_quantity: 1, min_nodes: 1,
+         max_nodes: 3}}
+"""
+
 #: the emulator's demo cluster: "general" 1..10 with one node first, "highmem" 1..5; nodes boot at once
 _VULTR_CONFORMANCE = """
 provider: vultr
@@ -119,6 +136,24 @@ spc:
     pools:
       - {name: Workers, instance-size: t2.xlarge, min-count: 0, max-count: 4}
       - {name: Scarce, instance-size: m4.xlarge, min-count: 0, max-count: 3, capacity: 0}
+"""
+
+#: two empty SKS nodepools with fixed Instance Pool ids (the group ids); the zone has no capacity left
+#: for the scarce one's instance type, so its scale operations fail (reason `unavailable`)
+EXOSCALE_E2E_WORKERS = "e2e00000-0000-4000-8000-00000000b001"
+EXOSCALE_E2E_SCARCE = "e2e00000-0000-4000-8000-00000000b002"
+_EXOSCALE_E2E = f"""
+nodes: ["0:4:workers", "0:3:scarce"]
+exoscale:
+  emulator:
+    boot-seconds: 2
+    destroy-seconds: 1
+    stock: {{standard.large: 0}}
+    nodepools:
+      - {{name: workers, instance-pool-id: {EXOSCALE_E2E_WORKERS}, instance-type: standard.medium, size: 0,
+         labels: {{role: workers}}}}
+      - {{name: scarce, instance-pool-id: {EXOSCALE_E2E_SCARCE}, instance-type: standard.large, size: 0,
+         labels: {{role: scarce}}}}
 """
 
 #: the demo cluster (its first pool: t2.medium 1..8 with one node), nodes built at once
@@ -166,9 +201,6 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         stockout_group="scarce",
         conformance_config=_CHERRY_CONFORMANCE,
     ),
-    # Not in the real-CA run: its generic scenario needs a group that starts at 0 machines and goes
-    # back to 0, and VKE never holds a pool below 1 node (min_nodes 0 counts as 1; the emulator
-    # refuses node_quantity 0 and deleting a pool's last node, as VKE does).
     BackendUnderTest(
         "vultr",
         ("--provider", "vultr", "--emulate"),
@@ -176,6 +208,9 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         shape="pools",
         cloud=VultrCloud,
         conformance_config=_VULTR_CONFORMANCE,
+        e2e_config=_VULTR_E2E,
+        e2e_group=VULTR_E2E_WORKERS,
+        stockout_group=VULTR_E2E_SCARCE,
     ),
     BackendUnderTest(
         "exoscale",
@@ -183,6 +218,9 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         secret_env=("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"),
         shape="pools",
         cloud=ExoscaleCloud,
+        e2e_config=_EXOSCALE_E2E,
+        e2e_group=EXOSCALE_E2E_WORKERS,
+        stockout_group=EXOSCALE_E2E_SCARCE,
     ),
     BackendUnderTest(
         "alicloud",

@@ -101,6 +101,15 @@ def test_quota_refusal_is_out_of_resources(emu_clock: ManualClock) -> None:
         assert bad.value.error_class == ErrorClass.OTHER and "at least 1" in bad.value.message
 
 
+def test_a_sold_out_plan_is_out_of_resources(emu_clock: ManualClock) -> None:
+    with new_emulator(emu_clock, stock={"vc2-4c-8gb": 0}, rate_limit_per_s=None) as emu:
+        with pytest.raises(CloudError) as info:
+            client(emu).set_node_quantity(CLUSTER, emu.pool_id("general"), 3)
+        err = info.value
+        assert (err.error_class, err.transient, err.status) == (ErrorClass.OUT_OF_RESOURCES, False, 400)
+        assert "sold out" in err.message
+
+
 def test_the_api_rate_limit_is_survived(emu_clock: ManualClock) -> None:
     """The emulator's bucket (scaled down from Vultr's 30/s so the test stays short) answers 429;
     the client retries through it, and a client limit under the API's never meets it."""

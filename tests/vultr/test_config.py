@@ -166,6 +166,16 @@ def test_each_malformed_file_gives_one_line_naming_the_key(
         ({"options": {"reserved": {"cpu": "lots"}}}, "vultr.reserved.cpu"),
         ({"options": {"emulator": {"speed": 1}}}, "vultr.emulator.speed"),
         ({"options": {"emulator": {"pools": [{"label": "a"}]}}}, "vultr.emulator.pools[0].plan"),
+        (
+            {"options": {"emulator": {"pools": [{"id": "../x", "label": "a", "plan": "vc2-1c-2gb"}]}}},
+            "vultr.emulator.pools[0].id",
+        ),
+        ({"options": {"emulator": {"stock": {"vc2-1c-2gb": -1}}}}, "vultr.emulator.stock.vc2-1c-2gb"),
+        ({"options": {"emulator": {"stock": [1]}}}, "vultr.emulator.stock"),
+        (
+            {"options": {"emulator": {"pools": [{"id": "p1", "label": "a", "plan": "x"}] * 2}}},
+            "vultr.emulator.pools",
+        ),
         ({"env": {"VULTR_API_KEY": "bad\x01key"}}, "VULTR_API_KEY"),
         ({"env": {"VULTR_API_URL": "nope"}}, "VULTR_API_URL"),
         ({"nodes": (NodesSpec(0, 0, "general"),)}, "nodes (general)"),

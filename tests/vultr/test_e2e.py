@@ -327,3 +327,32 @@ def test_nodes_flag_narrows_the_discovered_pools(emulator: VultrEmulator) -> Non
         refresh(s)
         [group] = s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
         assert (group.id, group.minSize, group.maxSize) == (emulator.pool_id("gpu"), 1, 4)
+
+
+def test_the_cross_backend_entry_names_real_groups() -> None:
+    """tests/support/backends.py: the real-CA run's pools exist under their fixed ids, at their min
+    size, and the scarce one's plan is sold out (class 1 on the placeholder, which CA deletes)."""
+    import yaml
+
+    from tests.support.backends import backend
+
+    be = backend("vultr")
+    ctx = ProviderContext(options=yaml.safe_load(be.e2e_config)["vultr"], emulate=True)
+    with serving(build_provider("vultr", ctx)) as (_, s):
+        refresh(s)
+        groups = {g.id: g for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups}
+        assert set(groups) == {be.e2e_group, be.stockout_group}
+        for gid, g in groups.items():
+            assert target(s, gid) == g.minSize == 1 and g.maxSize >= 2
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=be.stockout_group, delta=1), timeout=5)
+
+        def failed() -> list[pb.Instance]:
+            return [i for i in instances(s, be.stockout_group) if i.status.HasField("errorInfo")]
+
+        eventually(s, lambda: len(failed()) == 1)
+        (placeholder,) = failed()
+        assert placeholder.status.errorInfo.instanceErrorClass == 1
+        assert "sold out" in placeholder.status.errorInfo.errorMessage
+        node = pb.ExternalGrpcNode(providerID=placeholder.id, name=placeholder.id)
+        s.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=be.stockout_group, nodes=[node]), timeout=5)
+        assert target(s, be.stockout_group) == 1

@@ -146,6 +146,25 @@ def test_invalid_quantities_and_the_account_limit(emu_clock: ManualClock) -> Non
         assert emu.pool_record(pid)["node_quantity"] == 5
 
 
+def test_a_sold_out_plan_refuses_growth_until_capacity_comes_back(emu_clock: ManualClock) -> None:
+    """`stock`: new nodes of a plan the location can still provide. Growth beyond it answers 400 and
+    leaves the pool as it was; other plans scale on; a deleted node gives its capacity back."""
+    with new_emulator(emu_clock, stock={"vc2-4c-8gb": 1}) as emu:  # general: vc2-4c-8gb, 2 nodes
+        general, gpu = emu.pool_id("general"), emu.pool_id("gpu")
+        r = patch(emu, general, {"node_quantity": 4})
+        assert r.status_code == 400 and r.json()["status"] == 400
+        assert "sold out" in r.json()["error"] and "vc2-4c-8gb" in r.json()["error"]
+        assert emu.pool_record(general)["node_quantity"] == 2 and len(emu.node_ids(general)) == 2
+        assert patch(emu, gpu, {"node_quantity": 3}).status_code == 202  # another plan: no limit
+        assert patch(emu, general, {"node_quantity": 3}).status_code == 202  # the last one in stock
+        assert patch(emu, general, {"node_quantity": 4}).status_code == 400
+        victim = emu.node_ids(general)[0]
+        gone = requests.delete(f"{pools_url(emu)}/{general}/nodes/{victim}", headers=H, timeout=5)
+        assert gone.status_code == 204
+        assert patch(emu, general, {"node_quantity": 3}).status_code == 202  # its capacity came back
+        assert emu.stock == {"vc2-4c-8gb": 0}
+
+
 def test_stale_echo_is_applied_but_echoes_the_old_quantity(emulator: VultrEmulator) -> None:
     pid = emulator.pool_id("general")
     emulator.stale_echoes = 1
@@ -184,13 +203,19 @@ def test_state_file_survives_restart(tmp_path: Path, emu_clock: ManualClock) -> 
 
 
 def test_build_emulator_is_seeded_from_the_configuration(tmp_path: Path) -> None:
-    ctx = vultr_ctx(
-        options={"emulator": {"pools": [{"label": "only", "plan": "vc2-1c-2gb", "max_nodes": 4}]}}
-    )
+    fixed = "7e2e0000-0000-4000-8000-0000000000f1"
+    pools = [
+        {"label": "only", "plan": "vc2-1c-2gb", "max_nodes": 4},
+        {"id": fixed, "label": "named", "plan": "vc2-2c-4gb"},
+    ]
+    ctx = vultr_ctx(options={"emulator": {"pools": pools, "stock": {"vc2-2c-4gb": 0}}})
     emu = build_emulator(ctx, "127.0.0.1:0", None)
     try:
         body = requests.get(pools_url(emu), headers=H, timeout=5).json()
-        assert [(p["label"], p["max_nodes"]) for p in body["node_pools"]] == [("only", 4)]
+        assert [(p["label"], p["max_nodes"]) for p in body["node_pools"]] == [("only", 4), ("named", 10)]
+        assert body["node_pools"][1]["id"] == fixed
+        refused = patch(emu, fixed, {"node_quantity": 2})
+        assert refused.status_code == 400 and "sold out" in refused.json()["error"]
     finally:
         emu.stop()
     # nothing configured: the demo cluster, the default key

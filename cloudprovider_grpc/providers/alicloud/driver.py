@@ -536,6 +536,9 @@ class AliCloudDriver(PoolDriver):
             return node.name
         return None
 
+    def fallback_version(self) -> object:
+        return None  # machine_of reads the node only
+
     def close(self) -> None:
         with self._pool_lock:
             if self._executor is not None:

@@ -137,6 +137,9 @@ class CherryDriver(MachineDriver):
     def is_control_plane(self, node: NodeRef) -> bool:
         return self.config.controller_label in node.labels or super().is_control_plane(node)
 
+    def fallback_version(self) -> object:
+        return None  # is_control_plane reads the node and the fixed configuration only
+
     def _machine(self, server: Mapping[str, Any], group: str) -> Machine:
         state, error = server_state(server)
         return Machine(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.providers.exoscale.emulator_seed import instance_types
 from cloudprovider_grpc.providers.options import (
     ClientTuning,
     norm_key,
@@ -75,8 +76,15 @@ _EMULATOR_KEYS = frozenset(
         "auth-failure-status",
         "rate-limit",
         "demo",
+        "stock",
+        "nodepools",
     }
 )
+#: a seeded nodepool: the API's field names (`instance-type` by `<family>.<size>`, `taints` as the API's
+#: {key: {value, effect}} map), plus fixed ids so a seed can name its node groups
+_NODEPOOL_KEYS = frozenset({"id", "instance-pool-id", "name", "instance-type", "size", "labels", "taints"})
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 
 #: HTTP client defaults; Exoscale publishes no rate limit (research B5), so ours only smooths bursts
@@ -98,6 +106,11 @@ class EmulatorOptions:
     rate_limit: float | None = None
     #: seed the demo SKS cluster (two nodepools) and standalone pool
     demo: bool = True
+    #: instance type (`<family>.<size>`) -> instances of it the zone can still create (0: none; a
+    #: scale-up beyond it fails its operation, reason `unavailable`); types not named have no limit
+    stock: Mapping[str, int] = field(default_factory=dict)
+    #: nodepools seeded instead of the demo's (`seed_demo`'s entry shape); None: the demo cloud
+    nodepools: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,49 @@ def _pick(env: Mapping[str, str], var: str, opts: Mapping[str, Any], key: str) -
     return ("" if value is None else str(value)), f"exoscale.{key}"
 
 
+def _type_name(value: Any, where: str) -> str:
+    known = sorted(f"{t['family']}.{t['size']}" for t in instance_types(EMULATOR_ZONE))
+    name = str(value or "").strip()
+    if name not in known:
+        raise ConfigError(where, f"{name!r} is not an emulated instance type (known: {', '.join(known)})")
+    return name
+
+
+def _seed_nodepool(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, "expected a mapping")
+    opts = {norm_key(k): v for k, v in raw.items()}
+    for k in opts:
+        if k not in _NODEPOOL_KEYS:
+            raise ConfigError(f"{where}.{k}", f"unknown key (known: {', '.join(sorted(_NODEPOOL_KEYS))})")
+    name = str(opts.get("name") or "").strip()
+    if not name:
+        raise ConfigError(f"{where}.name", "missing (a non-empty string)")
+    for key in ("id", "instance-pool-id"):
+        if opts.get(key) is not None and not _UUID_RE.match(str(opts[key])):
+            raise ConfigError(f"{where}.{key}", f"{opts[key]!r} is not a lower-case UUID")
+    labels = opts.get("labels") or {}
+    taints = opts.get("taints") or {}
+    if not isinstance(labels, Mapping):
+        raise ConfigError(f"{where}.labels", "expected a mapping of strings")
+    if not isinstance(taints, Mapping) or not all(
+        isinstance(t, Mapping) and t.get("effect", "NoSchedule") in _TAINT_EFFECTS for t in taints.values()
+    ):
+        raise ConfigError(f"{where}.taints", "expected {key: {value, effect}} with a Kubernetes taint effect")
+    return {
+        "id": str(opts.get("id") or ""),
+        "instance-pool-id": str(opts.get("instance-pool-id") or ""),
+        "name": name,
+        "type": _type_name(opts.get("instance-type", "standard.medium"), f"{where}.instance-type"),
+        "size": read_int(opts.get("size", 0), f"{where}.size"),
+        "labels": {str(k): str(v) for k, v in labels.items()},
+        "taints": {
+            str(k): {"value": str(t.get("value") or ""), "effect": str(t.get("effect") or "NoSchedule")}
+            for k, t in taints.items()
+        },
+    }
+
+
 def _emulator_options(value: Any) -> EmulatorOptions:
     if value is None:
         return EmulatorOptions()
@@ -188,6 +244,19 @@ def _emulator_options(value: Any) -> EmulatorOptions:
     demo = emu.get("demo", d.demo)
     if not isinstance(demo, bool):
         raise ConfigError(w("demo"), f"expected true or false, got {demo!r}")
+    raw_stock = emu.get("stock") or {}
+    if not isinstance(raw_stock, Mapping):
+        raise ConfigError(w("stock"), "expected a mapping of instance type -> count")
+    stock = {_type_name(k, w(f"stock.{k}")): read_int(v, w(f"stock.{k}")) for k, v in raw_stock.items()}
+    nodepools = None
+    if emu.get("nodepools") is not None:
+        if not isinstance(emu["nodepools"], list) or not emu["nodepools"]:
+            raise ConfigError(w("nodepools"), "expected a non-empty list of nodepools")
+        nodepools = tuple(_seed_nodepool(n, w(f"nodepools[{i}]")) for i, n in enumerate(emu["nodepools"]))
+        for key in ("name", "id", "instance-pool-id"):
+            values = [n[key] for n in nodepools if n[key]]
+            if len(set(values)) != len(values):
+                raise ConfigError(w("nodepools"), f"two nodepools have the same {key}")
     return EmulatorOptions(
         boot_seconds=read_float(emu.get("boot-seconds", d.boot_seconds), w("boot-seconds")),
         destroy_seconds=read_float(emu.get("destroy-seconds", d.destroy_seconds), w("destroy-seconds")),
@@ -207,6 +276,8 @@ def _emulator_options(value: Any) -> EmulatorOptions:
             else None
         ),
         demo=demo,
+        stock=stock,
+        nodepools=nodepools,
     )
 
 

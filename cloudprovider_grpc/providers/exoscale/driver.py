@@ -20,6 +20,7 @@ placeholders, class OUT_OF_RESOURCES when it is a quota refusal.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +43,8 @@ from cloudprovider_grpc.providers.driver import (
     narrow_groups,
 )
 from cloudprovider_grpc.providers.exoscale.client import _QUOTA_RE, ExoscaleClient
+
+_CAPACITY_RE = re.compile(r"capacity|insufficient|sold.?out|no (?:more )?(?:hosts|resources)", re.I)
 from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig
 
 log = logging.getLogger(__name__)
@@ -436,11 +439,20 @@ class ExoscaleDriver(PoolDriver):
         state, reason = op.get("state"), op.get("reason") or "unknown"
         detail = f": {op['message']}" if op.get("message") else ""
         message = f"exoscale {kind} of group {group}: operation {op.get('id')} {state} ({reason}){detail}"
-        quota = reason == "forbidden" and _QUOTA_RE.search(str(op.get("message") or ""))
+        text = str(op.get("message") or "")
+        # out of resources, which CA backs off from as such (class 1): an account quota answers
+        # `forbidden` with a quota message, a zone short of an instance type `unavailable` with a
+        # capacity message (Exoscale calls such offerings "capacity-constrained")
+        quota = reason == "forbidden" and _QUOTA_RE.search(text)
+        capacity = reason == "unavailable" and _CAPACITY_RE.search(text)
         return CloudError(
             message,
-            error_class=ErrorClass.OUT_OF_RESOURCES if quota else ErrorClass.OTHER,
-            code="QUOTA_EXCEEDED" if quota else f"exoscale-operation-{state}-{reason}",
+            error_class=ErrorClass.OUT_OF_RESOURCES if quota or capacity else ErrorClass.OTHER,
+            code="QUOTA_EXCEEDED"
+            if quota
+            else "OUT_OF_CAPACITY"
+            if capacity
+            else f"exoscale-operation-{state}-{reason}",
         )
 
     def poll(self, operation: Operation) -> OperationStatus:

@@ -17,9 +17,15 @@ OpenAPI document python-exoscale ships, which the test suite validates every ans
   and SKS nodepools mirror their pool (`scaling`);
 - the `instance` quota (limit -1 = unlimited), a scale-up beyond it either refused (400) or failing
   its operation (`quota_mode`); scaling a busy pool either accepted or failed as `conflict`;
+- capacity per instance type in the zone (`stock`): a scale-up beyond what is left fails its
+  operation with reason `unavailable` (an OpenAPI `operation.reason`), so one pool the zone cannot
+  fill fails while the others scale; destroyed members give their capacity back;
 - seeded faults, slow answers and 429s from the shared base, inspectable state, a state file.
-Undocumented details (the exact auth-failure status, quota and conflict behaviour, messages) are our
-reconstruction and configurable where the research left them open.
+Undocumented details (the exact auth-failure status, quota, capacity and conflict behaviour,
+messages) are our reconstruction and configurable where the research left them open. That capacity
+runs out per instance type and zone is Exoscale's own word: "Dedicated Inference may be
+capacity-constrained on certain offerings", per GPU family and zone (community.exoscale.com,
+product/concrete-ai/dedicated-inference/service-boundaries/limits-and-quotas).
 """
 
 from __future__ import annotations
@@ -103,6 +109,7 @@ class ExoscaleEmulator(EmulatorServer):
         operation_seconds: float = 0.0,
         quota_limit: int = 50,
         quota_mode: str = "operation",
+        stock: Mapping[str, int] | None = None,
         conflict_mode: str = "accept",
         auth_failure_status: int = 403,
         seed_value: int = 0,
@@ -138,6 +145,8 @@ class ExoscaleEmulator(EmulatorServer):
         self.signature_clock = signature_clock
         self._rng = random.Random(seed_value)
         self.instance_types = seed.instance_types(zone)
+        #: instance-type id -> instances of it the zone can still create (types not named: no limit)
+        self.stock: dict[str, int] = {self.find_type(k)["id"]: int(v) for k, v in (stock or {}).items()}
         self.clusters: dict[str, dict[str, Any]] = {}
         self.nodepools: dict[str, dict[str, Any]] = {}
         self.pools: dict[str, dict[str, Any]] = {}
@@ -198,6 +207,16 @@ class ExoscaleEmulator(EmulatorServer):
             if not any(value in d for d in taken):
                 return value
 
+    def _new_id(self, wanted: str) -> str:
+        """`wanted` when given (a UUID no object has yet), else a generated one."""
+        if not wanted:
+            return self._uuid()
+        if not _UUID_RE.match(wanted):
+            raise ValueError(f"{wanted!r} is not a UUID")
+        if any(wanted in d for d in (self.clusters, self.nodepools, self.pools, self.instances)):
+            raise ValueError(f"id {wanted} is already taken")
+        return wanted
+
     def add_key(self, key: str, secret: str, operations: Iterable[str] | None = None) -> None:
         with self.lock:
             self.keys[key] = secret
@@ -226,11 +245,12 @@ class ExoscaleEmulator(EmulatorServer):
         disk_size: int = 50,
         manager: str | None = None,
         running: bool = True,
+        pool_id: str = "",
     ) -> str:
         """A standalone Instance Pool (or, with `manager`, the pool behind a nodepool) with `size`
-        members, already running unless `running` is False."""
+        members, already running unless `running` is False; `pool_id` fixes its id."""
         with self.lock:
-            pid = self._uuid()
+            pid = self._new_id(pool_id)
             self.pools[pid] = {
                 "id": pid,
                 "name": name,
@@ -256,10 +276,13 @@ class ExoscaleEmulator(EmulatorServer):
         taints: Mapping[str, Mapping[str, str]] | None = None,
         disk_size: int = 50,
         running: bool = True,
+        nodepool_id: str = "",
+        pool_id: str = "",
     ) -> tuple[str, str]:
-        """An SKS nodepool and its Instance Pool; returns (nodepool id, instance pool id)."""
+        """An SKS nodepool and its Instance Pool; returns (nodepool id, instance pool id). The ids
+        are generated unless given (a seed that names its node groups: the group id is the pool's)."""
         with self.lock:
-            npid = self._uuid()
+            npid = self._new_id(nodepool_id)
             pid = self.add_pool(
                 f"nodepool-{name}-{npid[:5]}",
                 instance_type=instance_type,
@@ -267,6 +290,7 @@ class ExoscaleEmulator(EmulatorServer):
                 disk_size=disk_size,
                 manager=npid,
                 running=running,
+                pool_id=pool_id,
             )
             self.nodepools[npid] = {
                 "id": npid,
@@ -280,19 +304,26 @@ class ExoscaleEmulator(EmulatorServer):
             self.clusters[cluster_id]["nodepools"].append(npid)
             return npid, pid
 
-    def seed_demo(self, cluster_name: str = seed.DEMO_CLUSTER, extra_nodepools: Iterable[str] = ()) -> None:
+    def seed_demo(
+        self,
+        cluster_name: str = seed.DEMO_CLUSTER,
+        extra_nodepools: Iterable[str] = (),
+        nodepools: Iterable[Mapping[str, Any]] | None = None,
+    ) -> None:
         """The demo cloud: an SKS cluster with two nodepools (plus one per `extra_nodepools` name) and
-        one standalone pool, all members running."""
+        one standalone pool, all members running. `nodepools` (entries shaped as
+        `emulator_seed.DEMO_NODEPOOLS`, optionally with `id` and `instance-pool-id`) replaces the
+        demo's nodepools and its standalone pool."""
         with self.lock:
             cid = self.add_cluster(cluster_name)
             names = set()
-            for np in seed.DEMO_NODEPOOLS:
+            for np in seed.DEMO_NODEPOOLS if nodepools is None else nodepools:
                 names.add(np["name"])
                 self.add_nodepool(
                     cid, np["name"], instance_type=np["type"], size=np["size"], labels=np["labels"],
-                    taints=np["taints"],
+                    taints=np["taints"], nodepool_id=np.get("id", ""), pool_id=np.get("instance-pool-id", ""),
                 )  # fmt: skip
-            for p in seed.DEMO_POOLS:
+            for p in seed.DEMO_POOLS if nodepools is None else ():
                 names.add(p["name"])
                 self.add_pool(p["name"], instance_type=p["type"], size=p["size"])
             for name in extra_nodepools:
@@ -339,6 +370,7 @@ class ExoscaleEmulator(EmulatorServer):
             "keys": self.keys,
             "allowed": {k: (None if v is None else sorted(v)) for k, v in self.allowed.items()},
             "quota_limit": self.quota_limit,
+            "stock": self.stock,
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
@@ -347,6 +379,7 @@ class ExoscaleEmulator(EmulatorServer):
         for k, v in (data.get("allowed") or {}).items():
             self.allowed[k] = None if v is None else frozenset(v)
         self.quota_limit = int(data.get("quota_limit", self.quota_limit))
+        self.stock.update({str(k): int(v) for k, v in (data.get("stock") or {}).items()})
 
     # ------------------------------------------------------------------ auth, IAM, errors
     def error_body(self, status: int, message: str) -> Any:
@@ -464,6 +497,8 @@ class ExoscaleEmulator(EmulatorServer):
             pool["instances"].remove(iid)
             self.instances[iid]["destroy_at"] = self.clock()
             pool["size"] -= 1
+            if pool["type"] in self.stock:
+                self.stock[pool["type"]] += 1
 
     def _pool_state(self, pool: Mapping[str, Any]) -> str:
         mine = [i for i in self.instances.values() if i["pool"] == pool["id"]]
@@ -609,6 +644,15 @@ class ExoscaleEmulator(EmulatorServer):
             if self.quota_mode == "reject":
                 raise HttpProblem(400, message)
             return ("failure", "forbidden", message)
+        left = self.stock.get(pool["type"])
+        if grow > 0 and left is not None and grow > left:
+            itype = next(t for t in self.instance_types if t["id"] == pool["type"])
+            return (
+                "failure",
+                "unavailable",
+                f"Not enough capacity for instance type {itype['family']}.{itype['size']} in zone "
+                f"{self.zone}: {left} left, {grow} requested",
+            )
         return None
 
     def _scale(self, req: Request, pool: dict[str, Any], ref_kind: str, ref_id: str) -> Response:
@@ -625,6 +669,8 @@ class ExoscaleEmulator(EmulatorServer):
         outcome = self._outcome(pool, size - pool["size"])
         if outcome is None:
             if size > pool["size"]:
+                if pool["type"] in self.stock:
+                    self.stock[pool["type"]] -= size - pool["size"]
                 self._grow(pool, size - pool["size"])
             elif size < pool["size"]:
                 # the API picks which members go; the newest first here

@@ -33,8 +33,9 @@ def make_client(config: ExoscaleConfig, endpoint: str | None = None) -> Exoscale
 
 
 def emulator_for(config: ExoscaleConfig, address: str, state_file: Path | None) -> ExoscaleEmulator:
-    """An emulator accepting the configured key, seeded with the demo cloud (unless a state file
-    already holds a cloud) and one nodepool per --nodes name the demo lacks."""
+    """An emulator accepting the configured key, seeded with the demo cloud or the configured
+    `emulator.nodepools` (unless a state file already holds a cloud) and one nodepool per --nodes
+    name they lack."""
     host, _, port = address.rpartition(":")
     try:
         port_n = int(port)
@@ -52,6 +53,7 @@ def emulator_for(config: ExoscaleConfig, address: str, state_file: Path | None) 
         operation_seconds=emu.operation_seconds,
         quota_limit=emu.quota_limit,
         quota_mode=emu.quota_mode,
+        stock=emu.stock,
         conflict_mode=emu.conflict_mode,
         auth_failure_status=emu.auth_failure_status,
         rate_limit_per_s=emu.rate_limit,
@@ -61,6 +63,7 @@ def emulator_for(config: ExoscaleConfig, address: str, state_file: Path | None) 
         emulator.seed_demo(
             config.sks_cluster or "demo",
             extra_nodepools=[s.name for s in config.specs if "*" not in config.instance_pools],
+            nodepools=emu.nodepools,
         )
     return emulator
 

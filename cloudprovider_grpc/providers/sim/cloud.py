@@ -251,12 +251,13 @@ class SimCloud:
     def _alive(self, group: str) -> list[SimMachine]:
         return [m for m in self.machines.values() if m.group == group and m.deleted_at is None]
 
-    def _converge(self, group: str, now: float) -> None:
+    def _converge(self, group: str, now: float, alive: list[SimMachine] | None = None) -> None:
         """Create or delete instances until the group holds its desired size. Creation honours the
         group's failure injection; a failure is remembered as the pool's scaling failure until the
         group reaches its size. A lower size deletes random instances (VKE's behaviour)."""
         spec, want = self.groups[group], self.desired[group]
-        alive = self._alive(group)
+        if alive is None:
+            alive = self._alive(group)
         while len(alive) > want:
             victim = alive.pop(self._rng.randrange(len(alive)))
             victim.deleted_at = now
@@ -279,14 +280,19 @@ class SimCloud:
         """Per group: desired size, members, last scaling failure (one call, like a cluster listing)."""
         now = self.clock()
         with self._lock:
+            # one pass over the machines: collecting each group's alive ones per group was
+            # O(groups x machines), 0.6 s per listing at 1,000 groups
+            alive: dict[str, list[SimMachine]] = {g: [] for g in self.groups}
+            for sm in self.machines.values():
+                if sm.deleted_at is None and sm.group in alive:
+                    alive[sm.group].append(sm)
             for group in self.groups:
-                self._converge(group, now)
-        machines = self.list_machines()
+                self._converge(group, now, alive[group])
+        members: dict[str, list[Machine]] = {g: [] for g in self.groups}
+        for m in self.list_machines():  # one pass: filtering per group was O(groups x machines)
+            members.setdefault(m.group, []).append(m)
         with self._lock:
-            return {
-                g: (self.desired[g], [m for m in machines if m.group == g], self.failures[g])
-                for g in self.groups
-            }
+            return {g: (self.desired[g], members[g], self.failures[g]) for g in self.groups}
 
     def set_size(self, group: str, size: int) -> None:
         with self._lock:

@@ -92,6 +92,8 @@ class SpcDriver(MachineDriver):
         self._draft_since: dict[int, float] = {}
         #: SPC instance_id / machine id -> the machine, from the latest listing
         self._by_spc_instance: dict[str, str] = {}
+        #: incremented whenever what group_of/machine_of read changes (see fallback_version)
+        self._fallback_changes = 0
         self._pk_by_id: dict[str, int] = {}
         self._listed = False
         self._unmatched: set[str] = set()
@@ -139,6 +141,8 @@ class SpcDriver(MachineDriver):
             )
         groups.sort(key=lambda g: g.id)
         with self._lock:
+            if [g.id for g in groups] != [g.id for g in self._groups]:
+                self._fallback_changes += 1
             self._pools = found
             self._groups = groups
 
@@ -162,6 +166,12 @@ class SpcDriver(MachineDriver):
             return None
         with self._lock:
             return self._by_spc_instance.get(spc_id)
+
+    def fallback_version(self) -> object:
+        """A counter, not a snapshot: listings replace the maps outside the machinery's lock (a
+        create's token look-up lists too), so a change and its reversal must still both count."""
+        with self._lock:
+            return self._fallback_changes
 
     # ------------------------------------------------------------------ listing
     def _state(self, node: Mapping[str, Any], now: float) -> tuple[InstanceState, InstanceError | None]:
@@ -248,6 +258,8 @@ class SpcDriver(MachineDriver):
                     if key:
                         by_spc[key] = m.id
             self._draft_since = {pk: t for pk, t in self._draft_since.items() if pk in seen}
+            if by_spc != self._by_spc_instance:
+                self._fallback_changes += 1
             self._by_spc_instance = by_spc
             self._pk_by_id = pk_by_id
             self._listed = True

@@ -60,10 +60,12 @@ _FILE_KEYS = frozenset({"cluster_id", "token", "api_url"})
 TUNING = ClientTuning(read_timeout=4.0, retries=3, rate_limit=20.0)
 #: option keys as `norm_key` spells them (users may write `-` or `_`)
 _TOP_KEYS = ClientTuning.KEYS | {"cluster-id", "api-url", "reserved", "page-size", "emulator"}
-_EMULATOR_KEYS = frozenset({"provision-seconds", "rate-limit", "page-size", "node-limit", "region", "pools"})
-#: a seeded pool takes the API's own field names
+_EMULATOR_KEYS = frozenset(
+    {"provision-seconds", "rate-limit", "page-size", "node-limit", "stock", "region", "pools"}
+)
+#: a seeded pool takes the API's own field names (`id`: a fixed pool id instead of a generated one)
 _EMULATOR_POOL_KEYS = frozenset(
-    {"label", "plan", "node_quantity", "min_nodes", "max_nodes", "auto_scaler", "labels", "taints"}
+    {"id", "label", "plan", "node_quantity", "min_nodes", "max_nodes", "auto_scaler", "labels", "taints"}
 )
 #: cluster ids go into URL paths; VKE's are UUIDs, anything else could escape the path
 _CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
@@ -71,7 +73,8 @@ _CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 
 @dataclass(frozen=True)
 class EmulatorPool:
-    """One node pool the emulator seeds into the cluster (see emulator_seed.DEMO_POOLS)."""
+    """One node pool the emulator seeds into the cluster (see emulator_seed.DEMO_POOLS). `id` fixes
+    the pool id (the node group id), so tests and demos can name the group; "" generates one."""
 
     label: str
     plan: str
@@ -81,6 +84,7 @@ class EmulatorPool:
     auto_scaler: bool = True
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, str], ...] = ()
+    id: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,9 @@ class EmulatorOptions:
     page_size: int = 100
     #: nodes the account may run in total; None for no limit (PATCH beyond it answers 400)
     node_limit: int | None = None
+    #: plan id -> new nodes of that plan the location can still provide (0: sold out; PATCH growing
+    #: a pool of it answers 400); plans not named have no limit
+    stock: Mapping[str, int] = field(default_factory=dict)
     region: str = "ewr"
     #: None: the demo pools
     pools: tuple[EmulatorPool, ...] | None = None
@@ -174,7 +181,11 @@ def _emulator_pool(raw: Any, where: str) -> EmulatorPool:
     taints = opts.get("taints") or []
     if not isinstance(taints, list) or not all(isinstance(t, Mapping) and "key" in t for t in taints):
         raise ConfigError(f"{where}.taints", "expected a list of {key, value, effect}")
+    pool_id = str(opts.get("id") or "")
+    if pool_id and not _CLUSTER_ID_RE.match(pool_id):
+        raise ConfigError(f"{where}.id", f"{pool_id!r} is not a node pool id (a UUID)")
     pool = EmulatorPool(
+        id=pool_id,
         label=opts["label"],
         plan=opts["plan"],
         node_quantity=read_int(opts.get("node_quantity", 1), f"{where}.node_quantity", minimum=1),
@@ -199,6 +210,13 @@ def _emulator(value: Any) -> EmulatorOptions:
         if not isinstance(emu["pools"], list) or not emu["pools"]:
             raise ConfigError("vultr.emulator.pools", "expected a non-empty list of pools")
         pools = tuple(_emulator_pool(p, f"vultr.emulator.pools[{i}]") for i, p in enumerate(emu["pools"]))
+        ids = [p.id for p in pools if p.id]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("vultr.emulator.pools", "two pools have the same id")
+    stock = {
+        str(plan): read_int(n, f"vultr.emulator.stock.{plan}")
+        for plan, n in read_mapping(emu.get("stock") or {}, "vultr.emulator.stock").items()
+    }
     rate = emu.get("rate-limit", defaults.rate_limit)  # 0 or null: no limit
     limit = emu.get("node-limit")
     return EmulatorOptions(
@@ -208,6 +226,7 @@ def _emulator(value: Any) -> EmulatorOptions:
         rate_limit=read_float(rate, "vultr.emulator.rate-limit", allow_zero=False) if rate else None,
         page_size=read_int(emu.get("page-size", defaults.page_size), "vultr.emulator.page-size", minimum=1),
         node_limit=read_int(limit, "vultr.emulator.node-limit") if limit is not None else None,
+        stock=stock,
         region=str(emu.get("region") or defaults.region),
         pools=pools,
     )

@@ -93,6 +93,7 @@ class VultrDriver(PoolDriver):
         self._lock = threading.Lock()
         self._groups: list[GroupConfig] = []
         self._pools: dict[str, _PoolInfo] = {}
+        self._fallback_changes = 0  # incremented when what group_of reads changes
         self._plans: dict[str, dict[str, Any]] = {}
         self._region = ""
         self._unmatched: set[str] = set()  # --nodes names already warned about
@@ -177,6 +178,8 @@ class VultrDriver(PoolDriver):
                     "vultr: --nodes names %r, which is no pool with auto_scaler on in the cluster", spec.name
                 )
         with self._lock:
+            if _labels(groups, infos) != _labels(self._groups, self._pools):
+                self._fallback_changes += 1
             self._groups = groups
             self._pools = infos
         pools: list[Pool] = []
@@ -234,6 +237,11 @@ class VultrDriver(PoolDriver):
     def machine_of(self, node: NodeRef) -> str | None:
         node_id = node.labels.get(LABEL_NODE_ID, "").strip()
         return f"{ID_PREFIX}{node_id}" if node_id else None
+
+    def fallback_version(self) -> object:
+        """machine_of reads only the node; group_of reads the pool labels and the offered groups."""
+        with self._lock:
+            return self._fallback_changes
 
     def group_of(self, node: NodeRef) -> str | None:
         label = node.labels.get(LABEL_POOL, "").strip()
@@ -325,3 +333,8 @@ def _taints(raw: Any) -> tuple[Taint, ...]:
             )
         # a taint without a key cannot be on a node; skipped
     return tuple(out)
+
+
+def _labels(groups: list[GroupConfig], pools: Mapping[str, _PoolInfo]) -> tuple[object, ...]:
+    """What group_of answers from: each pool's label, and which pools are offered as groups."""
+    return tuple(g.id for g in groups), {gid: info.label for gid, info in pools.items()}

@@ -17,11 +17,24 @@ fixtures; the API v2 introduction):
   README's warning about VKE); DELETE of a node lowers `node_quantity` by one (inferred from the
   in-tree provider's decrement, not documented); `node_quantity` below 1 is refused with 400, and so is
   the deletion of a pool's last node; recycle replaces a node's id and keeps the quantity;
+<<<<<<< HEAD
 - an account-wide `node_limit` (PATCH beyond it: 400, a quota refusal), `unavailable_plans` (a pool on
   one cannot grow: 400) and `stale_echoes` (the next N PATCHes are applied but echo the old
   `node_quantity`), plus the base's switchable faults.
 Undocumented details (the quota wording, whether PATCH enforces `min_nodes`/`max_nodes`: off by
 default, `enforce_bounds` turns it on) are our reconstruction.
+=======
+- an account-wide `node_limit` (PATCH beyond it: 400, a quota refusal), a per-plan `stock` (new nodes
+  of a plan the location can still provide; a PATCH growing a pool beyond it: 400, a capacity
+  refusal; nodes deleted give their capacity back) and `stale_echoes` (the next N PATCHes are applied
+  but echo the old `node_quantity`), plus the base's switchable faults.
+Undocumented details (the quota and sold-out wording, that a sold-out plan refuses the PATCH rather
+than leaving nodes pending, whether PATCH enforces `min_nodes`/`max_nodes`: off by default,
+`enforce_bounds` turns it on) are our reconstruction. That a location runs out of a plan is
+documented by Vultr staff ("If the host node is out of capacity, no one will be able to deploy large
+instances there ... regardless of how the deployment is attempted (... Vultr API ...)",
+vultr/whmcs-vultr#74) and by users ("temporarily sold-out", joedicastro/vps-comparison#27).
+>>>>>>> main
 """
 
 from __future__ import annotations
@@ -61,6 +74,7 @@ class VultrEmulator(EmulatorServer):
         provision_seconds: float = 5.0,
         page_size: int = 100,
         node_limit: int | None = None,
+        stock: Mapping[str, int] | None = None,
         enforce_bounds: bool = False,
         plans: list[dict[str, Any]] | None = None,
         seed: int = 0,
@@ -81,6 +95,8 @@ class VultrEmulator(EmulatorServer):
         self.provision_seconds = provision_seconds
         self.page_size = page_size
         self.node_limit = node_limit
+        #: plan id -> new nodes of that plan the location can still provide (plans not named: no limit)
+        self.stock: dict[str, int] = dict(stock or {})
         self.enforce_bounds = enforce_bounds
         self.plans = copy.deepcopy(plans or emulator_seed.PLANS)
         self.rng = random.Random(seed)
@@ -141,7 +157,9 @@ class VultrEmulator(EmulatorServer):
     def add_pool(self, cluster_id: str, spec: EmulatorPool, *, ready: bool = False) -> str:
         with self.lock:
             now = self.clock()
-            pid = self._uuid()
+            pid = spec.id or self._uuid()
+            if pid in self.pools:
+                raise ValueError(f"node pool id {pid} is already taken")
             self.pools[pid] = {
                 "id": pid,
                 "cluster": cluster_id,
@@ -194,12 +212,18 @@ class VultrEmulator(EmulatorServer):
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> dict[str, Any]:
-        return {"clusters": self.clusters, "pools": self.pools, "tokens": sorted(self.tokens)}
+        return {
+            "clusters": self.clusters,
+            "pools": self.pools,
+            "tokens": sorted(self.tokens),
+            "stock": self.stock,
+        }
 
     def restore(self, data: Mapping[str, Any]) -> None:
         self.clusters = {str(k): dict(v) for k, v in data.get("clusters", {}).items()}
         self.pools = {str(k): dict(v) for k, v in data.get("pools", {}).items()}
         self.tokens.update(str(t) for t in data.get("tokens", []))
+        self.stock.update({str(k): int(v) for k, v in data.get("stock", {}).items()})
 
     # ------------------------------------------------------------------ auth, errors, rendering
     def authenticate(self, request: Request) -> str:
@@ -341,12 +365,14 @@ class VultrEmulator(EmulatorServer):
                         "would be exceeded (quota).",
                     )
             if want > old:
+                self._take_stock(pool, want - old)
                 self._grow(pool, want - old)
             elif want < old:
                 # what VKE does on a decrease: it picks the nodes itself, at random
                 victims = self.rng.sample(pool["nodes"], old - want)
                 for node in victims:
                     pool["nodes"].remove(node)
+                self._return_stock(pool, len(victims))
                 self.random_deletions.append((pool["id"], [n["id"] for n in victims]))
                 pool["node_quantity"] = want
         pool["updated"] = self.clock()
@@ -355,6 +381,25 @@ class VultrEmulator(EmulatorServer):
             self.stale_echoes -= 1
             echoed["node_quantity"] = old
         return Response(202, {"node_pool": echoed})
+
+    def _take_stock(self, pool: Mapping[str, Any], count: int) -> None:
+        """Refuse growth the location cannot provide (the pool is left as it was)."""
+        plan = pool["plan"]
+        left = self.stock.get(plan)
+        if left is None:
+            return
+        if count > left:
+            region = self.clusters[pool["cluster"]]["region"]
+            raise HttpProblem(
+                400,
+                f"Unable to scale node pool: plan {plan} is temporarily sold out in {region} "
+                f"(not enough capacity for {count} more node(s)).",
+            )
+        self.stock[plan] = left - count
+
+    def _return_stock(self, pool: Mapping[str, Any], count: int) -> None:
+        if pool["plan"] in self.stock:
+            self.stock[pool["plan"]] += count
 
     def _node(self, req: Request) -> tuple[dict[str, Any], dict[str, Any]]:
         pool = self._pool(req)
@@ -368,6 +413,7 @@ class VultrEmulator(EmulatorServer):
         if len(pool["nodes"]) <= 1:
             raise HttpProblem(400, "Unable to delete the last node of a node pool.")
         pool["nodes"].remove(node)
+        self._return_stock(pool, 1)
         pool["node_quantity"] = max(1, pool["node_quantity"] - 1)
         pool["updated"] = self.clock()
         return Response(204, headers={"Content-Type": None})

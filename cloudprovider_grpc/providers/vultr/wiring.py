@@ -53,6 +53,7 @@ def _emulator_for(
         provision_seconds=emu.provision_seconds,
         page_size=emu.page_size,
         node_limit=emu.node_limit,
+        stock=emu.stock,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
     )
