@@ -203,8 +203,8 @@ class VultrCloud(_Emulated):
         return self.emulator.node_ids(group)  # VKE removes a deleted node at once
 
     def break_group(self, group: str) -> None:
-        with self.emulator.lock:
-            self.emulator.unavailable_plans.add(self.emulator.pools[group]["plan"])
+        with self.emulator.lock:  # its plan sold out in the region: VKE refuses to grow it
+            self.emulator.stock[self.emulator.pools[group]["plan"]] = 0
 
     def refuse_all(self) -> None:
         with self.emulator.lock:

@@ -232,14 +232,3 @@ def test_build_emulator_is_seeded_from_the_configuration(tmp_path: Path) -> None
         ]  # fmt: skip
     finally:
         emu.stop()
-
-
-def test_a_pool_on_an_unavailable_plan_cannot_grow_but_can_shrink(emulator: VultrEmulator) -> None:
-    general, gpu = emulator.pool_id("general"), emulator.pool_id("gpu")
-    emulator.unavailable_plans.add(emulator.pool_record(general)["plan"])
-    refused = patch(emulator, general, {"node_quantity": 3})
-    assert refused.status_code == 400 and refused.json()["status"] == 400
-    assert "not available" in refused.json()["error"]
-    assert emulator.pool_record(general)["node_quantity"] == 2
-    assert patch(emulator, general, {"node_quantity": 1}).status_code == 202
-    assert patch(emulator, gpu, {"node_quantity": 2}).status_code == 202  # other plans unaffected

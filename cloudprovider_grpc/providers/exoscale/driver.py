@@ -43,9 +43,9 @@ from cloudprovider_grpc.providers.driver import (
     narrow_groups,
 )
 from cloudprovider_grpc.providers.exoscale.client import _QUOTA_RE, ExoscaleClient
+from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig
 
 _CAPACITY_RE = re.compile(r"capacity|insufficient|sold.?out|no (?:more )?(?:hosts|resources)", re.I)
-from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,6 @@ fixtures; the API v2 introduction):
   README's warning about VKE); DELETE of a node lowers `node_quantity` by one (inferred from the
   in-tree provider's decrement, not documented); `node_quantity` below 1 is refused with 400, and so is
   the deletion of a pool's last node; recycle replaces a node's id and keeps the quantity;
-<<<<<<< HEAD
-- an account-wide `node_limit` (PATCH beyond it: 400, a quota refusal), `unavailable_plans` (a pool on
-  one cannot grow: 400) and `stale_echoes` (the next N PATCHes are applied but echo the old
-  `node_quantity`), plus the base's switchable faults.
-Undocumented details (the quota wording, whether PATCH enforces `min_nodes`/`max_nodes`: off by
-default, `enforce_bounds` turns it on) are our reconstruction.
-=======
 - an account-wide `node_limit` (PATCH beyond it: 400, a quota refusal), a per-plan `stock` (new nodes
   of a plan the location can still provide; a PATCH growing a pool beyond it: 400, a capacity
   refusal; nodes deleted give their capacity back) and `stale_echoes` (the next N PATCHes are applied
@@ -34,7 +27,6 @@ than leaving nodes pending, whether PATCH enforces `min_nodes`/`max_nodes`: off 
 documented by Vultr staff ("If the host node is out of capacity, no one will be able to deploy large
 instances there ... regardless of how the deployment is attempted (... Vultr API ...)",
 vultr/whmcs-vultr#74) and by users ("temporarily sold-out", joedicastro/vps-comparison#27).
->>>>>>> main
 """
 
 from __future__ import annotations
@@ -106,9 +98,6 @@ class VultrEmulator(EmulatorServer):
         self.pools: dict[str, dict[str, Any]] = {}
         #: the next N PATCHes are applied but echo the previous node_quantity
         self.stale_echoes = 0
-        #: plans sold out in the cluster's region: a PATCH raising node_quantity of a pool on one is
-        #: refused with 400 (one pool VKE cannot grow beside healthy ones; the wording is ours)
-        self.unavailable_plans: set[str] = set()
         #: every PATCH that reached a pool: (pool id, node_quantity asked or None), in order
         self.patches: list[tuple[str, int | None]] = []
         #: nodes VKE chose to delete itself because a PATCH lowered node_quantity below the node
@@ -354,8 +343,6 @@ class VultrEmulator(EmulatorServer):
                 raise HttpProblem(
                     400, f"node_quantity must be between {pool['min_nodes']} and {pool['max_nodes']}."
                 )
-            if want > old and pool["plan"] in self.unavailable_plans:
-                raise HttpProblem(400, f"Plan {pool['plan']} is not available in the selected location.")
             if want > old and self.node_limit is not None:
                 total = sum(len(p["nodes"]) for p in self.pools.values())
                 if total + want - old > self.node_limit:
