@@ -367,20 +367,20 @@ class PoolProvider(GroupProvider[_PoolState]):
             final = {k: v for k, v in outcome.failed.items() if k not in retry}
             if final:
                 self._removal_failed(state, final)
-            delay = None
+            retry_in: float | None = None
             if retry:
                 state.sync_attempts += 1
                 for m in batch:
                     if m.id in retry and m.id in state.deleting:
                         state.removing.setdefault(m.id, m)
                 metrics.OPERATIONS.labels(self.name, "remove", "retry").inc(len(retry))
-                delay = self._backoff(state.sync_attempts)
+                retry_in = self._backoff(state.sync_attempts)
                 log.warning(
                     "node group %s: the cloud cannot remove %s yet (%s); retrying in %.1fs",
                     gid,
                     ", ".join(sorted(retry)),
                     outcome.failed[min(retry)].message,
-                    delay,
+                    retry_in,
                 )
             if removed:
                 metrics.OPERATIONS.labels(self.name, "remove", "ok").inc(len(removed))
@@ -390,9 +390,9 @@ class PoolProvider(GroupProvider[_PoolState]):
                 log.info("node group %s: removed %s", gid, ", ".join(m.id for m in removed))
             if outcome.operation is not None:
                 self._track(state, outcome.operation)
-            if delay is None:
+            if retry_in is None:
                 state.sync_attempts = 0
-        return delay
+        return retry_in
 
     def _removal_failed(self, state: _PoolState, failed: dict[str, CloudError]) -> None:
         """Machines the cloud refused to remove stay: they count again, and so does the size."""
