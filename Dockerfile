@@ -4,10 +4,10 @@
 #
 #   docker build -t cloudprovider-grpc:0.1.0 .
 #
-# Two stages: the first builds a virtualenv with the package installed exactly as the README's
-# setup command does (`pip install .`); the second copies only that virtualenv onto a clean base,
-# so neither the source tree nor the isolated build environment nor a pip cache reaches the
-# shipped image.
+# Three stages: the first builds a virtualenv with the package installed exactly as the README's
+# setup command does (`pip install .`); the second builds the compiled front with Go; the last copies
+# only that virtualenv and the front's binary onto a clean base, so neither the source tree nor the
+# build environments nor a pip or Go cache reaches the shipped image.
 #
 # The runtime is friendly to `readOnlyRootFilesystem: true`: bytecode is compiled at build time
 # and never written at run time, HOME and TMPDIR point at /tmp (mount an emptyDir there), and
@@ -15,6 +15,9 @@
 # port's /healthz (see manifests/), and a Docker HEALTHCHECK would only run a second prober.
 
 ARG PYTHON_IMAGE=python:3.11.17-slim-bookworm
+# The compiled front (cloudprovider_grpc/front, issue 17) is built with Go in its own stage; only the
+# static binary reaches the image.
+ARG GO_IMAGE=golang:1.26.8-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 
@@ -37,6 +40,16 @@ RUN /opt/venv/bin/pip install . \
     && /opt/venv/bin/cloudprovider-grpc --help > /dev/null
 
 
+# The compiled front: a static grpc-go binary built from the sources the package ships (the same ones
+# `cloudprovider-grpc build-front` builds on a workstation). Go modules come from the module proxy.
+FROM ${GO_IMAGE} AS front
+
+WORKDIR /front
+COPY cloudprovider_grpc/front/go.mod cloudprovider_grpc/front/go.sum cloudprovider_grpc/front/*.go ./
+RUN CGO_ENABLED=0 go build -trimpath -o /out/cpg-front . \
+    && /out/cpg-front < /dev/null
+
+
 FROM ${PYTHON_IMAGE}
 
 ARG PYTHON_IMAGE
@@ -57,8 +70,11 @@ RUN groupadd --system --gid 10001 cloudprovider \
        --shell /usr/sbin/nologin cloudprovider
 
 COPY --from=build /opt/venv /opt/venv
+COPY --from=front /out/cpg-front /opt/cloudprovider-grpc/cpg-front
 
+# CLOUDPROVIDER_GRPC_FRONT_BINARY: `serve` (front: auto) runs the compiled front on the gRPC port.
 ENV PATH=/opt/venv/bin:$PATH \
+    CLOUDPROVIDER_GRPC_FRONT_BINARY=/opt/cloudprovider-grpc/cpg-front \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \

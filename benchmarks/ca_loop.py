@@ -14,7 +14,9 @@ scale. Then, for each provider in turn, CA runs LOOPS main loops after a warm-up
 - the provider process's CPU per loop (utime + stime from /proc).
 
 Providers measured:
-- `ours`: `cloudprovider-grpc serve` (sim cloud), plaintext on loopback as a sidecar runs it;
+- `ours`: `cloudprovider-grpc serve` (sim cloud), plaintext on loopback as a sidecar runs it, behind
+  the compiled front (`--front on`, the default here; its CPU and Python's are both counted) or
+  Python only (`--front off`);
 - `canned Go`: benchmarks/cannedgrpc answering every call with the bytes our server gave for the same
   group or node (recorded once the cluster is steady): the floor of any externalgrpc server.
 
@@ -131,14 +133,27 @@ def rpc_counts(metrics_port: int) -> dict[str, float]:
     return counts
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its children: our server behind the compiled front is two processes."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
 def measure(ca: Autoscaler, pid: int, loops: int, counts: Callable[[], dict[str, float]] | None) -> Result:
-    """`loops` main loops of CA after 3 warm-up loops: each loop's duration, the provider's CPU and
-    RPCs per loop."""
+    """`loops` main loops of CA after 3 warm-up loops: each loop's duration, the provider's CPU (its
+    whole process tree: Python and the compiled front) and RPCs per loop."""
     ca.wait_running(timeout=600)
     ca.settle(3, timeout=900)
     seen = ca.metrics()
     count, total = seen.get(MAIN.format("count"), 0), seen.get(MAIN.format("sum"), 0)
-    cpu0, rpcs0 = cannedserver.cpu_seconds(pid), counts() if counts else {}
+    pids = process_tree(pid)
+
+    def cpu_now() -> float:
+        return sum(cannedserver.cpu_seconds(p) for p in pids)
+
+    cpu0, rpcs0 = cpu_now(), counts() if counts else {}
     durations: list[float] = []
     deadline = time.monotonic() + 60 * loops
     while len(durations) < loops:
@@ -152,7 +167,7 @@ def measure(ca: Autoscaler, pid: int, loops: int, counts: Callable[[], dict[str,
         elif new_count > count + 1:  # two loops between polls: their mean for both
             durations += [(new_total - total) / (new_count - count)] * int(new_count - count)
         count, total = new_count, new_total
-    cpu = cannedserver.cpu_seconds(pid) - cpu0
+    cpu = cpu_now() - cpu0
     rpcs = counts() if counts else {}
     return Result(
         durations,
@@ -193,7 +208,7 @@ def record(stub: pb_grpc.CloudProviderStub, nodes: list[tuple[str, str]]) -> can
     return table
 
 
-def run_size(nodes: int, groups: int, loops: int, version: str, workdir: Path) -> list[str]:
+def run_size(nodes: int, groups: int, loops: int, version: str, workdir: Path, front: str) -> list[str]:
     plane = start_control_plane(workdir / "plane")
     procs: list[Process] = []
     try:
@@ -213,6 +228,8 @@ def run_size(nodes: int, groups: int, loops: int, version: str, workdir: Path) -
                 f"127.0.0.1:{port}",
                 "--metrics-address",
                 f"127.0.0.1:{metrics_port}",
+                "--front",
+                front,
             ],
             workdir / "server.log",
             env_without_proxies(),
@@ -247,7 +264,8 @@ def run_size(nodes: int, groups: int, loops: int, version: str, workdir: Path) -
             ours_result = measure(ca, ours.proc.pid, loops, lambda: rpc_counts(metrics_port))
         finally:
             ca.stop()
-        rows.append(ours_result.row("externalgrpc, our server", nodes))
+        label = "our server, compiled front" if front == "on" else "our server, Python only"
+        rows.append(ours_result.row(f"externalgrpc, {label}", nodes))
 
         print(f"[{nodes} nodes] CA {version} against the canned Go server", flush=True)
         canned_port = free_port()
@@ -276,11 +294,21 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=10)
     ap.add_argument("--loops", type=int, default=12, help="steady loops measured per provider (>= 10)")
     ap.add_argument("--ca-version", default="1.36.1")
+    ap.add_argument(
+        "--front",
+        choices=["on", "off"],
+        default="on",
+        help="our server behind the compiled front (default; built first) or Python only",
+    )
     args = ap.parse_args()
+    if args.front == "on":
+        from cloudprovider_grpc.front import binary as front_binary
+
+        front_binary.build()
     rows = []
     for nodes in args.nodes:
         with tempfile.TemporaryDirectory(prefix=f"ca-loop-{nodes}-") as tmp:
-            rows += run_size(nodes, args.groups, args.loops, args.ca_version, Path(tmp))
+            rows += run_size(nodes, args.groups, args.loops, args.ca_version, Path(tmp), args.front)
     print(f"\nCA {args.ca_version} main loop, quiet steady state, {args.groups} groups, 60%-full nodes")
     print("| nodes | provider | loop p50 | loop p90 | RPCs per loop (top 3) | provider CPU per loop |")
     print("|---|---|---|---|---|---|")

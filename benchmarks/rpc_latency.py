@@ -13,6 +13,8 @@ CPU per call at most 1.3x the canned Go server's (issue 17).
 
 CPU per call is the server process's utime + stime (/proc/PID/stat, every thread) over the measured
 calls divided by their number: on a node CA shares with us, that is what each RPC adds to CA's loop.
+Our server is measured twice: `python` (`serve --front off`, grpcio serving the port) and `front`
+(`serve --front on`: the compiled front on the port, Python behind it, CPU of BOTH processes counted).
 Each per-node RPC is measured, in the same run, against two floors answering the very bytes (or
 status) our server gave for the same request: a do-nothing grpcio server (thread pool, raw bytes, no
 metrics, no lock) and `benchmarks/cannedgrpc`, a canned-reply grpc-go server built from source into
@@ -27,6 +29,7 @@ experiences.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import socket
 import statistics
@@ -53,6 +56,14 @@ def rss_mb(pid: int) -> tuple[float, float]:
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
     )
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def children(pid: int) -> list[int]:
+    """Child processes of `pid` (the compiled front of a `serve --front on`)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
 
 
 def free_port() -> int:
@@ -175,20 +186,25 @@ class Row:
     cpu_us: float
 
 
-def measure_cpu(call: Callable[[], object], calls: int, pid: int) -> Row:
+def measure_cpu(call: Callable[[], object], calls: int, pids: int | list[int]) -> Row:
     """Latency over `calls` serial calls after a warm-up, and the CPU (utime + stime, every thread)
-    the server process `pid` spent on them, per call."""
+    the server's processes `pids` spent on them, per call (the compiled front and Python together)."""
+    pids = [pids] if isinstance(pids, int) else pids
+
+    def cpu_now() -> float:
+        return sum(cannedserver.cpu_seconds(pid) for pid in pids)
+
     for _ in range(200):
         call()
     samples = []
-    cpu0 = cannedserver.cpu_seconds(pid)
+    cpu0 = cpu_now()
     t0 = time.perf_counter()
     for _ in range(calls):
         s0 = time.perf_counter()
         call()
         samples.append(time.perf_counter() - s0)
     wall = time.perf_counter() - t0
-    cpu = cannedserver.cpu_seconds(pid) - cpu0
+    cpu = cpu_now() - cpu0
     q = statistics.quantiles(samples, n=100)
     return Row(q[49] * 1e3, q[98] * 1e3, calls / wall, cpu / calls * 1e6)
 
@@ -232,6 +248,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=5000, help="calls per RPC")
     ap.add_argument("--go", action="store_true", help="also measure with CA's own Go client")
     ap.add_argument("--no-floors", action="store_true", help="skip the grpcio and Go floor servers")
+    ap.add_argument("--no-front", action="store_true", help="skip our server behind the compiled front")
     args = ap.parse_args()
 
     config = {
@@ -254,28 +271,49 @@ def main() -> int:
             ],
         },
     }
-    port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(config, f)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cloudprovider_grpc",
-            "serve",
-            "--config",
-            f.name,
-            "--address",
-            f"127.0.0.1:{port}",
-            "--metrics-address",
-            "",
-        ],
-    )
+
+    def start(front: str) -> tuple[subprocess.Popen, int]:
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cloudprovider_grpc",
+                "serve",
+                "--config",
+                f.name,
+                "--address",
+                f"127.0.0.1:{port}",
+                "--metrics-address",
+                "",
+                "--front",
+                front,
+            ],
+        )
+        return proc, port
+
+    # our server twice: Python serving the port alone, and behind the compiled front (issue 17)
+    proc, port = start("off")
+    fronted = None
+    if not args.no_front:
+        from cloudprovider_grpc.front import binary as front_binary
+
+        front_binary.build()
+        fronted = start("on")
     try:
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         grpc.channel_ready_future(channel).result(timeout=60)
         stub = pb_grpc.CloudProviderStub(channel)
         stub.Refresh(pb.RefreshRequest(), timeout=30)
+        front_stub, front_pids = None, []
+        if fronted is not None:
+            front_channel = grpc.insecure_channel(f"127.0.0.1:{fronted[1]}")
+            grpc.channel_ready_future(front_channel).result(timeout=60)
+            front_stub = pb_grpc.CloudProviderStub(front_channel)
+            front_stub.Refresh(pb.RefreshRequest(), timeout=30)
+            front_pids = [fronted[0].pid, *children(fronted[0].pid)]
         groups = [g.id for g in stub.NodeGroups(pb.NodeGroupsRequest(), timeout=30).nodeGroups]
         nodes = [
             (g, i.id)
@@ -342,7 +380,15 @@ def main() -> int:
         header = f"{'RPC':<38}{'server':<10}{'p50 ms':>8}{'p99 ms':>8}{'calls/s':>9}{'CPU us':>8}{'xGo':>6}"
         print(header)
         for case, (method, build, keys, key_path) in cases.items():
-            rows: dict[str, Row] = {"ours": measure_cpu(caller(stub, case), args.calls, proc.pid)}
+            rows: dict[str, Row] = {"python": measure_cpu(caller(stub, case), args.calls, proc.pid)}
+            if front_stub is not None:
+                # steady state, as in CA's loops between state changes: every distinct request has
+                # been answered once (the first answer of each is Python's, through the front)
+                rpc = getattr(front_stub, method)
+                for key in keys:
+                    with contextlib.suppress(grpc.RpcError):
+                        rpc(build(key), timeout=5)
+                rows["front"] = measure_cpu(caller(front_stub, case), args.calls, front_pids)
             if not args.no_floors and case in PER_NODE:
                 # both floors answer with the bytes (or the status) our server gave for the same request
                 table = cannedserver.Table()
@@ -360,7 +406,7 @@ def main() -> int:
             for name, row in rows.items():
                 ratio = f"{row.cpu_us / go.cpu_us:>6.2f}" if go else ""
                 print(
-                    f"{case if name == 'ours' else '':<38}{name:<10}{row.p50:>8.3f}{row.p99:>8.3f}"
+                    f"{case if name == 'python' else '':<38}{name:<10}{row.p50:>8.3f}{row.p99:>8.3f}"
                     f"{row.rate:>9.0f}{row.cpu_us:>8.0f}{ratio}"
                 )
         if args.go:
@@ -372,10 +418,19 @@ def main() -> int:
             f"Refresh (sim cloud, {total_nodes} machines listed): {(time.perf_counter() - t0) * 1e3:.1f} ms"
         )
         rss, peak = rss_mb(proc.pid)
-        print(f"server RSS: {rss:.0f} MB (peak {peak:.0f} MB)")
+        print(f"server RSS (Python only): {rss:.0f} MB (peak {peak:.0f} MB)")
+        if front_pids:
+            sizes = [rss_mb(pid) for pid in front_pids]
+            print(
+                "server RSS (behind the front): "
+                + " + ".join(f"{r:.0f} MB (peak {p:.0f})" for r, p in sizes)
+                + " (Python + front)"
+            )
     finally:
-        proc.terminate()
-        proc.wait(20)
+        for server in (proc, fronted[0] if fronted else None):
+            if server is not None:
+                server.terminate()
+                server.wait(20)
         Path(f.name).unlink()
     return 0
 

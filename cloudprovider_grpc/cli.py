@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -61,6 +62,11 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", choices=["json", "text"])
+    p.add_argument(
+        "--front",
+        choices=["auto", "on", "off"],
+        help="compiled front for the per-node read RPCs: auto (default: when built), on, off",
+    )
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -83,6 +89,7 @@ def _settings(args: argparse.Namespace) -> Any:
         "grace_period": flag("grace_period"),
         "log_level": flag("log_level"),
         "log_format": flag("log_format"),
+        "front": flag("front"),
     }
     tls = {"cert": flag("tls_cert"), "key": flag("tls_key"), "ca": flag("tls_ca")}
     if any(v is not None for v in tls.values()):
@@ -155,6 +162,19 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_front(args: argparse.Namespace) -> int:
+    """Build the compiled front from the Go sources shipped in the package into the user cache."""
+    from cloudprovider_grpc.front import binary
+
+    try:
+        path = binary.build()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        print(f"cloudprovider-grpc: build-front: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     import google.protobuf
     import grpc
@@ -193,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     emulate.add_argument("--log-format", choices=["json", "text"])
     emulate.set_defaults(func=cmd_emulate)
+    build_front = sub.add_parser(
+        "build-front", help="build the compiled front (needs Go) into the user cache; prints its path"
+    )
+    build_front.set_defaults(func=cmd_build_front)
     version = sub.add_parser("version", help="print versions")
     version.set_defaults(func=cmd_version)
     try:

@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     concurrency: int = Field(10, ge=1, le=100)
     grpc_workers: int = Field(16, ge=1, le=256)
     grace_period: float = Field(10.0, ge=0)
+    #: the compiled front for the per-node read RPCs (cloudprovider_grpc/front): auto = use it when
+    #: its binary is there, on = refuse to start without it, off = Python serves the port alone
+    front: Literal["auto", "on", "off"] = "auto"
+    #: the front's executable; default: the build of `cloudprovider-grpc build-front` in the user cache
+    front_binary: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
     secrets_dir: Path | None = None

@@ -6,21 +6,132 @@ values never contain secrets: backends, operation names, status codes and group 
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import bisect
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+import grpc
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1, 2.5, 5)
 
-RPC_REQUESTS = Counter(
-    "cloudprovider_grpc_rpc_requests_total",
-    "externalgrpc RPCs handled, by method and gRPC status code.",
-    ["method", "code"],
-)
-RPC_LATENCY = Histogram(
-    "cloudprovider_grpc_rpc_duration_seconds",
-    "Time spent handling externalgrpc RPCs, by method and gRPC status code.",
-    ["method", "code"],
-    buckets=_LATENCY_BUCKETS,
-)
+RPC_REQUESTS_NAME = "cloudprovider_grpc_rpc_requests"
+RPC_REQUESTS_HELP = "externalgrpc RPCs handled, by method and gRPC status code."
+RPC_LATENCY_NAME = "cloudprovider_grpc_rpc_duration_seconds"
+RPC_LATENCY_HELP = "Time spent handling externalgrpc RPCs, by method and gRPC status code."
+
+
+class _Tally:
+    """Count, sum and per-bucket counts (not cumulative; +Inf last) of one (method, code)."""
+
+    __slots__ = ("buckets", "count", "created", "lock", "total")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.total = 0.0
+        self.buckets = [0] * (len(_LATENCY_BUCKETS) + 1)
+        self.created = time.time()
+
+    def observe(self, seconds: float) -> None:
+        # bisect_left: a duration equal to a bound falls in that bound's bucket (le = "<=")
+        index = bisect.bisect_left(_LATENCY_BUCKETS, seconds)
+        with self.lock:
+            self.count += 1
+            self.total += seconds
+            self.buckets[index] += 1
+
+    def add(self, count: int, total: float, buckets: Sequence[int]) -> None:
+        with self.lock:
+            self.count += count
+            self.total += total
+            for i, n in enumerate(buckets):
+                self.buckets[i] += n
+
+
+class RpcSource(Protocol):
+    """Tallies kept outside this process's Python code (the compiled front's counters file)."""
+
+    def read(self) -> Iterable[tuple[str, grpc.StatusCode, int, float, list[int]]]: ...
+
+
+class RpcMetrics:
+    """`cloudprovider_grpc_rpc_requests_total` and `cloudprovider_grpc_rpc_duration_seconds`: one
+    collector for the calls Python handled and the calls the compiled front answered from its cache.
+
+    Why a custom collector rather than prometheus_client's Counter and Histogram: the front counts in
+    a shared file (cloudprovider_grpc/front/counters.py) and both tallies must appear as one series
+    per (method, code), with the names, labels, buckets and HELP they always had. A call is counted
+    by exactly one side (the front counts only what it answers itself). Cheaper per call too: one
+    lock and a bisect, where the two prometheus_client children cost two locks and a bucket scan."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._sources: list[RpcSource] = []
+
+    def tally(self, method: str, code: grpc.StatusCode) -> _Tally:
+        key = (method, code.name)
+        with self._lock:
+            tally = self._tallies.get(key)
+            if tally is None:
+                tally = self._tallies[key] = _Tally()
+            return tally
+
+    def add_source(self, source: RpcSource) -> None:
+        with self._lock:
+            self._sources.append(source)
+
+    def retire_source(self, source: RpcSource) -> None:
+        """Fold a source's final counts into the Python tallies (nothing counted is lost when a
+        front stops) and stop reading it."""
+        for method, code, count, total, buckets in source.read():
+            self.tally(method, code).add(count, total, buckets)
+        with self._lock:
+            self._sources = [s for s in self._sources if s is not source]
+
+    def _snapshot(self) -> dict[tuple[str, str], tuple[int, float, list[int], float]]:
+        with self._lock:
+            tallies, sources = list(self._tallies.items()), list(self._sources)
+        merged: dict[tuple[str, str], tuple[int, float, list[int], float]] = {}
+        for key, t in tallies:
+            with t.lock:
+                merged[key] = (t.count, t.total, list(t.buckets), t.created)
+        now = time.time()
+        for source in sources:
+            for method, code, count, total, buckets in source.read():
+                key = (method, code.name)
+                c0, s0, b0, created = merged.get(key, (0, 0.0, [0] * len(buckets), now))
+                summed = [a + b for a, b in zip(b0, buckets, strict=True)]
+                merged[key] = (c0 + count, s0 + total, summed, created)
+        return merged
+
+    def collect(self) -> Iterator[Metric]:
+        data = self._snapshot()
+        requests = CounterMetricFamily(RPC_REQUESTS_NAME, RPC_REQUESTS_HELP, labels=["method", "code"])
+        latency = HistogramMetricFamily(RPC_LATENCY_NAME, RPC_LATENCY_HELP, labels=["method", "code"])
+        bounds = [*(floatToGoString(b) for b in _LATENCY_BUCKETS), "+Inf"]
+        for (method, code), (count, total, buckets, created) in sorted(data.items()):
+            requests.add_metric([method, code], count, created=created)
+            cumulative, running = [], 0
+            for bound, n in zip(bounds, buckets, strict=True):
+                running += n
+                cumulative.append((bound, float(running)))
+            latency.add_metric([method, code], cumulative, total)
+            latency.samples.append(
+                Sample(RPC_LATENCY_NAME + "_created", {"method": method, "code": code}, created)
+            )
+        yield requests
+        yield latency
+
+
+RPC = RpcMetrics()
+REGISTRY.register(RPC)
 CLOUD_REQUESTS = Counter(
     "cloudprovider_grpc_cloud_api_requests_total",
     "Cloud API requests, by backend, operation and HTTP status (or 'error' when no response).",

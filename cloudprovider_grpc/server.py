@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from concurrent import futures
@@ -24,11 +26,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from cloudprovider_grpc import metrics
 from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
+from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.front import binary as front_binary
+from cloudprovider_grpc.front.counters import FrontCounters
+from cloudprovider_grpc.front.process import FrontProcess, FrontStartError, map_field_paths
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.secrets import redact
-from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
+from cloudprovider_grpc.service import CACHEABLE, SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
 from cloudprovider_grpc.tlsfiles import TLSFileError, TLSFiles, load_tls_files
 
 log = logging.getLogger(__name__)
@@ -66,9 +74,14 @@ class _CertReloader:
         self._stamp = self._stat()
         self._rejected: tuple[int, ...] | None = None
         try:
-            self.config = self._configuration(self._read())
+            self.files = self._read()
         except TLSFileError as exc:
             raise ServerStartError(f"TLS {exc}") from None
+        self.config = self._configuration(self.files)
+
+    @property
+    def paths(self) -> list[Path]:
+        return self._paths()
 
     def _paths(self) -> list[Path]:
         return [p for p in (self._tls.cert, self._tls.key, self._tls.ca) if p is not None]
@@ -89,6 +102,12 @@ class _CertReloader:
         )
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        files = self.fetch_files()
+        return None if files is None else self._configuration(files)
+
+    def fetch_files(self) -> TLSFiles | None:
+        """The changed files once loaded and checked, else None (unchanged, or rejected and logged).
+        grpcio asks through fetch(); the compiled front asks through its control channel."""
         stamp = self._stat()
         if not stamp or stamp == self._stamp or stamp == self._rejected:
             return None
@@ -103,7 +122,8 @@ class _CertReloader:
                 return None
             self._stamp = stamp
         log.info("TLS certificate files changed and were loaded; new handshakes use them")
-        return self._configuration(files)
+        self.files = files
+        return files
 
     def credentials(self) -> grpc.ServerCredentials:
         return grpc.dynamic_ssl_server_credentials(
@@ -159,6 +179,8 @@ class ServerHandle:
     metrics_port: int = 0
     #: /healthz and /readyz answer 200 only between the start of gRPC serving and shutdown
     serving: bool = False
+    #: the compiled front owning the public port, or None when Python serves it directly
+    front: FrontLink | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -180,13 +202,21 @@ class ServerHandle:
             deadline = time.monotonic() + grace
             self.serving = False
             self.health.enter_graceful_shutdown()
+            if self.front is not None:
+                self.front.process.closing()  # from now on every call reaches the gate below
             self.gate.close()
             # the port closes only once callers have stopped arriving (a quiet moment), bounded by the grace
             if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
                 log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
             self.health.end_watches()
             remaining = max(deadline - time.monotonic(), 0.0)
+            if self.front is not None:
+                # the public port closes first; Python's socket serves the relayed calls meanwhile
+                self.front.process.stop(remaining)
+                remaining = max(deadline - time.monotonic(), 0.0)
             self.server.stop(remaining).wait(remaining)
+            if self.front is not None:
+                self.front.close()
             self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
             if self.metrics_server is not None:
                 self.metrics_server.shutdown()
@@ -197,13 +227,92 @@ class ServerHandle:
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
 
+    def front_died(self) -> None:
+        """The front exited on its own: the public port is gone, so /healthz reports it (a liveness
+        probe then restarts the pod) rather than a healthy server nobody can reach."""
+        self.serving = False
+
+
+class FrontLink:
+    """The compiled front serving the public port for this server, and what it shares with Python:
+    a private directory (0700) holding Python's unix socket and the counters file."""
+
+    def __init__(self, process: FrontProcess, directory: Path, counters: FrontCounters) -> None:
+        self.process = process
+        self.directory = directory
+        self.counters = counters
+        metrics.RPC.add_source(counters)
+
+    def close(self) -> None:
+        metrics.RPC.retire_source(self.counters)  # the front's counts stay in the totals
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _front_binary(settings: Settings) -> Path | None:
+    """The front to run for `settings.front` (auto, on, off), or None to serve from Python.
+
+    auto falls back to Python with one info line; on refuses to start (a ConfigError: exit 2)."""
+    if settings.front == "off":
+        return None
+    binary, why = front_binary.locate(settings.front_binary)
+    if binary is None:
+        if settings.front == "on":
+            raise ConfigError("front", f"on, but {why}")
+        log.info("compiled front not used (%s); Python serves the gRPC port", why)
+    return binary
+
+
+def _start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple[FrontLink, int]:
+    """Python's gRPC server on a private unix socket, the front on the public address."""
+    service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
+    directory = Path(tempfile.mkdtemp(prefix="cloudprovider-grpc-"))  # mode 0700
+    try:
+        socket_path = directory / "grpc.sock"
+        if not server.add_insecure_port(f"unix:{socket_path}"):
+            raise ServerStartError(f"cannot listen on the private socket {socket_path}")
+        reloader = _CertReloader(settings.tls) if settings.tls.enabled else None
+        counters = FrontCounters(directory / "counters", CACHEABLE, metrics._LATENCY_BUCKETS)
+        process = FrontProcess(
+            binary,
+            listen=settings.address,
+            backend=socket_path,
+            counters=counters,
+            cacheable=[f"/{SERVICE_NAME}/{name}" for name in CACHEABLE],
+            maps={
+                f"/{SERVICE_NAME}/{name}": map_field_paths(service.methods_by_name[name].input_type)
+                for name in CACHEABLE
+            },
+            unary_prefix=f"/{SERVICE_NAME}/",  # every CloudProvider RPC is unary
+            tls=reloader.files if reloader is not None else None,
+            tls_paths=reloader.paths if reloader is not None else None,
+            reload_tls=reloader.fetch_files if reloader is not None else None,
+        )
+    except OSError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise ServerStartError(f"compiled front: cannot run {binary}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    link = FrontLink(process, directory, counters)
+    try:
+        port = process.wait_ready()
+    except FrontStartError as exc:
+        link.close()
+        if exc.kind == "listen":
+            raise ServerStartError(
+                f"cannot listen on {settings.address}: address in use or not available"
+            ) from None
+        raise ServerStartError(f"compiled front: {exc.message}") from None
+    return link, port
+
 
 def start_server(settings: Settings | None = None, *, provider: CloudProvider | None = None) -> ServerHandle:
     """Build the provider (unless given), bind the ports, start serving; raise ServerStartError."""
     settings = settings or Settings()
+    binary = _front_binary(settings)
     if provider is None:
         provider = build_provider(settings.provider, settings.provider_context())
-    servicer = CloudProviderServicer(provider)
+    servicer = CloudProviderServicer(provider, behind_front=binary is not None)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
         # a second server on the same port must fail loudly, not silently share it (grpc default is 1)
@@ -220,22 +329,33 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
         server,
     )
     address = _grpc_address(settings.address)
-    try:
-        if settings.tls.enabled:
-            port = server.add_secure_port(address, _CertReloader(settings.tls).credentials())
-        else:
-            port = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
-    if not port:
-        raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
+    link: FrontLink | None = None
+    if binary is not None:
+        link, port = _start_front(binary, settings, server)
+    else:
+        try:
+            if settings.tls.enabled:
+                port = server.add_secure_port(address, _CertReloader(settings.tls).credentials())
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
+        if not port:
+            raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
 
     handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
+    handle.front = link
+    if link is not None:
+        link.process.on_exit = handle.front_died
+        provider.watch_state(link.process.push_version)
     if settings.metrics_address:
         try:
             httpd = ThreadingHTTPServer(_http_address(settings.metrics_address), _MetricsHandler)
         except OSError as exc:
             server.stop(0)
+            if link is not None:
+                link.process.kill()
+                link.close()
             raise ServerStartError(
                 f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
             ) from None
@@ -248,6 +368,8 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
 
     provider.start()
     server.start()
+    if link is not None:
+        link.process.push_version(provider.state_version())
     handle.serving = True
     for svc in ("", SERVICE_NAME):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
@@ -257,13 +379,14 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
         else "metrics disabled"
     )
     log.info(
-        "serving externalgrpc on %s (%s), %s, provider %s%s with %d node groups",
+        "serving externalgrpc on %s (%s), %s, provider %s%s with %d node groups, front: %s",
         f"{address.rpartition(':')[0]}:{port}",
         "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext",
         metrics_at,
         provider.name,
         " (emulated cloud)" if settings.emulate else "",
         len(provider.node_groups()),
+        "compiled" if link is not None else "python",
     )
     if not settings.tls.enabled and not is_loopback(settings.address):
         log.warning(

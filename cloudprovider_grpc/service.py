@@ -46,28 +46,19 @@ V = TypeVar("V")
 
 
 class _Timer:
-    """Pre-resolved metric children per (method, code): label lookups are the costliest part of
+    """Pre-resolved metric tallies per (method, code): label lookups are the costliest part of
     recording a metric, and these RPCs must stay well under a millisecond. Keyed by the status enum
     itself: reading `code.name` on every call cost more than the dictionary lookup (issue 17)."""
 
     def __init__(self) -> None:
-        self._children: dict[tuple[str, grpc.StatusCode], tuple[Any, Any]] = {}
-        self._lock = threading.Lock()
+        self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
 
     def observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
         key = (method, code)
-        child = self._children.get(key)
-        if child is None:
-            with self._lock:
-                child = self._children.setdefault(
-                    key,
-                    (
-                        metrics.RPC_REQUESTS.labels(method, code.name),
-                        metrics.RPC_LATENCY.labels(method, code.name),
-                    ),
-                )
-        child[0].inc()
-        child[1].observe(seconds)
+        tally = self._children.get(key)
+        if tally is None:
+            tally = self._children.setdefault(key, metrics.RPC.tally(method, code))
+        tally.observe(seconds)
 
 
 _TIMER = _Timer()
@@ -259,6 +250,23 @@ def _rpc(fn: Callable[..., R]) -> Callable[..., R]:
     return wrapper
 
 
+#: the RPCs CA asks per node, which the compiled front answers from its cache (issue 17)
+CACHEABLE = ("NodeGroupGetOptions", "NodeGroupForNode", "NodeGroupTargetSize")
+#: the trailer carrying the provider's state version to the front (stripped there, never seen by CA)
+VERSION_TRAILER = "cpg-state-version"
+
+
+def _send_version(
+    context: grpc.ServicerContext, before: int | None, after: int | None, cacheable: bool
+) -> None:
+    """`N`: the state is at version N and this answer belongs to it; `N!`: raise to N, but do not
+    store this answer (the state changed while it was computed, or the RPC is not cacheable)."""
+    if after is None:
+        return
+    store = cacheable and before == after
+    context.set_trailing_metadata(((VERSION_TRAILER, str(after) if store else f"{after}!"),))
+
+
 def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> grpc.RpcMethodHandler:
     """A handler that gets the request as bytes and returns bytes.
 
@@ -280,14 +288,24 @@ def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> g
             ) from None
 
     gate = servicer.gate
+    provider = servicer.provider
+    # Behind the compiled front, every answer carries the provider's state version in its trailer
+    # (see cloudprovider_grpc/front), read AFTER the call ran, so the front knows of a change made by
+    # a write or Refresh before the caller does. A read is cacheable only when the version was the
+    # same before and after it was computed: then it belongs to that version.
+    behind_front = servicer.behind_front
+    cacheable = name in CACHEABLE
 
     def call(raw: bytes, context: grpc.ServicerContext) -> bytes:
         if not gate.enter():
             raise ShuttingDown(f"{name}: the server is shutting down; the request was not executed")
+        before = provider.state_version() if behind_front and cacheable else None
         try:
             response = impl(servicer, parse(raw), context)
         finally:
             gate.leave()
+            if behind_front:
+                _send_version(context, before, provider.state_version(), cacheable)
         if isinstance(response, Prebuilt):
             return response.raw
         return response if isinstance(response, bytes) else response.SerializeToString()
@@ -451,8 +469,10 @@ def _defaults_of(key: tuple[bool, bytes]) -> AutoscalingOptions | None:
 class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     """All 15 RPCs over one CloudProvider."""
 
-    def __init__(self, provider: CloudProvider) -> None:
+    def __init__(self, provider: CloudProvider, *, behind_front: bool = False) -> None:
         self.provider = provider
+        #: served through the compiled front: answers carry the state version in their trailer
+        self.behind_front = behind_front
         #: admission of RPCs over the network (see Gate and server.ServerHandle.stop)
         self.gate = Gate()
         self._templates: dict[str, tuple[NodeTemplate, bytes]] = {}

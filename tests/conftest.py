@@ -12,6 +12,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.support.certs import Pki, write_pki  # noqa: E402
+from tests.support.front import ensure_front  # noqa: E402
 from tests.support.servers import ManualClock  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
@@ -32,3 +33,9 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"{SHARED} (the project's shared/ folder) is missing")
     return SHARED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_front() -> Path | None:
+    """Built before any server starts, so `--front auto` (the default) finds it everywhere."""
+    return ensure_front()

@@ -82,10 +82,13 @@ def make_pod(cpu: str, memory: str) -> bytes:
     return pod.SerializeToString()
 
 
-@pytest.fixture(params=["plaintext", "mtls"])
+@pytest.fixture(params=["plaintext", "mtls", "plaintext-python", "mtls-python"])
 def env(request, pki, clock: ManualClock):
-    secure = request.param == "mtls"
-    with sim_server(OPTIONS, clock=clock, pki=pki if secure else None) as handle:
+    """Each RPC test over plaintext and mTLS, through the compiled front (when built) and with Python
+    serving the port alone (`--front off`), so both paths stay covered."""
+    secure = request.param.startswith("mtls")
+    front = "off" if request.param.endswith("-python") else "auto"
+    with sim_server(OPTIONS, clock=clock, pki=pki if secure else None, front=front) as handle:
         ch = channel(handle, pki if secure else None)
         yield stub(ch), clock, handle
         ch.close()

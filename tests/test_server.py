@@ -74,10 +74,11 @@ def test_health_service_and_metrics_endpoint() -> None:
         urllib.request.urlopen(base + "/healthz", timeout=2)
 
 
-def test_certificate_files_are_reread_when_they_change(tmp_path: Path) -> None:
+@pytest.mark.parametrize("front", ["auto", "off"])  # through the compiled front (when built) and without
+def test_certificate_files_are_reread_when_they_change(tmp_path: Path, front: str) -> None:
     live = write_pki(tmp_path / "live")
     rotated = write_pki(tmp_path / "rotated")  # a new CA, server and client certificate
-    with sim_server(pki=live) as handle:
+    with sim_server(pki=live, front=front) as handle:
         old_client = channel(handle, live)
         assert stub(old_client).NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
         old_ca = live.read("ca")

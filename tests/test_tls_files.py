@@ -54,13 +54,14 @@ def test_check_config_and_serve_load_and_pair_check_the_files(
         assert "PRIVATE KEY" not in out.stderr
 
 
+@pytest.mark.parametrize("front", ["auto", "off"])  # through the compiled front (when built) and without
 def test_a_rotated_pair_that_does_not_match_is_rejected_and_the_old_pair_stays(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, front: str
 ) -> None:
     caplog.set_level(logging.INFO)
     live = write_pki(tmp_path / "live")
     rotated = write_pki(tmp_path / "rotated")
-    with sim_server(pki=live) as handle:
+    with sim_server(pki=live, front=front) as handle:
         assert stub(channel(handle, live)).NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
         # a broken rotation: the new certificate arrives with the old key
         tmp = live.dir / ".server.crt.new"

@@ -46,12 +46,14 @@ def sim_server(
     pki: Pki | None = None,
     state_file: Path | None = None,
     nodes: tuple = (),
+    front: str = "auto",
 ) -> Iterator[ServerHandle]:
-    """A real gRPC server on 127.0.0.1:<free port> serving the sim backend."""
+    """A real gRPC server on 127.0.0.1:<free port> serving the sim backend (through the compiled
+    front when it is built, unless `front="off"`)."""
     tls: dict[str, Any] = {}
     if pki is not None:
         tls = {"cert": pki.server_cert, "key": pki.server_key, "ca": pki.ca}
-    settings = Settings(address="127.0.0.1:0", metrics_address="127.0.0.1:0", tls=tls)
+    settings = Settings(address="127.0.0.1:0", metrics_address="127.0.0.1:0", tls=tls, front=front)
     provider = build_provider(
         "sim",
         ProviderContext(

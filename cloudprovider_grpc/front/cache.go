@@ -1,0 +1,109 @@
+package main
+
+// The answer cache: (method, request bytes) -> the answer Python gave, valid for exactly one state
+// version of the provider.
+//
+// Why this is correct without knowing the schema: the three cached RPCs are pure functions of the
+// request and the provider's state, and the provider's state version changes whenever any of their
+// answers could change. Python reads the version before and after computing a read answer and sends
+// it in the trailer, marked storable only when both were equal (the answer then belongs to that
+// version); the front stores it only while that version is still its current one. Every reply, writes
+// and Refresh included, carries the version after the call ran, and the front raises its version on
+// receipt, before the caller sees the reply: a serial caller (CA) never reads older state than a
+// previous call showed. Changes made in the background (a worker finishing) arrive over the control
+// channel a few milliseconds later.
+
+import (
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type cacheKey struct {
+	method  string
+	request string
+}
+
+type answer struct {
+	body []byte         // the response, when code is OK
+	err  *status.Status // the status otherwise
+	code codes.Code
+}
+
+type cache struct {
+	mu         sync.Mutex
+	version    int64 // the provider's state version; -1: unknown, nothing is cached
+	closing    bool  // shutdown began: everything goes to Python, whose gate answers UNAVAILABLE
+	entries    map[cacheKey]*answer
+	bytes      int
+	maxEntries int
+	maxBytes   int
+}
+
+func newCache(maxEntries, maxBytes int) *cache {
+	return &cache{version: -1, entries: map[cacheKey]*answer{}, maxEntries: maxEntries, maxBytes: maxBytes}
+}
+
+func (c *cache) get(k cacheKey) *answer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil
+	}
+	return c.entries[k]
+}
+
+// raise moves the current version forward to v (versions only grow); older news is ignored.
+func (c *cache) raise(v int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v > c.version {
+		c.version = v
+		c.clear()
+	}
+}
+
+// unknown: the provider cannot tell its version any more; nothing is cached until it can.
+func (c *cache) unknown() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.version = -1
+	c.clear()
+}
+
+func (c *cache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closing = true
+	c.clear()
+}
+
+// put stores an answer computed at version v, only while v is still current.
+func (c *cache) put(k cacheKey, v int64, a *answer) {
+	size := len(k.method) + len(k.request) + len(a.body) + 64
+	if a.err != nil {
+		size += len(a.err.Message())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || v != c.version || v < 0 || size > c.maxBytes {
+		return
+	}
+	// bounded so that a client sending endless distinct requests cannot grow memory: cleared when
+	// full (CA asks a fixed set of requests per version, far below the bounds)
+	if len(c.entries) >= c.maxEntries || c.bytes+size > c.maxBytes {
+		c.clear()
+	}
+	if _, ok := c.entries[k]; !ok {
+		c.entries[k] = a
+		c.bytes += size
+	}
+}
+
+func (c *cache) clear() {
+	if len(c.entries) > 0 {
+		c.entries = map[cacheKey]*answer{}
+	}
+	c.bytes = 0
+}

@@ -1,0 +1,227 @@
+"""The compiled front as a child process, and the Python side of its control channel.
+
+The front (main.go) owns the public gRPC port; the Python gRPC server listens on a unix socket in a
+private temporary directory (mode 0700) and stays the authority for every answer. Over the front's
+stdin and stdout, as JSON lines:
+
+- Python -> front: `start` (addresses, counters file, cacheable methods, TLS material), `version`
+  (the provider's state version after every change, pushed from whichever thread made it), `closing`
+  (shutdown began: forward everything, so Python's gate answers UNAVAILABLE exactly as before),
+  `stop` (the grace left), and `tls` replies.
+- front -> Python: `ready` (the bound port) or `error`, `log` (logged here through the logger
+  `cloudprovider_grpc.front`, so format and secret redaction are unchanged), `tls` (the certificate
+  files changed: load them now, the handshake waits) and `stopped`.
+
+EOF on the front's stdin means Python is gone (even after kill -9): the front exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from google.protobuf.descriptor import Descriptor
+
+from cloudprovider_grpc.front.counters import FrontCounters
+from cloudprovider_grpc.tlsfiles import TLSFiles
+
+log = logging.getLogger("cloudprovider_grpc.front")
+
+#: how long the front may take to bind its port and report
+START_TIMEOUT = 15.0
+
+
+class FrontStartError(Exception):
+    """The front could not start. `kind` is "listen" (the address) or anything else (the front)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+class FrontProcess:
+    def __init__(
+        self,
+        binary: Path,
+        *,
+        listen: str,
+        backend: Path,
+        counters: FrontCounters,
+        cacheable: list[str],
+        unary_prefix: str = "",
+        maps: dict[str, list[list[int]]] | None = None,
+        tls: TLSFiles | None = None,
+        tls_paths: list[Path] | None = None,
+        reload_tls: Callable[[], TLSFiles | None] | None = None,
+        max_entries: int = 100_000,
+        max_bytes: int = 64 << 20,
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
+        self._reload_tls = reload_tls
+        #: called once when the front exits on its own (not through stop or kill)
+        self.on_exit = on_exit
+        self._write_lock = threading.Lock()
+        self._ready = threading.Event()
+        self._stopped = threading.Event()
+        self._expected_exit = False
+        self._outcome: dict[str, Any] = {}
+        # versions are pushed by a writer thread: the provider's callback only records the newest one
+        self._version_cond = threading.Condition()
+        self._pending_version: tuple[int | None] | None = None
+        start: dict[str, Any] = {
+            "op": "start",
+            "listen": listen,
+            "backend": str(backend),
+            "counters": str(counters.path),
+            "methods": cacheable,
+            "unary_prefix": unary_prefix,
+            "maps": maps or {},
+            "buckets": list(counters.buckets),
+            "max_entries": max_entries,
+            "max_bytes": max_bytes,
+        }
+        if tls is not None:
+            start.update(_tls_fields(tls), tls_files=[str(p) for p in tls_paths or []])
+        # stdout is the control channel; stderr is inherited for what only a crash prints. An empty
+        # environment: the front needs none, and the cloud credentials in ours stay out of its /proc
+        self.proc = subprocess.Popen(
+            [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, env={}
+        )
+        self._stdin: IO[bytes] = self.proc.stdin  # type: ignore[assignment]
+        self._send(start)
+        threading.Thread(target=self._read_events, name="front-events", daemon=True).start()
+        threading.Thread(target=self._push_versions, name="front-versions", daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self) -> int:
+        """The bound port; raises FrontStartError when the front reported an error or died."""
+        if not self._ready.wait(START_TIMEOUT):
+            self.kill()
+            raise FrontStartError("front", f"the compiled front did not start within {START_TIMEOUT:g}s")
+        if "port" not in self._outcome:
+            self.kill()
+            raise FrontStartError(self._outcome.get("kind", "front"), self._outcome.get("message", "exited"))
+        return int(self._outcome["port"])
+
+    # ---------------------------------------------------------------- Python -> front
+    def _send(self, doc: dict[str, Any]) -> None:
+        line = (json.dumps(doc) + "\n").encode()
+        with self._write_lock:
+            try:
+                self._stdin.write(line)
+                self._stdin.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the front is gone; its reader thread reports that
+
+    def push_version(self, version: int | None) -> None:
+        """The provider's watch_state callback: cheap and non-blocking (the newest version wins)."""
+        with self._version_cond:
+            self._pending_version = (version,)
+            self._version_cond.notify()
+
+    def _push_versions(self) -> None:
+        while not self._stopped.is_set():
+            with self._version_cond:
+                while self._pending_version is None and not self._stopped.is_set():
+                    self._version_cond.wait(1.0)
+                pending, self._pending_version = self._pending_version, None
+            if pending is not None:
+                self._send({"op": "version", "version": pending[0]})
+
+    def closing(self) -> None:
+        self._send({"op": "closing"})
+
+    def stop(self, grace: float) -> None:
+        """Graceful stop bounded by `grace` (the front cancels what still runs then); waits for the
+        process to exit."""
+        self._expected_exit = True
+        self._send({"op": "stop", "grace": max(grace, 0.0)})
+        try:
+            self.proc.wait(max(grace, 0.0) + 2.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        self._expected_exit = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        self._stopped.set()
+        with self._version_cond:
+            self._version_cond.notify_all()
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+
+    # ---------------------------------------------------------------- front -> Python
+    def _read_events(self) -> None:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        for raw in stdout:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            kind = event.get("ev")
+            if kind == "ready":
+                self._outcome["port"] = event["port"]
+                self._ready.set()
+            elif kind == "error":
+                self._outcome.update(kind=event.get("kind", "front"), message=event.get("message", ""))
+                self._ready.set()
+            elif kind == "log":
+                log.log(_LEVELS.get(event.get("level", ""), logging.WARNING), "%s", event.get("message", ""))
+            elif kind == "tls":
+                self._answer_tls(int(event.get("id", 0)))
+        code = self.proc.wait()
+        self._ready.set()
+        self._close()
+        if not self._expected_exit:
+            log.error("the compiled front exited unexpectedly (status %s); the gRPC port is closed", code)
+            if self.on_exit is not None:
+                self.on_exit()
+
+    def _answer_tls(self, request: int) -> None:
+        files = self._reload_tls() if self._reload_tls is not None else None
+        reply: dict[str, Any] = {"op": "tls", "id": request, "changed": files is not None}
+        if files is not None:
+            reply.update(_tls_fields(files))
+        self._send(reply)
+
+
+def map_field_paths(message: Descriptor, prefix: tuple[int, ...] = (), depth: int = 4) -> list[list[int]]:
+    """Field-number paths of the map fields in `message` and its singular sub-messages: the front sorts
+    their entries in its cache keys, since Go clients (CA) encode map entries in random order."""
+    paths: list[list[int]] = []
+    for field in message.fields:
+        if field.message_type is None:
+            continue
+        path = (*prefix, field.number)
+        if field.message_type.GetOptions().map_entry:
+            paths.append(list(path))
+        elif not field.is_repeated and depth > 0:
+            paths += map_field_paths(field.message_type, path, depth - 1)
+    return paths
+
+
+def _tls_fields(files: TLSFiles) -> dict[str, str]:
+    return {
+        "tls_cert": files.cert.decode(),
+        "tls_key": files.key.decode(),
+        "tls_ca": files.ca.decode() if files.ca else "",
+    }

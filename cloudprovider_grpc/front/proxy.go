@@ -1,0 +1,199 @@
+package main
+
+// Every call: the three cacheable unary methods are answered from the cache or forwarded and
+// remembered; everything else (the other RPCs, health Check/Watch, reflection streams) is relayed
+// as a generic bidirectional stream. The front knows no schema: requests and responses are bytes.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// versionKey is the trailer in which Python sends the provider's state version.
+const versionKey = "cpg-state-version"
+
+// rawCodec passes message bytes through untouched, in both directions.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+type front struct {
+	backend   *grpc.ClientConn
+	cache     *cache
+	counters  *counters
+	cacheable map[string]int       // full method name -> counter slot
+	keys      map[string]*mapPaths // full method name -> its request's map fields (see canonical.go)
+	// unaryPrefix: the service whose methods are all unary (CloudProvider): its uncached calls are
+	// forwarded as one Invoke, measurably cheaper than the generic stream relay
+	unaryPrefix string
+}
+
+// Only these outcomes are cached: Python logs none of them (it logs UNAVAILABLE and INTERNAL), and
+// INVALID_ARGUMENT must reach Python every time so malformed bodies keep their rate-limited warning.
+func cacheableCode(c codes.Code) bool {
+	return c == codes.OK || c == codes.NotFound || c == codes.Unimplemented
+}
+
+func (f *front) handle(_ any, stream grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(stream)
+	if slot, ok := f.cacheable[method]; ok {
+		return f.unary(method, slot, stream)
+	}
+	if f.unaryPrefix != "" && strings.HasPrefix(method, f.unaryPrefix) {
+		return f.unary(method, -1, stream)
+	}
+	return f.relay(method, stream)
+}
+
+// outgoing: the caller's metadata passed on to Python (the deadline travels with the context).
+func outgoing(ctx context.Context) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	md = md.Copy()
+	for _, k := range []string{":authority", "content-type", "user-agent", "te", "grpc-timeout"} {
+		delete(md, k)
+	}
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// observe reads the state version from Python's trailer and raises the front's to it. The answer may
+// be stored (ok) only for "N"; "N!" says the state moved while the answer was computed (or the RPC is
+// not a cacheable read): raise, but do not store.
+func (f *front) observe(trailer metadata.MD) (version int64, ok bool) {
+	vals := trailer.Get(versionKey)
+	if len(vals) == 0 {
+		return 0, false
+	}
+	text, store := strings.CutSuffix(vals[0], "!")
+	v, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	f.cache.raise(v)
+	return v, !store
+}
+
+func withoutVersion(md metadata.MD) metadata.MD {
+	if len(md.Get(versionKey)) == 0 {
+		return md
+	}
+	md = md.Copy()
+	delete(md, versionKey)
+	return md
+}
+
+// unary forwards one unary call; for a cacheable method (slot >= 0) it answers from the cache when it
+// can and remembers Python's answer when it may.
+func (f *front) unary(method string, slot int, stream grpc.ServerStream) error {
+	start := time.Now()
+	var req []byte
+	if err := stream.RecvMsg(&req); err != nil {
+		return err
+	}
+	var key cacheKey
+	if slot >= 0 {
+		key = cacheKey{method, string(f.keys[method].key(req))}
+		if a := f.cache.get(key); a != nil {
+			var err error
+			if a.err != nil {
+				err = a.err.Err()
+			} else {
+				err = stream.SendMsg(&a.body)
+			}
+			f.counters.observe(slot, a.code, time.Since(start))
+			return err
+		}
+	}
+	var resp []byte
+	var trailer metadata.MD
+	err := f.backend.Invoke(outgoing(stream.Context()), method, &req, &resp, grpc.Trailer(&trailer))
+	version, known := f.observe(trailer)
+	st := status.Convert(err)
+	if known && slot >= 0 && cacheableCode(st.Code()) {
+		a := &answer{code: st.Code()}
+		if err != nil {
+			a.err = st
+		} else {
+			a.body = resp
+		}
+		f.cache.put(key, version, a)
+	}
+	if md := withoutVersion(trailer); len(md) > 0 {
+		stream.SetTrailer(md)
+	}
+	if err != nil {
+		return st.Err()
+	}
+	return stream.SendMsg(&resp)
+}
+
+var streamDesc = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+// relay forwards one call of any shape to Python and its messages, headers, trailers and status back.
+func (f *front) relay(method string, ss grpc.ServerStream) error {
+	ctx, cancel := context.WithCancel(outgoing(ss.Context()))
+	defer cancel()
+	cs, err := f.backend.NewStream(ctx, streamDesc, method)
+	if err != nil {
+		return status.Convert(err).Err()
+	}
+	go func() { // caller -> Python
+		for {
+			var m []byte
+			if err := ss.RecvMsg(&m); err != nil {
+				if errors.Is(err, io.EOF) {
+					_ = cs.CloseSend()
+				} else {
+					cancel()
+				}
+				return
+			}
+			if cs.SendMsg(&m) != nil {
+				return // the Python side ended the call; its status comes through RecvMsg below
+			}
+		}
+	}()
+	headerSent := false
+	for { // Python -> caller
+		var m []byte
+		err := cs.RecvMsg(&m)
+		if err != nil {
+			trailer := cs.Trailer()
+			f.observe(trailer)
+			if !headerSent {
+				if h, herr := cs.Header(); herr == nil && len(h) > 0 {
+					_ = ss.SendHeader(h)
+				}
+			}
+			ss.SetTrailer(withoutVersion(trailer))
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return status.Convert(err).Err()
+		}
+		if !headerSent {
+			headerSent = true
+			if h, herr := cs.Header(); herr == nil && len(h) > 0 {
+				if ss.SendHeader(h) != nil {
+					return status.Error(codes.Canceled, "the caller went away")
+				}
+			}
+		}
+		if err := ss.SendMsg(&m); err != nil {
+			return err
+		}
+	}
+}
