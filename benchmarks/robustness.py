@@ -1,6 +1,7 @@
 """Robustness figures for every backend: the probe suite (tests/probes/) at full size.
 
     .venv/bin/python benchmarks/robustness.py [--requests 100000] [--rounds 5] [--backend NAME ...]
+                                              [--probe fuzz|races|faults|kills ...]
 
 For each backend in tests/support/backends.py, against real `cloudprovider-grpc serve` processes:
 - fuzz: N hostile requests over all 15 RPCs (tests/support/fuzz.py), with marker secrets in the
@@ -31,7 +32,7 @@ import grpc  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from tests.support import fuzz  # noqa: E402
 from tests.support.backends import BACKENDS, BackendUnderTest  # noqa: E402
-from tests.support.probes import groups, instances, poll, refresh, settle, start_server  # noqa: E402
+from tests.support.probes import fault_round, groups, poll, refresh, settle, start_server  # noqa: E402
 
 WARMUP = 2_000
 
@@ -126,43 +127,30 @@ def race_figures(backend: BackendUnderTest, work: Path, rounds: int) -> str:
     )
 
 
-def settled(s, gid: str, size: int) -> bool:
-    if not refresh(s):
-        return False
-    got = instances(s, gid)
-    return len(got) == size and not any("pending-" in i.id for i in got)
-
-
 def fault_figures(backend: BackendUnderTest, work: Path, rounds: int) -> str:
     if backend.cloud is None:
         return "faults: n/a (the cloud lives inside the server process)"
-    exact = 0
+    exact = short = more = faulted = 0
     for r in range(rounds):
         cloud = backend.cloud(work / f"faults{r}", None)
         server = start_server(backend, work / f"faults{r}", cloud=cloud)
         try:
-            s = server.stub()
             gid = next(iter(cloud.groups))
-            cloud.set_faults(0.3, seed=r)
-            for delta in (3, 2, 1):
-                s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=delta), timeout=5)
-                refresh(s)
-            poll(lambda s=s, gid=gid: settled(s, gid, 6), 180, "6 machines", 1.0)
-            victims = sorted(i.id for i in instances(s, gid))[:2]
-            nodes = [pb.ExternalGrpcNode(providerID=v, name=v) for v in victims]
-            s.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=gid, nodes=nodes), timeout=5)
-            poll(
-                lambda s=s, cloud=cloud, gid=gid: refresh(s) and len(cloud.machines(gid)) == 4, 180, "4", 1.0
-            )
-            cloud.set_faults(0)
-            final = settle(s, gid, 4)
-            exact += int(sorted(cloud.machines(gid)) == sorted(x.rsplit("/", 1)[-1] for x in final))
+            got = fault_round(server.stub(), cloud, gid, rate=0.3, seed=r, timeout=180)
+            faulted += got.faults
+            right = got.seen == got.held and not set(got.victims) & set(got.held)
+            exact += int(right and len(got.held) == got.base + 4)
+            short += int(right and len(got.held) < got.base + 4)  # lost creates still placeholders
+            more += int(len(got.held) > got.base + 4)
+        except AssertionError as exc:
+            print(f"  faults round {r}: {exc}", flush=True)
         finally:
             server.close()
             cloud.stop()
     return (
-        f"faults: 30% of cloud requests failing, 6 up then 2 down, {rounds} rounds: "
-        f"exact final counts in {exact}/{rounds}"
+        f"faults: 30% of cloud requests failing, 6 up then 2 down, {rounds} rounds: exactly 4 in "
+        f"{exact}/{rounds}, fewer (lost creates shown as placeholders) in {short}/{rounds}, "
+        f"more in {more}/{rounds} ({faulted} requests met a fault)"
     )
 
 
@@ -171,14 +159,15 @@ def kill_figures(backend: BackendUnderTest, work: Path, rounds: int) -> str:
         return "kills: n/a (the cloud lives inside the server process)"
     results = []
     for journal in (True, False):
-        good = 0
+        exact = short = doubled = 0
         for r in range(rounds):
             d = work / f"kill{journal}{r}"
             cloud = backend.cloud(d, None)
             extra = ["--state-file", str(d / "journal.json")] if journal else []
             try:
                 first = start_server(backend, d, cloud=cloud, extra=extra, name="first")
-                gid = next(g for g, (_, hi) in cloud.groups.items() if hi >= 8)
+                gid = next(g for g, (_, hi) in cloud.groups.items() if hi - len(cloud.machines(g)) >= 8)
+                want = len(cloud.machines(gid)) + 8
                 first.stub().NodeGroupIncreaseSize(
                     pb.NodeGroupIncreaseSizeRequest(id=gid, delta=8), timeout=5
                 )
@@ -186,24 +175,34 @@ def kill_figures(backend: BackendUnderTest, work: Path, rounds: int) -> str:
                 first.close()
                 second = start_server(backend, d, cloud=cloud, extra=extra, name="second")
                 s = second.stub()
+                held: list[int] = []
                 try:
-                    if journal:
-                        poll(lambda s=s, cloud=cloud, gid=gid: refresh(s) and len(cloud.machines(gid)) == 8,
-                             60, "8", 1.0)  # fmt: skip
-                        good += 1
-                    else:
-                        refresh(s)
-                        good += int(len(cloud.machines(gid)) <= 8)
+                    # with a journal the cloud converges to exactly `want` (an untokened cloud may
+                    # stay short by the creates the kill cut off, until CA asks again); without one
+                    # only what was sent before the kill exists
+                    def settled(s=s, cloud=cloud, gid=gid, held=held) -> bool:
+                        held.append(len(cloud.machines(gid)) if refresh(s) else -1)
+                        return len(held) >= 3 and held[-1] == held[-2] == held[-3] >= 0
+
+                    poll(settled, 60, "a stable count", 1.0)
+                    n = held[-1]
+                    doubled += int(max(held) > want)
+                    exact += int(n == want)
+                    short += int(n < want)
                 except AssertionError:
                     pass
                 finally:
                     second.close()
             finally:
                 cloud.stop()
+        label = "with --state-file" if journal else "without it"
         results.append(
-            f"{'with --state-file exactly 8' if journal else 'without it none doubled'} in {good}/{rounds}"
+            f"{label}: exactly 8 in {exact}/{rounds}, fewer in {short}/{rounds}, more in {doubled}/{rounds}"
         )
     return "kills: kill -9 right after IncreaseSize(8): " + "; ".join(results)
+
+
+PROBES = {"fuzz": fuzz_figures, "races": race_figures, "faults": fault_figures, "kills": kill_figures}
 
 
 def main() -> None:
@@ -211,15 +210,22 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backend", action="append", help="only these backends (default: all)")
+    parser.add_argument(
+        "--probe", action="append", choices=sorted(PROBES), help="only these probes (default: all)"
+    )
     args = parser.parse_args()
     chosen = [b for b in BACKENDS if not args.backend or b.name in args.backend]
     with tempfile.TemporaryDirectory(prefix="robustness-") as tmp:
         for backend in chosen:
             work = Path(tmp) / backend.name
             print(f"== {backend.name}", flush=True)
-            for figures in (fuzz_figures, race_figures, fault_figures, kill_figures):
+            for name, figures in PROBES.items():
+                if args.probe and name not in args.probe:
+                    continue
                 arg = args.requests if figures is fuzz_figures else args.rounds
-                print("  " + figures(backend, work, arg), flush=True)
+                started = time.monotonic()
+                line = figures(backend, work, arg)
+                print(f"  {line} [{time.monotonic() - started:.0f}s]", flush=True)
 
 
 if __name__ == "__main__":

@@ -459,3 +459,42 @@ def test_journal_entries_wait_for_groups_discovered_after_start(tmp_path: Path) 
         assert cloud.desired["g"] == 5 and len(_alive(cloud)) == 5
     finally:
         handle.stop(0)
+
+
+class NotYetDriver(CountingDriver):
+    """Refuses to remove each named machine the first `refusals` times, as something the cloud cannot
+    remove yet (an ESS instance still Pending: `IncorrectInstanceStatus`, transient)."""
+
+    def __init__(self, cloud: SimCloud, refusals: int) -> None:
+        super().__init__(cloud)
+        self.refusals = refusals
+
+    def remove_machines(self, group: str, machines: Sequence[Machine]) -> RemoveOutcome:
+        if self.refusals > 0:
+            self.refusals -= 1
+            return RemoveOutcome(failed={m.id: CloudError("still Pending", transient=True) for m in machines})
+        return super().remove_machines(group, machines)
+
+
+def test_a_machine_the_cloud_cannot_remove_yet_is_removed_later_not_dropped() -> None:
+    cloud = _cloud(initial=3)
+    clock = [1000.0]
+    cloud.clock = lambda: clock[0]
+    driver = NotYetDriver(cloud, refusals=2)
+    handle = _serve(PoolProvider(driver, inline_workers=True, clock=lambda: clock[0]))
+    try:
+        s = stub(channel(handle))
+        s.Refresh(pb.RefreshRequest())
+        victim = _alive(cloud)[0]
+        _delete(s, victim)
+        for _ in range(3):  # refused twice, each retried after a backoff
+            s.Refresh(pb.RefreshRequest())
+            states = {i.id: i.status.instanceState for i in _instances(s)}
+            assert victim not in states or states[victim] == pb.InstanceStatus.instanceDeleting
+            assert _target(s) == 2
+            clock[0] += 120
+        s.Refresh(pb.RefreshRequest())
+        assert driver.refusals == 0 and driver.removals == [[victim]]
+        assert victim not in _alive(cloud) and len(_alive(cloud)) == 2 and _target(s) == 2
+    finally:
+        handle.stop(1)

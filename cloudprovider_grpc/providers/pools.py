@@ -359,8 +359,29 @@ class PoolProvider(GroupProvider[_PoolState]):
                 return None
         with self._changing(gid):
             removed = [m for m in batch if m.id not in outcome.failed]
-            if outcome.failed:
-                self._removal_failed(state, {k: v for k, v in outcome.failed.items()})
+            # a machine the cloud cannot remove yet (an ESS instance still Pending) is sent again
+            # after a backoff, like a batch that failed as a whole; the others' refusals are final
+            retry = {k for k, v in outcome.failed.items() if v.transient}
+            if retry and state.sync_attempts + 1 >= self._max_attempts:
+                retry = set()
+            final = {k: v for k, v in outcome.failed.items() if k not in retry}
+            if final:
+                self._removal_failed(state, final)
+            retry_in: float | None = None
+            if retry:
+                state.sync_attempts += 1
+                for m in batch:
+                    if m.id in retry and m.id in state.deleting:
+                        state.removing.setdefault(m.id, m)
+                metrics.OPERATIONS.labels(self.name, "remove", "retry").inc(len(retry))
+                retry_in = self._backoff(state.sync_attempts)
+                log.warning(
+                    "node group %s: the cloud cannot remove %s yet (%s); retrying in %.1fs",
+                    gid,
+                    ", ".join(sorted(retry)),
+                    outcome.failed[min(retry)].message,
+                    retry_in,
+                )
             if removed:
                 metrics.OPERATIONS.labels(self.name, "remove", "ok").inc(len(removed))
                 if self.driver.remove_lowers_size:
@@ -369,8 +390,9 @@ class PoolProvider(GroupProvider[_PoolState]):
                 log.info("node group %s: removed %s", gid, ", ".join(m.id for m in removed))
             if outcome.operation is not None:
                 self._track(state, outcome.operation)
-            state.sync_attempts = 0
-        return None
+            if retry_in is None:
+                state.sync_attempts = 0
+        return retry_in
 
     def _removal_failed(self, state: _PoolState, failed: dict[str, CloudError]) -> None:
         """Machines the cloud refused to remove stay: they count again, and so does the size."""

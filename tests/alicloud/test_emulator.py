@@ -226,3 +226,18 @@ def test_state_survives_a_restart(tmp_path: Path) -> None:
         assert sorted(i["InstanceId"] for i in second.group_instances(GROUP_B)) == before
         assert second.group_record(GROUP_B)["DesiredCapacity"] == 2
         assert v1(second, "DescribeScalingGroups").json()["TotalCount"] == 3
+
+
+def test_a_ram_deny_on_one_group_refuses_only_actions_naming_it(emulator: AliCloudEmulator) -> None:
+    emulator.denied_groups.add(GROUP_A)
+    denied = v1(emulator, "DescribeScalingInstances", ScalingGroupId=GROUP_A)
+    assert denied.status_code == 403 and denied.json()["Code"] == "Forbidden.Unauthorized"
+    scale = v1(emulator, "ScaleWithAdjustment", method="POST", ScalingGroupId=GROUP_A,
+               AdjustmentType="TotalCapacity", AdjustmentValue="3")  # fmt: skip
+    assert scale.status_code == 403
+    assert emulator.group_record(GROUP_A)["DesiredCapacity"] == 2
+    assert v1(emulator, "DescribeScalingInstances", ScalingGroupId=GROUP_B).status_code == 200
+    listed = v1(
+        emulator, "DescribeScalingGroups", **{"ScalingGroupId.1": GROUP_A, "ScalingGroupId.2": GROUP_B}
+    )
+    assert listed.status_code == 200  # a list call, authorised on `*`

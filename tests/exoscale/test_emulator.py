@@ -330,3 +330,17 @@ def test_the_openapi_check_catches_drift() -> None:
     assert request_errors("PUT", pool + ":scale", b'{"size": -1}')
     assert query_errors("GET", "/v2/instance", {"manager-type": ["sks-nodepool"]})  # enum: instance-pool only
     assert query_errors("GET", "/v2/instance", {"bogus": ["1"]})
+
+
+def test_an_iam_deny_on_one_nodepool_covers_it_and_its_instance_pool(
+    api: sdk.Client, emulator: ExoscaleEmulator
+) -> None:
+    known = ids(api)
+    emulator.denied_resources.add(known["nodepool"])
+    with pytest.raises(ExoscaleAPIAuthException, match="IAM policy denies"):
+        api.scale_sks_nodepool(id=known["cluster"], sks_nodepool_id=known["nodepool"], size=3)
+    with pytest.raises(ExoscaleAPIAuthException):
+        api.list_instances(manager_type="instance-pool", manager_id=known["np_pool"])
+    assert emulator.pool_view(known["np_pool"])["size"] == 2
+    assert api.list_instances(manager_type="instance-pool", manager_id=known["pool"])["instances"]
+    assert api.list_sks_clusters()["sks-clusters"]  # listing the clusters names no denied resource

@@ -12,7 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.clouds import CherryCloud, ExternalCloud
+from tests.support.clouds import (
+    AliCloudCloud,
+    CherryCloud,
+    ExoscaleCloud,
+    ExternalCloud,
+    SpcCloud,
+    VultrCloud,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFORMANCE = Path(__file__).resolve().parents[2] / "tests" / "conformance"
@@ -199,6 +206,7 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         ("--provider", "vultr", "--emulate"),
         secret_env=("VULTR_API_KEY",),
         shape="pools",
+        cloud=VultrCloud,
         conformance_config=_VULTR_CONFORMANCE,
         e2e_config=_VULTR_E2E,
         e2e_group=VULTR_E2E_WORKERS,
@@ -209,6 +217,7 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         ("--provider", "exoscale", "--emulate"),
         secret_env=("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"),
         shape="pools",
+        cloud=ExoscaleCloud,
         e2e_config=_EXOSCALE_E2E,
         e2e_group=EXOSCALE_E2E_WORKERS,
         stockout_group=EXOSCALE_E2E_SCARCE,
@@ -219,6 +228,7 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         # both halves of the AccessKey: given alone, one of them is a configuration error
         secret_env=("ACCESS_KEY_ID", "ACCESS_KEY_SECRET"),
         shape="pools",
+        cloud=AliCloudCloud,
         e2e_config=_ALICLOUD_E2E,
         e2e_group="asg-bp1realcaworkers00001",
         stockout_group="asg-bp1realcascarce000001",
@@ -228,6 +238,7 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         "spc",
         ("--provider", "spc", "--emulate"),
         secret_env=("CLUSTER_API_TOKEN",),
+        cloud=SpcCloud,
         e2e_config=_SPC_E2E,
         e2e_group="autoscaling-spc755avwe-pool-1",  # the emulated cluster 1 is spc755avwe
         stockout_group="autoscaling-spc755avwe-pool-2",

@@ -209,3 +209,81 @@ def settle(s: pb_grpc.CloudProviderStub, gid: str, size: int, timeout: float = 6
 def stop_gracefully(server: ServerProcess, timeout: float = 30) -> int:
     server.signal(signal.SIGTERM)
     return server.wait(timeout)
+
+
+# ------------------------------------------------------ the fault round (test_faults, robustness.py)
+
+
+@dataclass
+class FaultRound:
+    """What a fault round ended with. `held`: the ids the cloud holds (as `ExternalCloud.machines`);
+    `seen`: the same for the machines CA sees; `total`: CA's instances, placeholders included."""
+
+    base: int
+    victims: list[str]
+    held: list[str]
+    seen: list[str]
+    total: int
+    faults: int
+
+
+def steady(s: pb_grpc.CloudProviderStub, cloud: ExternalCloud, gid: str, total: int, timeout: float) -> None:
+    """Refresh until CA sees `total` instances, its machines are exactly the cloud's (and all of them,
+    no placeholder left, where creates are idempotent), unchanged over three Refreshes: nothing is in
+    flight any more. A cloud whose create carries no token may keep placeholders for creates whose
+    answer was lost: never re-sent, they wait for their machine or `failed_ttl` (then CA asks again)."""
+    seen: list[tuple[int, list[str], list[str]]] = []
+
+    def check() -> bool:
+        refresh(s)
+        got = instances(s, gid)
+        real = sorted(i.id.rsplit("/", 1)[-1] for i in got if not is_placeholder(i.id))
+        seen.append((len(got), real, sorted(cloud.machines(gid))))
+        n, real, held = seen[-1]
+        ok = n == total and real == held and (len(held) == total or not cloud.idempotent_creates)
+        return ok and len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]
+
+    try:
+        poll(check, timeout, f"{gid} to hold {total} steadily", REFRESH_EVERY)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen (count, CA's, cloud's): {seen[-1:]}") from None
+
+
+def fault_round(
+    s: pb_grpc.CloudProviderStub, cloud: ExternalCloud, gid: str, *, rate: float, seed: int, timeout: float
+) -> FaultRound:
+    """CA grows `gid` by 3, 2 and 1 (one loop each) and deletes 2 of its machines while `rate` of the
+    cloud's requests fail; faults stop only once both have settled. A create executed although its
+    answer was lost may exist twice for a moment (same creation token): the machinery deletes the
+    younger one, so the cloud converges."""
+    base = len(cloud.machines(gid))
+    cloud.set_faults(rate, seed=seed)
+    for delta in (3, 2, 1):
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=delta), timeout=5)
+        refresh(s)
+    steady(s, cloud, gid, base + 6, timeout)
+    victims = sorted(i.id for i in instances(s, gid) if not is_placeholder(i.id))[:2]
+    s.NodeGroupDeleteNodes(
+        pb.NodeGroupDeleteNodesRequest(
+            id=gid, nodes=[pb.ExternalGrpcNode(providerID=v, name=v) for v in victims]
+        ),
+        timeout=5,
+    )
+    gone = {v.rsplit("/", 1)[-1] for v in victims}
+    poll(
+        lambda: refresh(s) and not gone & set(cloud.machines(gid)),
+        timeout,
+        f"{', '.join(victims)} to be deleted under faults",
+        REFRESH_EVERY,
+    )
+    cloud.set_faults(0)
+    steady(s, cloud, gid, base + 4, timeout)
+    got = instances(s, gid)
+    return FaultRound(
+        base=base,
+        victims=[v.rsplit("/", 1)[-1] for v in victims],
+        held=sorted(cloud.machines(gid)),
+        seen=sorted(i.id.rsplit("/", 1)[-1] for i in got if not is_placeholder(i.id)),
+        total=len(got),
+        faults=cloud.faults_injected(),
+    )

@@ -316,6 +316,9 @@ class AliCloudDriver(PoolDriver):
                     code=code or "NOT_REMOVED",
                     status=400,
                     error_class=error_class(code),
+                    # ESS ignores an instance it cannot remove in its current state (one still
+                    # Pending, in our emulator's model); once started it can go: sent again later
+                    transient=code == "IncorrectInstanceStatus" and machine.state == InstanceState.CREATING,
                 )
         operation = Operation(group, "remove", ",".join(activities)) if activities else None
         return RemoveOutcome(failed=failed, operation=operation)

@@ -328,10 +328,15 @@ class ExoscaleDriver(PoolDriver):
             members = dict(
                 zip([i.config.id for i in listed], pool_exec.map(self._list_members, listed), strict=True)
             )
-        return [
+        pools = [
             members[gid] if gid in members else Pool(info.config, 0, listing_error=error)
             for gid, info in infos.items()
         ]
+        if error is not None and all(p.listing_error is not None for p in pools):
+            # discovery failed and no group could be listed either (a revoked key): nothing was
+            # listed, so Refresh is UNAVAILABLE rather than OK over the groups last seen
+            raise error
+        return pools
 
     def _list_members(self, info: GroupInfo) -> Pool:
         try:

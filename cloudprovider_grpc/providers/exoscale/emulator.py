@@ -6,7 +6,8 @@ OpenAPI document python-exoscale ships, which the test suite validates every ans
 - EXO2-HMAC-SHA256 verification over the raw path, the raw body bytes as received, the signed
   query values in the pragma's order and the expiry; an unknown key, a bad or expired signature
   or an unsigned query parameter are refused with a configurable 401/403;
-- per-key IAM operation lists (403 for operations outside them);
+- per-key IAM operation lists (403 for operations outside them) and deny rules on resources
+  (`denied_resources`: 403 for requests naming a denied nodepool or Instance Pool);
 - errors as `{"message": "..."}`; every success is 200 + JSON, mutating calls answer an operation;
 - operations `pending` -> `success` after `operation_polls` polls and `operation_seconds`, or the
   injected `failure`/`timeout` with a `reason`, or held pending for a while (`hold_operations`);
@@ -161,6 +162,11 @@ class ExoscaleEmulator(EmulatorServer):
         self.lose_next_answers = 0
         #: pool ids whose member listing answers 503 (one broken pool beside healthy ones)
         self.broken_pools: set[str] = set()
+        #: resources (SKS nodepool or Instance Pool ids) a deny rule of every key's IAM policy covers,
+        #: as the IAM policy guide's `{"action": "deny", "expression": "resource.sks_nodepool.name in
+        #: [...]"}` (community.exoscale.com/product/iam/how-to/policy-guide): a request naming one in
+        #: its path or its `manager-id` filter answers 403; a nodepool's Instance Pool is covered with it
+        self.denied_resources: set[str] = set()
 
         self._operation_routes: list[tuple[str, re.Pattern[str], str]] = []
         v = self.prefix.rstrip("/")
@@ -428,9 +434,21 @@ class ExoscaleEmulator(EmulatorServer):
             allowed = self.allowed.get(req.principal)
             if allowed is not None and op not in allowed:
                 raise HttpProblem(403, f"Forbidden: the API key is not allowed to perform operation {op}")
+            denied = self._denied_resource(req)
+            if denied:
+                raise HttpProblem(403, f"Forbidden: the IAM policy denies operation {op} on {denied}")
             return handler(req)
 
         return checked
+
+    def _denied_resource(self, req: Request) -> str:
+        """The id of a denied resource the request names ("" if none)."""
+        if not self.denied_resources:
+            return ""
+        named = set(re.split(r"[/:]", req.path)) | {req.arg("manager-id") or ""}
+        covered = set(self.denied_resources)
+        covered |= {np["pool"] for npid, np in self.nodepools.items() if npid in covered}
+        return next(iter(sorted(named & covered)), "")
 
     def _dispatch(self, req: Request) -> Response:
         resp = super()._dispatch(req)
