@@ -22,6 +22,7 @@ class TokenBucket:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        starve_after: float = 2.0,
     ) -> None:
         if rate <= 0:
             raise ValueError("rate must be positive")
@@ -35,17 +36,29 @@ class TokenBucket:
         self._stamp = clock()
         self._lock = threading.Lock()
         self._urgent_waiting = 0
+        #: a non-urgent caller that has waited this long may take one token even while urgent
+        #: callers wait, at most one such token per this interval
+        self.starve_after = starve_after
+        self._last_aged_grant = -float("inf")
 
-    def _take_or_wait_time(self, urgent: bool = True) -> float:
+    def _take_or_wait_time(self, urgent: bool = True, aged: bool = False) -> float:
         """Take a token and return 0, or return how long to wait before one is available.
 
-        A non-urgent caller leaves tokens to urgent callers that are waiting."""
+        A non-urgent caller leaves tokens to urgent callers that are waiting, except that one that
+        has waited `starve_after` seconds (`aged`) gets one token per `starve_after`: urgent
+        demand at the full rate (Refreshes in a tight loop) would otherwise starve background
+        operations for good (seen: Exoscale operation polls behind Refresh listings), while a
+        Refresh loses at most one token per interval."""
         with self._lock:
             now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
             self._stamp = now
             if self._tokens >= 1.0 and (urgent or self._urgent_waiting == 0):
                 self._tokens -= 1.0
+                return 0.0
+            if self._tokens >= 1.0 and aged and now - self._last_aged_grant >= self.starve_after:
+                self._tokens -= 1.0
+                self._last_aged_grant = now
                 return 0.0
             return max((1.0 - self._tokens) / self.rate, 1.0 / self.rate if self._tokens >= 1.0 else 0.0)
 
@@ -62,7 +75,7 @@ class TokenBucket:
         registered = False
         try:
             while True:
-                wait = self._take_or_wait_time(urgent)
+                wait = self._take_or_wait_time(urgent, aged=waited >= self.starve_after)
                 if wait <= 0:
                     return waited
                 if urgent and not registered:

@@ -254,8 +254,8 @@ def test_the_cross_backend_entry_names_real_groups() -> None:
         def failed() -> list[pb.Instance]:
             return [i for i in instances(s, be.stockout_group) if i.status.HasField("errorInfo")]
 
-        # Refresh at about CA's pace: a tighter loop keeps the client's rate limit (10/s) busy with
-        # listings, which go first, and the operation poll behind them waits
+        # Refresh at about CA's pace: in a tighter loop the listings (urgent) take nearly every token
+        # of the client's rate limit (10/s), and the operation poll gets one only every 2 s
         deadline = time.monotonic() + 30
         while not failed():
             assert time.monotonic() < deadline, "the failed operation never reached the placeholder"

@@ -296,3 +296,32 @@ def test_urgent_callers_go_before_queued_background_callers() -> None:
     assert len(order) == 7
     # the urgent caller took the next token (or the one after, if a background caller was mid-take)
     assert order.index("urgent") <= before + 1, order
+
+
+def test_background_callers_are_not_starved_by_urgent_demand_at_the_full_rate() -> None:
+    """Urgent callers that keep the bucket saturated still leave a background caller that has waited
+    `starve_after` one token per interval (without it, the background caller would wait forever)."""
+    import threading
+
+    bucket = TokenBucket(50.0, 1.0, starve_after=0.2)
+    stop = threading.Event()
+    urgent_taken = [0]
+
+    def hog() -> None:
+        while not stop.is_set():
+            bucket.acquire(urgent=True)
+            urgent_taken[0] += 1
+
+    hogs = [threading.Thread(target=hog, daemon=True) for _ in range(3)]
+    for t in hogs:
+        t.start()
+    assert wait_for(lambda: urgent_taken[0] >= 5)  # the bucket is saturated by urgent callers
+    done = threading.Event()
+    threading.Thread(target=lambda: (bucket.acquire(), done.set()), daemon=True).start()
+    try:
+        assert done.wait(10), "a background caller was starved by urgent callers"
+    finally:
+        stop.set()
+        for t in hogs:
+            t.join(timeout=5)
+    assert urgent_taken[0] > 5  # urgent callers kept being served meanwhile
