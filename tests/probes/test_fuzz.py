@@ -16,6 +16,11 @@ from tests.support.probes import start_server
 
 WARMUP, COUNT, SAMPLE_EVERY = 1_500, 3_000, 250
 MAX_GROWTH = 10 * 1024 * 1024
+#: Refresh is the one RPC that calls the cloud, under the client's rate limit (the cloud's published
+#: budget: Cherry 4/s, Exoscale 10/s with 5 calls per Refresh), so each of its cases that parses costs
+#: real time; the suite sends every 10th of them (30 in all, 100 s less on the slowest backends) and
+#: benchmarks/robustness.py sends them all
+REFRESH_EVERY = 10
 
 
 def test_fuzzing_every_rpc(backend: BackendUnderTest, tmp_path: Path) -> None:
@@ -26,7 +31,12 @@ def test_fuzzing_every_rpc(backend: BackendUnderTest, tmp_path: Path) -> None:
         tally = fuzz.Tally()
         warm: list[int] = []
         later: list[int] = []
+        refreshes = 0
         for i, case in enumerate(fuzz.cases(seed=14, count=WARMUP + COUNT)):
+            if case.method == "Refresh":
+                refreshes += 1
+                if refreshes % REFRESH_EVERY:
+                    continue
             fuzz.send(ch, case, tally)
             if i % SAMPLE_EVERY == 0:
                 (warm if i < WARMUP else later).append(server.rss_bytes())
@@ -35,6 +45,7 @@ def test_fuzzing_every_rpc(backend: BackendUnderTest, tmp_path: Path) -> None:
         output = server.output()
     finally:
         server.close()
+    assert tally.by_code.get("OK", 0) > 0 and tally.requests > 4_000  # the calls really went out
     assert tally.failures == 0 and not tally.bad, "\n".join(tally.bad)
     assert after == before, "fuzzing changed the state CA sees"
     assert growth < MAX_GROWTH, f"RSS grew by {growth / 1e6:.1f} MB over {COUNT} requests"
