@@ -9,20 +9,18 @@ is there and serves from Python alone when it is not.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+
+from cloudprovider_grpc.gotoolchain import file_lock, go_binary, user_cache
+from cloudprovider_grpc.gotoolchain import go_env as _go_env
 
 SOURCE_DIR = Path(__file__).resolve().parent
 BINARY_NAME = "cpg-front"
-#: Go's official tarball installs here; not every login shell puts it on PATH
-_GO_FALLBACK = Path("/usr/local/go/bin/go")
 
 
 def sources() -> list[Path]:
@@ -39,8 +37,7 @@ def source_key() -> str:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cloudprovider-grpc"
+    return user_cache()
 
 
 def cached_binary() -> Path:
@@ -57,39 +54,10 @@ def locate(override: Path | None) -> tuple[Path | None, str]:
     return None, "no compiled front built for this version (run `cloudprovider-grpc build-front`)"
 
 
-def go_binary() -> str | None:
-    found = shutil.which("go")
-    if found:
-        return found
-    return str(_GO_FALLBACK) if _GO_FALLBACK.exists() else None
-
-
 def go_env() -> dict[str, str]:
-    """Go's caches under the user cache, shared with the test suite's Go builds; no toolchain
-    downloads (GOTOOLCHAIN=local: the installed Go builds, or the build fails with its message)."""
-    root = cache_root() / "go"
-    env = dict(os.environ)
-    env.update(
-        GOMODCACHE=str(root / "mod"),
-        GOCACHE=str(root / "build"),
-        GOPATH=str(root / "path"),
-        GOFLAGS="-modcacherw",
-        GOTOOLCHAIN="local",
-        CGO_ENABLED="0",
-    )
-    return env
-
-
-@contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
-    locks = cache_root() / "front" / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """The shared Go environment (`gotoolchain.go_env`), with cgo off: a static binary that runs in
+    any image."""
+    return _go_env({"CGO_ENABLED": "0"})
 
 
 def build(timeout: float = 900) -> Path:
@@ -104,7 +72,7 @@ def build(timeout: float = 900) -> Path:
     go = go_binary()
     if go is None:
         raise RuntimeError("Go is not installed: the compiled front cannot be built (serve uses Python)")
-    with _lock(source_key()):
+    with file_lock(cache_root() / "front" / "locks", source_key()):
         if dest.is_file():
             return dest
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -9,48 +9,25 @@ binaries, one directory per tool and version so a version bump never reuses a st
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-#: Go's official tarball installs to /usr/local/go; not every login shell puts it on PATH.
-_GO_FALLBACK = Path("/usr/local/go/bin/go")
+from cloudprovider_grpc.gotoolchain import file_lock, go_binary, go_cache
+from cloudprovider_grpc.gotoolchain import go_env as _go_env
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cloudprovider-grpc" / "go"
-
-
-def go_binary() -> str | None:
-    found = shutil.which("go")
-    if found:
-        return found
-    return str(_GO_FALLBACK) if _GO_FALLBACK.exists() else None
+    return go_cache()
 
 
 def go_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for `go` commands: shared caches, no toolchain downloads."""
-    root = cache_root()
-    env = dict(os.environ)
-    go = go_binary()
-    if go is not None:
-        env["PATH"] = f"{Path(go).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(
-        GOMODCACHE=str(root / "mod"),
-        GOCACHE=str(root / "build"),
-        GOPATH=str(root / "path"),
-        GOFLAGS="-modcacherw",
-        GOTOOLCHAIN="local",
-    )
-    if extra:
-        env.update(extra)
-    return env
+    return _go_env(extra)
 
 
 def go_install(package: str, version: str, binary: str, *, timeout: float = 1800) -> Path:
@@ -150,17 +127,9 @@ def tree_key(*roots: Path, extra: str = "") -> str:
     return digest.hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def build_lock(name: str) -> Iterator[None]:
+def build_lock(name: str) -> contextlib.AbstractContextManager[None]:
     """One builder per binary at a time, across processes (two suites warming the same cache)."""
-    locks = cache_root() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(cache_root() / "locks", name)
 
 
 def go_build(
