@@ -22,7 +22,7 @@ the shared Go cache: the floor of any gRPC server on this machine. The client is
 three; its own cost is not in the CPU column.
 
 `--go` also measures our server with the conformance harness's Go client (tests/conformance,
-`conformance bench`: CA master's own externalgrpc client code), which is what cluster-autoscaler
+`conformance bench`: the project's CA-faithful client), which is what cluster-autoscaler
 experiences.
 """
 
@@ -88,17 +88,16 @@ def measure(call: Callable[[], object], calls: int) -> tuple[float, float, float
 
 
 def go_client(port: int, calls: int) -> None:
-    """Run the conformance harness's `bench` (linked against CA master's own externalgrpc client,
-    built once and cached outside the clone by tests/realca/builds.py) against our server."""
+    """Run the CA-faithful client's `bench` (tests/conformance, built once and cached outside the
+    clone by tests/support/conformance.py) against our server."""
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root))
-    from tests.realca import builds
-    from tests.support import gotools
+    from tests.support import conformance, gotools
 
     if gotools.go_binary() is None:
         print("(Go is not installed: skipping the Go client measurement)")
         return
-    binary = builds.conformance_harness("master")
+    binary = conformance.client()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as cfg:
         cfg.write(f'address: "127.0.0.1:{port}"\ngrpc_timeout: 5s\n')
     try:
@@ -246,7 +245,7 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--nodes-per-group", type=int, default=15)
     ap.add_argument("--calls", type=int, default=5000, help="calls per RPC")
-    ap.add_argument("--go", action="store_true", help="also measure with CA's own Go client")
+    ap.add_argument("--go", action="store_true", help="also measure with the CA-faithful Go client")
     ap.add_argument("--no-floors", action="store_true", help="skip the grpcio and Go floor servers")
     ap.add_argument("--no-front", action="store_true", help="skip our server behind the compiled front")
     args = ap.parse_args()

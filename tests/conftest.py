@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -39,3 +43,37 @@ def shared_dir() -> Path:
 def compiled_front() -> Path | None:
     """Built before any server starts, so `--front auto` (the default) finds it everywhere."""
     return ensure_front()
+
+
+# ---------------------------------------------------------------- tiers
+
+TIERS = ("unit", "integration")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test is `unit` or `integration` (and may be `slow` as well): a test without its tier
+    could not be selected by `-m`, so it is an error, not a default."""
+    untiered = [
+        item.nodeid for item in items if sum(item.get_closest_marker(t) is not None for t in TIERS) != 1
+    ]
+    if untiered:
+        raise pytest.UsageError(
+            "tests must be marked exactly one of unit/integration:\n  " + "\n  ".join(untiered[:20])
+        )
+
+
+def _refuse(what: str) -> Callable[..., NoReturn]:
+    def refuse(*_args: object, **_kwargs: object) -> NoReturn:
+        raise AssertionError(f"a test marked `unit` {what}: mark it `integration`")
+
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `unit` test opens no socket and starts no process; this holds it to that."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    monkeypatch.setattr(socket.socket, "bind", _refuse("bound a socket"))
+    monkeypatch.setattr(socket.socket, "connect", _refuse("connected a socket"))
+    monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("started a process"))

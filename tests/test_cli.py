@@ -12,6 +12,8 @@ import pytest
 from cloudprovider_grpc.config import load_settings
 from cloudprovider_grpc.errors import ConfigError
 
+pytestmark = pytest.mark.integration
+
 
 def run(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None

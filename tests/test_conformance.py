@@ -1,39 +1,41 @@
-"""Conformance through cluster-autoscaler's own externalgrpc client code, over real sockets.
+"""Conformance through the project's CA-faithful client, over real sockets, at every wire generation.
 
-The pytest entry point of `tests/conformance/run.sh` (README "## Conformance"): for every backend of
-`tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud, spc; a new backend
-joins by being registered there) and every CA generation whose source snapshot sits in
-`../shared/upstream/cluster-autoscaler/` (1.34.1 with the legacy wire fields, 1.36.1, master), the
-Go harness is linked against that CA's `externalgrpc` package (built once, cached outside the clone)
-and drives three servers on loopback with mutual TLS through CA's own `CloudProvider`, `NodeGroup`
-and `PricingModel`. The README's grpcurl examples run once. Outside CI the test skips when Go or
-the snapshots are missing; in CI (CI=true) that is a failure, never a skip.
+The pytest entry point of `tests/conformance/run.sh` (docs: "Compatibility"): for every backend of
+`tests/support/backends.py` (a new backend joins by being registered there) and every client
+generation (1.35+, 1.34.2, 1.26-1.34.1, 1.25), the Go client in `tests/conformance` drives three
+servers on loopback with mutual TLS as CA's externalgrpc client does. The README's grpcurl examples
+run once.
+
+The mutation tests prove the client reads the wire as each CA release does: a throwaway copy of the
+package, its proto renumbering one field and its Python code regenerated, must fail exactly the
+generations that read that field.
+
+Outside CI the Go-built tests skip when Go is missing; in CI (CI=true) that is a failure.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.realca import builds
-from tests.support import gotools
+from tests.support import conformance, gotools
 from tests.support.backends import BACKENDS, BackendUnderTest
-
-# `realca` too: it builds CA from source, so `pytest -m "not realca"` leaves it out as well
-pytestmark = [pytest.mark.conformance, pytest.mark.realca]
+from tests.support.probes import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "tests" / "conformance" / "run.sh"
+SCHEMAS = ROOT / "tests" / "conformance" / "caclient" / "schemas"
 GOLDEN = ROOT.parent / "shared" / "golden" / "externalgrpc"
 
-#: every RPC of the service and the upstream client function that issues it; each must appear in a
-#: passed check, so no RPC goes unexercised by CA's client.
-UPSTREAM_CALLERS = {
+#: every RPC of the service and the CA function that issues it; each must appear in a passed check,
+#: so no RPC goes unexercised by the client.
+CA_CALLERS = {
     "NodeGroups": "CloudProvider.NodeGroups",
     "NodeGroupForNode": "CloudProvider.NodeGroupForNode",
     "PricingNodePrice": "PricingModel.NodePrice",
@@ -52,36 +54,46 @@ UPSTREAM_CALLERS = {
 }
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-def _unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"conformance cannot run in CI: {reason}")
-    pytest.skip(f"conformance skipped: {reason}")
-
-
-@pytest.mark.timeout(2400)  # a cold build of one CA generation's harness takes minutes on 2 cores
-@pytest.mark.parametrize("version", list(builds.GENERATIONS))
-@pytest.mark.parametrize("be", BACKENDS, ids=lambda b: b.name)
-def test_conformance_through_cas_own_client(be: BackendUnderTest, version: str, tmp_path: Path) -> None:
+def _client() -> Path:
     if gotools.go_binary() is None:
-        _unavailable("no Go toolchain; install Go >= 1.26 to build CA's client code")
-    if not (builds.UPSTREAM / version).is_dir():
-        _unavailable(f"CA {version} snapshot not found at {builds.UPSTREAM / version}")
-    if not GOLDEN.is_dir():
-        _unavailable(f"upstream schema dumps not found at {GOLDEN}")
-    harness = builds.conformance_harness(version)
+        if gotools.in_ci():
+            pytest.fail("conformance cannot run in CI: no Go toolchain")
+        pytest.skip("no Go toolchain; install Go >= 1.26 to build the conformance client")
+    return conformance.client()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("release", sorted(conformance.GENERATIONS.values()))
+def test_client_schemas_are_the_golden_ones(release: str) -> None:
+    """The client's embedded wire schemas are byte-identical to the golden protoc dumps."""
+    golden = GOLDEN / f"{release}.json"
+    if not golden.is_file():
+        pytest.fail(f"golden schema {golden} is missing")
+    assert (SCHEMAS / f"{release}.json").read_bytes() == golden.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_client_knows_every_generation() -> None:
+    assert conformance.generations(_client()) == conformance.GENERATIONS
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(1200)  # a cold build of the client (k8s.io/api, grpc-go) takes minutes on 2 cores
+@pytest.mark.parametrize("generation", list(conformance.GENERATIONS))
+@pytest.mark.parametrize("be", BACKENDS, ids=lambda b: b.name)
+def test_conformance(be: BackendUnderTest, generation: str, tmp_path: Path) -> None:
+    client = _client()
     args = list(be.serve_args)
     env = {
         **os.environ,
         "PYTHON": sys.executable,
-        "CA_VERSION": version,
-        "CONFORMANCE_BIN": str(harness),
-        "GRPCURL_BIN": str(builds.grpcurl()),
-        # the README's grpcurl lines once, not per CA generation and backend
-        "GRPCURL_EXAMPLES": "1" if (be.name, version) == ("sim", "master") else "0",
+        "CA_GENERATION": generation,
+        "CONFORMANCE_BIN": str(client),
+        "GRPCURL_BIN": str(conformance.grpcurl()),
+        # the README's grpcurl lines once, not per generation and backend
+        "GRPCURL_EXAMPLES": "1" if (be.name, generation) == ("sim", "1.35+") else "0",
     }
     if be.conformance_config:
         config = tmp_path / "conformance.yaml"
@@ -91,7 +103,7 @@ def test_conformance_through_cas_own_client(be: BackendUnderTest, version: str, 
     else:
         env["CONFORMANCE_PROFILE"] = "sim" if be.name == "sim" else "generic"
     proc = subprocess.run(
-        ["bash", str(RUN), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+        ["bash", str(RUN), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     out = proc.stdout
     print(out)
@@ -100,12 +112,96 @@ def test_conformance_through_cas_own_client(be: BackendUnderTest, version: str, 
     assert proc.returncode == 0 and not failed, (
         f"{len(failed)} conformance check(s) failed; output:\n{out[-8000:]}\n{proc.stderr[-3000:]}"
     )
-    assert f"harness on CA {version}" in out, out[-2000:]
+    assert f"client generation {generation} (wire schema {conformance.GENERATIONS[generation]})" in out
     assert "conformance: " in out and ", 0 failed" in out, out[-2000:]
     passed = [line for line in out.splitlines() if re.match(r"ok\s+\[", line) and "[grpcurl]" not in line]
-    missing = [rpc for rpc, fn in UPSTREAM_CALLERS.items() if not any(fn in line for line in passed)]
+    missing = [rpc for rpc, fn in CA_CALLERS.items() if not any(fn in line for line in passed)]
     assert not missing, f"RPCs no passed check exercised: {missing}"
-    assert all(f"[{version}]" in line for line in passed), "a check ran under another CA generation"
+    assert all(f"[{generation}]" in line for line in passed), "a check ran under another generation"
     if env["GRPCURL_EXAMPLES"] == "1":
         grpcurl = re.search(r"^grpcurl examples: (\d+) passed, (\d+) failed$", out, re.M)
         assert grpcurl and int(grpcurl[1]) >= 4 and grpcurl[2] == "0", out[-2000:]
+
+
+# ---------------------------------------------------------------- mutations
+
+#: field -> (the proto line that declares it, the generations that must fail once it is renumbered).
+#: pod_bytes: 1.34.2 sends the pod in both fields, so a server that misses pod_bytes still finds the
+#: legacy `pod` and answers it correctly; only 1.35+, which sends pod_bytes alone, is misread.
+MUTATIONS = {
+    "nodeBytes": ("bytes nodeBytes = 2;", {"1.35+", "1.34.2"}),
+    "nodeInfo": ("bytes nodeInfo = 1 [deprecated = true];", {"1.34.2", "1.26-1.34.1", "1.25"}),
+    "pod_bytes": ("bytes pod_bytes = 4;", {"1.35+"}),
+}
+#: a number no generation uses in any message
+UNUSED_NUMBER = 15
+
+
+def _mutated_package(tmp_path: Path, declaration: str) -> Path:
+    """A copy of the package whose proto renumbers one field, its Python code regenerated."""
+    copy = tmp_path / "mutant"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "cloudprovider_grpc", copy / "cloudprovider_grpc", ignore=ignore)
+    shutil.copytree(ROOT / "proto", copy / "proto")
+    proto = copy / "proto" / conformance.PROTO
+    text = proto.read_text()
+    assert text.count(declaration) == 1, f"{declaration!r} not found once in the proto"
+    renumbered = re.sub(r"= \d+", f"= {UNUSED_NUMBER}", declaration, count=1)
+    assert not re.search(rf"= {UNUSED_NUMBER}\b", text), f"field number {UNUSED_NUMBER} is in use"
+    proto.write_text(text.replace(declaration, renumbered))
+    from grpc_tools import protoc
+
+    include = Path(protoc.__file__).parent / "_proto"
+    args = [
+        "grpc_tools.protoc",
+        f"-I{copy / 'proto'}",
+        f"-I{include}",
+        f"--python_out={copy}",
+        f"--grpc_python_out={copy}",
+        conformance.PROTO,
+    ]
+    assert protoc.main(args) == 0, "protoc failed on the mutated proto"
+    return copy
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_renumbered_field_fails_the_generations_that_read_it(name: str, tmp_path: Path) -> None:
+    client = _client()
+    declaration, must_fail = MUTATIONS[name]
+    copy = _mutated_package(tmp_path, declaration)
+    sim = next(b for b in BACKENDS if b.name == "sim")
+    env = {"PYTHONPATH": str(copy)}
+    extra = ["--front", "off", "--log-level", "warning"]
+    # cwd too: `python -m` puts the working directory first on sys.path
+    server = start_server(sim, tmp_path / "server", extra=extra, env=env, cwd=copy)
+    try:
+        probe = "import cloudprovider_grpc.protos.externalgrpc_pb2 as m; print(m.__file__)"
+        origin = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=copy,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert origin.startswith(str(copy)), f"the server would import the unmutated package ({origin})"
+        cloud_config = tmp_path / "cloud-config.yaml"
+        cloud_config.write_text(f"address: localhost:{server.port}\ngrpc_timeout: 5s\n")
+        failed: set[str] = set()
+        for generation in conformance.GENERATIONS:
+            proc = subprocess.run(
+                [str(client), "run", "-generation", generation, "-cloud-config", str(cloud_config),
+                 "-metrics", f"http://127.0.0.1:{server.metrics_port}/metrics", "-profile", "sim",
+                 "-only", "templates,pricing"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            print(proc.stdout)
+            assert "conformance: " in proc.stdout, proc.stdout + proc.stderr
+            if proc.returncode != 0:
+                failed.add(generation)
+        assert failed == must_fail, f"renumbering {name}: failed {sorted(failed)}, want {sorted(must_fail)}"
+    finally:
+        server.close()

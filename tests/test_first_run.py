@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 from tests.support.backends import BACKENDS, BackendUnderTest
-from tests.support.probes import poll
+from tests.support.waits import poll
 from tests.test_cli import run
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +49,7 @@ def test_every_backend_ships_a_configuration_and_a_scenario() -> None:
     assert set(PROVIDERS) <= providers, f"no scenario for {sorted(set(PROVIDERS) - providers)}"
 
 
+@pytest.mark.slow
 def test_the_cherry_scenario_and_another_backend_on_a_sim_scenario(tmp_path: Path) -> None:
     # a sim scenario (its cloud: section is sim's) run on Cherry: Cherry runs on its own defaults
     burst = yaml.safe_load((ROOT / "examples/scenarios/burst.yaml").read_text())

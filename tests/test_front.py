@@ -36,6 +36,8 @@ from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeG
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.support.servers import channel, free_port, stub
 
+pytestmark = pytest.mark.integration
+
 TARGET = "NodeGroupTargetSize"
 
 
@@ -566,6 +568,7 @@ def test_front_on_without_a_binary_refuses_to_start(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_front_sources_are_gofmt_and_go_vet_clean() -> None:
     go = binary.go_binary()
     assert go is not None  # the front was built, so Go is here

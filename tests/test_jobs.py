@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from cloudprovider_grpc.providers.jobs import JobRunner
 from tests.support.servers import ManualClock
+
+pytestmark = pytest.mark.unit
 
 
 def test_threaded_runner_never_exceeds_its_concurrency() -> None:

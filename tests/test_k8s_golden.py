@@ -26,6 +26,8 @@ from cloudprovider_grpc.k8s.resources import parse_pod, pod_requests
 from cloudprovider_grpc.protos import k8s_pb2
 from tests.k8s_support.wire import GOLDEN
 
+pytestmark = pytest.mark.unit
+
 VERSIONS = ["v0.37-head", "v1.35.0"]
 QUANTITY = k8s_pb2.Quantity.DESCRIPTOR.full_name
 TIME = k8s_pb2.Time.DESCRIPTOR.full_name

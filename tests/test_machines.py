@@ -21,6 +21,8 @@ from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from cloudprovider_grpc.server import start_server
 from tests.support.servers import channel, stub
 
+pytestmark = pytest.mark.integration
+
 RUNNING = pb.InstanceStatus.instanceRunning
 
 

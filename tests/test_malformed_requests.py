@@ -13,6 +13,8 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.service import MAX_MESSAGE, SERVICE_NAME, safe_message
 from tests.support.servers import channel, sim_server, stub
 
+pytestmark = pytest.mark.integration
+
 METHODS = [m.name for m in pb.DESCRIPTOR.services_by_name["CloudProvider"].methods]
 #: bytes no protobuf message accepts: field 1 as a length-delimited value running past the end
 TRUNCATED = b"\x0a\xff\x01abc"

@@ -15,6 +15,8 @@ from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
 from cloudprovider_grpc.protos import k8s_pb2
 from tests.k8s_support.wire import fields, map_entries, sub
 
+pytestmark = pytest.mark.unit
+
 GPU_TEMPLATE = NodeTemplate(
     capacity={"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1", "ephemeral-storage": "100Gi"},
     reserved={"cpu": "100m", "memory": "1Gi", "ephemeral-storage": "10Gi"},

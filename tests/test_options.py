@@ -14,6 +14,8 @@ from cloudprovider_grpc.providers.options import (
     read_url,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_numbers_are_range_checked_with_the_key_named() -> None:
     assert read_float("2.5", "x.timeout") == 2.5

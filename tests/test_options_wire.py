@@ -3,9 +3,13 @@ legacy fields 3/4/5 without a nil check, so an absent one would crash it."""
 
 from __future__ import annotations
 
+import pytest
+
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
 from cloudprovider_grpc.service import options_from_pb, options_to_pb
+
+pytestmark = pytest.mark.unit
 
 
 def test_zero_durations_are_still_on_the_wire() -> None:

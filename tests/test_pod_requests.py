@@ -10,6 +10,8 @@ import pytest
 from cloudprovider_grpc.k8s.resources import parse_pod, pod_requests
 from cloudprovider_grpc.protos import k8s_pb2
 
+pytestmark = pytest.mark.unit
+
 Mi = 2**20
 Gi = 2**30
 

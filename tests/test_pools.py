@@ -34,6 +34,8 @@ from cloudprovider_grpc.providers.sim import SimCloud, SimOptions, SimPoolDriver
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.support.servers import channel, stub
 
+pytestmark = pytest.mark.integration
+
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
 

@@ -11,6 +11,8 @@ import pytest
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.servers import ManualClock, channel, sim_server, stub
 
+pytestmark = pytest.mark.integration
+
 OPTIONS = {
     "provisioning_delay": 0,
     "groups": [

@@ -17,6 +17,8 @@ import pytest
 
 from cloudprovider_grpc.k8s.quantity import Format, Quantity, canonical, format_quantity, parse_quantity
 
+pytestmark = pytest.mark.unit
+
 DSI, BSI, DEX = Format.DECIMAL_SI, Format.BINARY_SI, Format.DECIMAL_EXPONENT
 MAX_INT64 = 2**63 - 1
 

@@ -17,6 +17,8 @@ import pytest
 
 from tests.support.servers import free_port
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 

@@ -23,6 +23,8 @@ from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.server import start_server
 from tests.support.servers import ManualClock, channel, sim_server, stub
 
+pytestmark = pytest.mark.integration
+
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
 DELETING = pb.InstanceStatus.instanceDeleting

@@ -39,6 +39,8 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
 from tests.k8s_support.wire import GOLDEN
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = "clusterautoscaler.cloudprovider.v1.externalgrpc"
 OLD_RELEASES = ["v1.25.0", "v1.33.0", "v1.34.2"]
 

@@ -16,6 +16,8 @@ from cloudprovider_grpc import logs
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.secrets import read_secret, redact
 
+pytestmark = pytest.mark.integration
+
 
 def test_surrounding_whitespace_is_stripped_and_the_value_masked() -> None:
     value = read_secret({"X_TOKEN": "  tok-strip-123\n"}, "X_TOKEN")

@@ -27,6 +27,8 @@ from cloudprovider_grpc.server import ServerStartError, start_server
 from tests.support.certs import write_pki
 from tests.support.servers import channel, free_port, sim_server, stub
 
+pytestmark = pytest.mark.integration
+
 
 def http_get(url: str) -> tuple[int, str]:
     try:

@@ -59,6 +59,8 @@ from cloudprovider_grpc.providers.vultr.config import load_config as load_vultr
 from cloudprovider_grpc.providers.vultr.driver import LABEL_NODE_ID, LABEL_POOL, VultrDriver
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 #: seeds of the model check; STATE_VERSION_SEEDS="1,2,3" explores more
 SEEDS = [int(s) for s in os.environ.get("STATE_VERSION_SEEDS", "1").split(",")]
 STEPS = 300

@@ -16,6 +16,8 @@ from tests.support.certs import write_pki
 from tests.support.servers import channel, sim_server, stub
 from tests.test_cli import run
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize(
     ("damage", "setting", "problem"),

@@ -26,7 +26,9 @@ class FaultPlan:
 
     `methods` restricts faults to some HTTP methods (None: all). Each HTTP method draws from its
     own random stream seeded from `seed`, so the n-th POST meets the same fault in every run however
-    concurrent GETs interleave with it: a failing test run can be replayed."""
+    concurrent GETs interleave with it: a failing test run can be replayed. `pass_first` lets the
+    first N requests of each such method through untouched, so a test can cut a batch of writes
+    after exactly N of them, however fast the client sends them."""
 
     rate: float = 0.0
     kinds: tuple[str, ...] = ("error", "error_after", "throttle", "slow", "drop")
@@ -35,7 +37,9 @@ class FaultPlan:
     retry_after: str | None = "1"
     error_statuses: tuple[int, ...] = (500, 502, 503)
     methods: frozenset[str] | None = None
+    pass_first: int = 0
     _rngs: dict[str, random.Random] = field(init=False, repr=False, default_factory=dict)
+    _passed: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -55,6 +59,10 @@ class FaultPlan:
             return None
         method = method.upper()
         with self._lock:
+            passed = self._passed.get(method, 0)
+            if passed < self.pass_first:
+                self._passed[method] = passed + 1
+                return None
             rng = self._rngs.get(method)
             if rng is None:
                 rng = self._rngs[method] = random.Random(f"{self.seed}:{method}")

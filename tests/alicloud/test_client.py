@@ -15,6 +15,8 @@ from cloudprovider_grpc.providers.alicloud.credentials import StaticCredentials
 from cloudprovider_grpc.providers.alicloud.errors import ApiError
 from tests.alicloud.conftest import AK, GROUP_A, REGION, SK
 
+pytestmark = pytest.mark.integration
+
 QUERY = {"RegionId": REGION, "ScalingGroupIds.1": "asg-1", "Note": "a b*c~d/é"}
 HEADERS = {
     "host": "ess.aliyuncs.com",

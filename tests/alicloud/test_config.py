@@ -11,6 +11,8 @@ from cloudprovider_grpc.providers.alicloud.config import EMULATOR_ACCESS_KEY_ID,
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from tests.alicloud.conftest import AK, ENV, GROUP_A, PROVIDER_ARN, REGION, ROLE_ARN, SK, rrsa_env
 
+pytestmark = pytest.mark.unit
+
 NODES = (NodesSpec(1, 10, GROUP_A),)
 
 

@@ -16,6 +16,8 @@ from cloudprovider_grpc.providers.alicloud.wiring import make_client
 from tests.alicloud.conftest import GROUP_A, OIDC_TOKEN, PROVIDER_ARN, REGION, ROLE_ARN, ctx_for, rrsa_env
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 
 def sts_calls(emulator: AliCloudEmulator) -> int:
     return emulator.actions().count("AssumeRoleWithOIDC")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
 from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
@@ -11,6 +13,8 @@ from cloudprovider_grpc.providers.driver import OperationState
 from cloudprovider_grpc.providers.registry import NodesSpec
 from tests.alicloud.conftest import GPU_GROUP, GROUP_A, GROUP_B, REGION, make_driver
 from tests.support.servers import ManualClock
+
+pytestmark = pytest.mark.integration
 
 ID = r"^cn-hangzhou\.i-[a-z0-9]+$"
 

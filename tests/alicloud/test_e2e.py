@@ -8,8 +8,7 @@ poll Refresh with a deadline, never a fixed sleep. These are the acceptance chec
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,6 +23,9 @@ from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.server import start_server
 from tests.alicloud.conftest import ENV, GROUP_A, GROUP_B, REGION, SK, ctx_for, rrsa_env
 from tests.support.servers import ManualClock, channel, stub
+from tests.support.waits import eventually, instances, refresh, target
+
+pytestmark = pytest.mark.integration
 
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
@@ -52,28 +54,6 @@ def serving(emulator: AliCloudEmulator, env: dict[str, str]) -> Iterator[object]
         handle.stop(grace=2)
 
 
-def refresh(s) -> None:
-    s.Refresh(pb.RefreshRequest(), timeout=10)
-
-
-def instances(s, gid: str) -> list[pb.Instance]:
-    return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=5).instances)
-
-
-def target(s, gid: str) -> int:
-    return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
-
-
-def eventually(s, cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        refresh(s)
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def delete(s, gid: str, *provider_ids: str) -> None:
     nodes = [pb.ExternalGrpcNode(providerID=p, name=p) for p in provider_ids]
     s.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=gid, nodes=nodes), timeout=5)
@@ -84,7 +64,7 @@ def test_scale_up_by_three_pending_then_in_service(
     emulator: AliCloudEmulator, emu_clock: ManualClock, tmp_path: Path, mode: str
 ) -> None:
     with serving(emulator, env_for(mode, emulator, tmp_path)) as s:
-        refresh(s)
+        assert refresh(s)
         emulator.clear_log()
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GROUP_B, delta=3), timeout=5)
         assert target(s, GROUP_B) == 3
@@ -95,7 +75,7 @@ def test_scale_up_by_three_pending_then_in_service(
         assert [i["LifecycleState"] for i in emulator.group_instances(GROUP_B)] == ["Pending"] * 3
         assert {i.status.instanceState for i in instances(s, GROUP_B)} == {CREATING}
         emu_clock.advance(31)
-        refresh(s)
+        assert refresh(s)
         listed = instances(s, GROUP_B)
         assert len(listed) == 3 and {i.status.instanceState for i in listed} == {RUNNING}
         assert sorted(i.id for i in listed) == sorted(
@@ -108,7 +88,7 @@ def test_scale_up_by_three_pending_then_in_service(
 def test_remove_one_named_node(emulator: AliCloudEmulator, tmp_path: Path, mode: str) -> None:
     before = [i["InstanceId"] for i in emulator.group_instances(GROUP_A)]
     with serving(emulator, env_for(mode, emulator, tmp_path)) as s:
-        refresh(s)
+        assert refresh(s)
         victim, keep = before
         # the CCM's alicloud:// form of the providerID names the same instance
         delete(s, GROUP_A, f"alicloud://{REGION}.{victim}")
@@ -133,7 +113,7 @@ def test_failed_scale_out_is_error_info_class_1_and_the_target_recovers(
 ) -> None:
     emulator.stock["ecs.g8y.xlarge"] = 0
     with serving(emulator, env_for(mode, emulator, tmp_path)) as s:
-        refresh(s)
+        assert refresh(s)
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GROUP_B, delta=2), timeout=5)
         eventually(s, lambda: emulator.group_record(GROUP_B)["DesiredCapacity"] == 2)
         emu_clock.advance(6)  # the activity ends: Failed, OperationDenied.NoStock
@@ -170,11 +150,11 @@ def test_a_refused_instance_is_reported_not_swallowed(
         )
 
     with serving(emulator, env_for(mode, emulator, tmp_path)) as s:
-        refresh(s)
+        assert refresh(s)
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GROUP_A, delta=1), timeout=5)
         eventually(s, lambda: len(emulator.group_instances(GROUP_A)) == 3)
         emu_clock.advance(31)
-        refresh(s)
+        assert refresh(s)
         ids = sorted(i.id for i in instances(s, GROUP_A))
         protected, *others = ids
         emulator.set_lifecycle(protected.partition(".")[2], "Protected")
@@ -196,10 +176,10 @@ def test_an_expired_sts_key_is_replaced_without_a_failed_rpc(
     emulator: AliCloudEmulator, tmp_path: Path, mode: str
 ) -> None:
     with serving(emulator, env_for(mode, emulator, tmp_path)) as s:
-        refresh(s)
+        assert refresh(s)
         emulator.expire_temporary_keys()
         emulator.clear_log()
-        refresh(s)  # raises on any failed RPC
+        assert refresh(s)  # refreshed credentials: the Refresh succeeds
         statuses = [e.status for e in emulator.request_log()]
         assert statuses[0] == 400 and statuses[1:] and set(statuses[1:]) == {200}
         fetch = (
@@ -216,7 +196,7 @@ def test_a_bad_signature_is_unavailable_without_the_secret(emulator: AliCloudEmu
     wrong = "Wrong-Secret-Value-123"
     with serving(emulator, {**ENV, "ACCESS_KEY_SECRET": wrong}) as s:
         with pytest.raises(grpc.RpcError) as err:
-            refresh(s)
+            s.Refresh(pb.RefreshRequest(), timeout=30)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         details = err.value.details() or ""
         assert "SignatureDoesNotMatch" in details and wrong not in details and SK not in details
@@ -240,13 +220,13 @@ def test_discovered_groups_appear_in_node_groups(emulator: AliCloudEmulator) -> 
     ch = channel(handle)
     try:
         s = stub(ch)
-        refresh(s)
+        assert refresh(s)
         groups = {
             g.id: (g.minSize, g.maxSize) for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
         }
         assert groups == {GROUP_B: (0, 30)}  # the group's own ESS bounds
         emulator.groups[GROUP_A]["Tags"] = [tag]
-        refresh(s)
+        assert refresh(s)
         assert {g.id for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups} == {
             GROUP_A,
             GROUP_B,

@@ -16,6 +16,8 @@ from cloudprovider_grpc.providers.alicloud import emulator as emulator_module
 from tests.alicloud.conftest import AK, GROUP_A, GROUP_B, REGION, SK, seed_groups
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 
 def v1(
     emulator: AliCloudEmulator,

@@ -11,17 +11,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
 from tests.alicloud.conftest import ENV, GROUP_A
 from tests.support.servers import ManualClock, free_port, stub
+from tests.support.waits import poll
+
+pytestmark = pytest.mark.integration
 
 
 def serve(emulator: AliCloudEmulator, journal: Path) -> tuple[subprocess.Popen[bytes], object]:
@@ -55,15 +57,6 @@ def serve(emulator: AliCloudEmulator, journal: Path) -> tuple[subprocess.Popen[b
     return proc, stub(channel)
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def test_sigkill_with_a_scale_in_flight_then_restart(
     emulator: AliCloudEmulator, emu_clock: ManualClock, tmp_path: Path
 ) -> None:
@@ -76,13 +69,13 @@ def test_sigkill_with_a_scale_in_flight_then_restart(
             FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=3.0, methods=frozenset({"POST"}))
         )
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GROUP_A, delta=3), timeout=5)
-        wait_for(lambda: emulator.in_flight() == 1)
+        poll(lambda: emulator.in_flight() == 1, 30, "the scale request to be held by the cloud")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
-    wait_for(lambda: emulator.in_flight() == 0)  # ESS finished the request of the dead process
+    poll(lambda: emulator.in_flight() == 0, 30, "ESS to finish the request of the dead process")
     emulator.set_faults(None)
     assert emulator.group_record(GROUP_A)["DesiredCapacity"] == 5
     proc, s = serve(emulator, journal)
@@ -92,7 +85,7 @@ def test_sigkill_with_a_scale_in_flight_then_restart(
             s.Refresh(pb.RefreshRequest(), timeout=10)
             return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=GROUP_A), timeout=5).targetSize == 5
 
-        wait_for(recovered)
+        poll(recovered, 30, "the restarted server to recover the scale")
         emu_clock.advance(31)
         s.Refresh(pb.RefreshRequest(), timeout=10)
         instances = s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=GROUP_A), timeout=5).instances

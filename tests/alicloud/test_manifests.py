@@ -15,6 +15,8 @@ import pytest
 from tests.deploy_support.pods import load_documents
 from tests.deploy_support.tools import kustomize_build as render
 
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ROOT / "manifests" / "providers" / "alicloud"
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cloudprovider_grpc.simulator import load_scenario, run
+
+pytestmark = pytest.mark.integration
 
 SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "alicloud-gpu.yaml"
 GENERAL, GPU = "asg-bp1demogeneral000001", "asg-bp1demogpu00000000001"

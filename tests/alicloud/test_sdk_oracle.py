@@ -19,6 +19,8 @@ from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
 from tests.alicloud.conftest import AK, GROUP_A, OIDC_TOKEN, PROVIDER_ARN, REGION, ROLE_ARN, SK
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 SIGNATURES = ["v3", "v2"]  # v2 is the SDK's name for the V1 HMAC-SHA1 RPC signature
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
@@ -18,6 +19,8 @@ from cloudprovider_grpc.providers.alicloud.driver import AliCloudDriver
 from cloudprovider_grpc.providers.alicloud.wiring import build_driver, make_client
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from tests.support.servers import free_port
+
+pytestmark = pytest.mark.integration
 
 MARKER = "MarkerSecretValue-7f3a9c"
 

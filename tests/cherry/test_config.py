@@ -15,6 +15,8 @@ from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
 from cloudprovider_grpc.providers.registry import NodesSpec, build_provider
 from tests.cherry.conftest import ENV, EXAMPLE, example_ctx
 
+pytestmark = pytest.mark.unit
+
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()

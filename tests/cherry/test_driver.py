@@ -16,6 +16,8 @@ from cloudprovider_grpc.providers.machines import MachineProvider
 from tests.cherry.conftest import ENV, PROJECT, TOKEN, make_driver
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 H = {"Authorization": f"Bearer {TOKEN}"}
 
 

@@ -11,11 +11,10 @@ import base64
 import dataclasses
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import grpc
 import pytest
 
 from cloudprovider_grpc.config import Settings
@@ -30,6 +29,9 @@ from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, bu
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.cherry.conftest import PROJECT, example_ctx
 from tests.support.servers import ManualClock, channel, stub
+from tests.support.waits import eventually, instances, refresh, target
+
+pytestmark = pytest.mark.integration
 
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
@@ -54,33 +56,6 @@ def managed(ctx: ProviderContext, **kw) -> MachineProvider:
     return MachineProvider(
         CherryDriver(config, make_client(config)), catalog_ttl=config.tuning.catalog_ttl, **kw
     )
-
-
-def instances(s, gid: str) -> list[pb.Instance]:
-    return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=5).instances)
-
-
-def refresh(s) -> bool:
-    try:
-        s.Refresh(pb.RefreshRequest(), timeout=30)
-        return True
-    except grpc.RpcError as err:  # the cloud may be failing on purpose
-        assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
-        return False
-
-
-def eventually(s, cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        refresh(s)
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-def target(s, gid: str) -> int:
-    return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
 
 
 def pool_servers(emu: CherryEmulator, pool: str) -> list[dict]:

@@ -6,11 +6,14 @@ import base64
 import dataclasses
 from pathlib import Path
 
+import pytest
 import requests
 
 from cloudprovider_grpc.providers.cherry import CherryEmulator, build_emulator
 from tests.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.servers import ManualClock
+
+pytestmark = pytest.mark.integration
 
 H = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -6,6 +6,8 @@ import pytest
 
 from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
 
+pytestmark = pytest.mark.unit
+
 FIELDS = ("ClusterName", "NodeGroup", "RandString8")
 DATA = {"ClusterName": "c1", "NodeGroup": "pool1", "RandString8": "acdefghi"}
 

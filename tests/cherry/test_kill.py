@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import grpc
+import pytest
 import yaml
 
 from cloudprovider_grpc.emulator.faults import FaultPlan
@@ -26,6 +26,9 @@ from cloudprovider_grpc.providers.cherry import CherryEmulator
 from tests.cherry.conftest import ENV, EXAMPLE
 from tests.cherry.test_e2e import pool_servers
 from tests.support.servers import free_port, stub
+from tests.support.waits import poll
+
+pytestmark = pytest.mark.integration
 
 
 def _serve(tmp: Path, emulator: CherryEmulator, rate_limit: float) -> tuple[subprocess.Popen, object]:
@@ -53,36 +56,31 @@ def _serve(tmp: Path, emulator: CherryEmulator, rate_limit: float) -> tuple[subp
 
 
 def test_sigkill_mid_scale_up_then_restart_on_the_journal(emulator: CherryEmulator, tmp_path: Path) -> None:
-    # first life: 2 requests/s against the cloud, so five creates take seconds
+    # first life: the cloud creates the first two servers, then refuses every create (429, nothing
+    # processed), so the kill lands after exactly two of five however fast this machine runs
+    emulator.set_faults(FaultPlan(rate=1.0, kinds=("throttle",), methods=frozenset({"POST"}), pass_first=2))
     proc, s = _serve(tmp_path, emulator, rate_limit=2)
     try:
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="pool1", delta=5), timeout=5)
-        deadline = time.monotonic() + 30
-        while len(pool_servers(emulator, "pool1")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        # from now on the cloud refuses creates (429, nothing processed), so the kill lands mid-way
-        # however slowly this machine runs: at most a create already being processed completes
-        emulator.set_faults(FaultPlan(rate=1.0, kinds=("throttle",), methods=frozenset({"POST"})))
+        poll(lambda: len(pool_servers(emulator, "pool1")) >= 2, 30, "the first two servers")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    deadline = time.monotonic() + 10
-    while emulator.in_flight() and time.monotonic() < deadline:  # a request the dead process sent
-        time.sleep(0.01)
+    poll(lambda: emulator.in_flight() == 0, 10, "the dead process's requests to be answered")
     emulator.set_faults(None)
-    made = len(pool_servers(emulator, "pool1"))
-    assert 2 <= made < 5, made  # killed mid-way
+    assert len(pool_servers(emulator, "pool1")) == 2  # killed mid-way, after exactly the creates let through
 
     # second life on the same journal: the accepted creations resume, token lookup first
     proc, s = _serve(tmp_path, emulator, rate_limit=1000)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def resumed() -> list[str] | None:
             s.Refresh(pb.RefreshRequest(), timeout=10)
             ids = [i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="pool1"), timeout=5).instances]
-            if len(pool_servers(emulator, "pool1")) == 5 and all("pending-" not in i for i in ids):
-                break
-            time.sleep(0.05)
+            done = len(pool_servers(emulator, "pool1")) == 5 and all("pending-" not in i for i in ids)
+            return ids if done else None
+
+        ids = poll(resumed, 60, "five servers, none pending")
         servers = pool_servers(emulator, "pool1")
         assert len(servers) == 5  # nothing lost
         assert len({r["tags"]["k8s-create-token"] for r in servers}) == 5  # nothing doubled

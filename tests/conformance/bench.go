@@ -1,10 +1,10 @@
 package main
 
 // `conformance bench`: RPC latency as cluster-autoscaler's Go client sees it. benchmarks/rpc_latency.py
-// runs it against the same server it measures from Python, so the README can state what CA gets
+// runs it against the same server it measures from Python, so the docs can state what CA gets
 // (a Go client, serial calls, one connection) next to the Python figures. Every sample is one RPC on
-// the wire under the usual grpc_timeout deadline: CA's NodeGroup methods where CA itself does not
-// cache (TargetSize, Nodes, GetOptions), CA's generated stub where it does (NodeGroups,
+// the wire under the usual grpc_timeout deadline: the CA-faithful client's NodeGroup methods where CA
+// does not cache (TargetSize, Nodes, GetOptions), the generated stub where it does (NodeGroups,
 // NodeGroupForNode, TemplateNodeInfo).
 
 import (
@@ -13,7 +13,8 @@ import (
 	"sort"
 	"time"
 
-	"k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc/protos"
+	"cloudprovider-grpc/tests/conformance/caclient"
+	"cloudprovider-grpc/tests/conformance/pb"
 )
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
@@ -21,7 +22,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func benchmark(cloudConfig string, calls int) int {
-	p, err := BuildExternalGrpc(cloudConfig, "")
+	p, err := BuildExternalGrpc(cloudConfig, "", caclient.Generations[0])
 	if err != nil {
 		fmt.Println("bench:", err)
 		return 1
@@ -38,7 +39,7 @@ func benchmark(cloudConfig string, calls int) int {
 		return 1
 	}
 	rng := rand.New(rand.NewSource(7))
-	var nodes []*protos.ExternalGrpcNode
+	var nodes []*pb.ExternalGrpcNode
 	for i := 0; i < 50 && i < len(groups); i++ {
 		instances, err := groups[rng.Intn(len(groups))].Nodes()
 		if err != nil {
@@ -46,7 +47,7 @@ func benchmark(cloudConfig string, calls int) int {
 			return 1
 		}
 		for _, inst := range instances {
-			nodes = append(nodes, &protos.ExternalGrpcNode{ProviderID: inst.Id})
+			nodes = append(nodes, &pb.ExternalGrpcNode{ProviderID: inst.Id})
 		}
 	}
 	group := func() *NodeGroup { return groups[rng.Intn(len(groups))] }
@@ -61,13 +62,13 @@ func benchmark(cloudConfig string, calls int) int {
 		{"NodeGroups", func() error {
 			ctx, cancel := withTimeout()
 			defer cancel()
-			_, err := client.NodeGroups(ctx, &protos.NodeGroupsRequest{})
+			_, err := client.NodeGroups(ctx, &pb.NodeGroupsRequest{})
 			return err
 		}},
 		{"NodeGroupForNode", func() error {
 			ctx, cancel := withTimeout()
 			defer cancel()
-			_, err := client.NodeGroupForNode(ctx, &protos.NodeGroupForNodeRequest{Node: nodes[rng.Intn(len(nodes))]})
+			_, err := client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: nodes[rng.Intn(len(nodes))]})
 			return err
 		}},
 		{"NodeGroupTargetSize", func() error { _, err := group().TargetSize(); return err }},
@@ -76,7 +77,7 @@ func benchmark(cloudConfig string, calls int) int {
 		{"NodeGroupTemplateNodeInfo", func() error {
 			ctx, cancel := withTimeout()
 			defer cancel()
-			_, err := client.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: group().Id()})
+			_, err := client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: group().Id()})
 			return err
 		}},
 	}

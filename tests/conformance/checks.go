@@ -1,8 +1,9 @@
 package main
 
-// The conformance checks. Each is named after the upstream function it exercises
-// (CloudProvider.X / NodeGroup.X / PricingModel.X of cluster-autoscaler's externalgrpc provider),
-// followed by what it proves. The "sim" profile adds exact expectations for the documented demo
+// The conformance checks. Each is named after the CA function it exercises (CloudProvider.X /
+// NodeGroup.X / PricingModel.X of cluster-autoscaler's cloud-provider interface, as the client in
+// package caclient implements them), followed by what it proves, and tagged with the client
+// generation it ran under. The "sim" profile adds exact expectations for the documented demo
 // groups of `cloudprovider-grpc serve` (README "Setup"): general 4 cpu/16Gi min 1 max 10 with one
 // machine at $0.20/h, highmem 8 cpu/64Gi 0..5 at $0.50/h, gpu 8 cpu/32Gi + 1 nvidia.com/gpu 0..3
 // tainted nvidia.com/gpu=present:NoSchedule at $2.50/h with option overrides.
@@ -16,12 +17,13 @@ import (
 	"strings"
 	"time"
 
+	"cloudprovider-grpc/tests/conformance/caclient"
+	"cloudprovider-grpc/tests/conformance/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc/protos"
 )
 
 // caDefaults are CA's flag defaults for the per-group options (config/flags.go: 0.5, 0.5, 10m,
@@ -37,7 +39,8 @@ var caDefaults = NodeGroupAutoscalingOptions{
 // Suite holds the clients and what earlier checks learnt, for later ones to compare against.
 type Suite struct {
 	r       *Runner
-	ca      *Provider // CA's provider, of the generation this binary was built for
+	gen     caclient.Generation
+	ca      *Provider // the client, of the generation under test
 	faulty  *Provider // server whose sim group always stocks out (optional)
 	profile string
 	cfg     *harnessConfig
@@ -46,6 +49,13 @@ type Suite struct {
 }
 
 func (s *Suite) sim() bool { return s.profile == "sim" }
+
+// tag names the client generation in every check line.
+func (s *Suite) tag() string { return s.gen.Name }
+
+// readsMaxNodeProvision: the generation's schema has a max-node-provision field in the options
+// (CA 1.25-1.28 have none and use 0 whatever the server answers: kubernetes/autoscaler#5935).
+func (s *Suite) readsMaxNodeProvision() bool { return s.gen.Schema != "v1.25.0" }
 
 func expectCode(err error, want codes.Code, mentions ...string) error {
 	if err == nil {
@@ -281,8 +291,11 @@ func (s *Suite) getOptions(p *Provider) {
 					}
 				}
 			}
+			if err == nil && !s.readsMaxNodeProvision() {
+				return fmt.Errorf("options %+v served to a client that reads no max node provision time and would use 0 (kubernetes/autoscaler#5935); answer UNIMPLEMENTED", *opts)
+			}
 			if s.sim() {
-				if g.Id() == "gpu" {
+				if g.Id() == "gpu" && s.readsMaxNodeProvision() {
 					if err != nil {
 						return fmt.Errorf("gpu group has overrides but answered %v", err)
 					}
@@ -294,7 +307,7 @@ func (s *Suite) getOptions(p *Provider) {
 						return fmt.Errorf("options %+v, want %+v", *opts, want)
 					}
 				} else if !errors.Is(err, ErrNotImplemented) {
-					return fmt.Errorf("group without overrides answered %+v, %v; want UNIMPLEMENTED (cloudprovider.ErrNotImplemented)", opts, err)
+					return fmt.Errorf("answered %+v, %v; want UNIMPLEMENTED (ErrNotImplemented)", opts, err)
 				}
 			}
 			return nil
@@ -369,7 +382,7 @@ func (s *Suite) pricing(p *Provider) {
 
 func (s *Suite) gpu() {
 	p := s.ca
-	s.r.Check("CloudProvider.GPULabel", caRelease, func() error {
+	s.r.Check("CloudProvider.GPULabel", s.tag(), func() error {
 		before := p.calls.count("GPULabel")
 		label := p.GPULabel()
 		if p.calls.count("GPULabel") != before+1 {
@@ -384,7 +397,7 @@ func (s *Suite) gpu() {
 		}
 		return nil
 	})
-	s.r.Check("CloudProvider.GetAvailableGPUTypes", caRelease, func() error {
+	s.r.Check("CloudProvider.GetAvailableGPUTypes", s.tag(), func() error {
 		types := p.GetAvailableGPUTypes()
 		if types == nil {
 			return errors.New("RPC failed (CA gets nil and retries every call)")
@@ -403,7 +416,7 @@ func (s *Suite) gpu() {
 
 func (s *Suite) nodeGroupForNode() {
 	p := s.ca
-	s.r.Check("CloudProvider.NodeGroupForNode(member)", caRelease, func() error {
+	s.r.Check("CloudProvider.NodeGroupForNode(member)", s.tag(), func() error {
 		for _, g := range sortedGroups(p) {
 			insts, err := g.Nodes()
 			if err != nil {
@@ -434,7 +447,7 @@ func (s *Suite) nodeGroupForNode() {
 		}
 		return errors.New("no group has an instance to look up")
 	})
-	s.r.Check("CloudProvider.NodeGroupForNode(no group)", caRelease, func() error {
+	s.r.Check("CloudProvider.NodeGroupForNode(no group)", s.tag(), func() error {
 		node := testNode("foreign-1", "other-cloud://eu-1/i-123", map[string]string{"kubernetes.io/os": "linux"})
 		before := p.calls.count("NodeGroupForNode")
 		got, err := p.NodeGroupForNode(node)
@@ -449,7 +462,7 @@ func (s *Suite) nodeGroupForNode() {
 		}
 		return nil
 	})
-	s.r.Check("CloudProvider.NodeGroupForNode(control plane)", caRelease, func() error {
+	s.r.Check("CloudProvider.NodeGroupForNode(control plane)", s.tag(), func() error {
 		for _, pid := range []string{"", "sim://control-plane/0"} {
 			node := testNode("cp-1", pid, map[string]string{"node-role.kubernetes.io/control-plane": "", "kubernetes.io/os": "linux"})
 			got, err := p.NodeGroupForNode(node)
@@ -465,7 +478,7 @@ func (s *Suite) errorMapping() {
 	p := s.ca
 	// CA's provider only holds groups the server listed; a group that vanished between NodeGroups and
 	// the next call is asked for with CA's generated stub.
-	ghost := func(call func(protos.CloudProviderClient, context.Context) error) error {
+	ghost := func(call func(pb.CloudProviderClient, context.Context) error) error {
 		client, closeConn, err := stub(p.configPath, nil)
 		if err != nil {
 			return err
@@ -475,25 +488,25 @@ func (s *Suite) errorMapping() {
 		defer cancel()
 		return expectCode(call(client, ctx), codes.NotFound, "no-such-group")
 	}
-	s.r.Check("NodeGroup.TargetSize(unknown group)", caRelease, func() error {
-		return ghost(func(c protos.CloudProviderClient, ctx context.Context) error {
-			_, err := c.NodeGroupTargetSize(ctx, &protos.NodeGroupTargetSizeRequest{Id: "no-such-group"})
+	s.r.Check("NodeGroup.TargetSize(unknown group)", s.tag(), func() error {
+		return ghost(func(c pb.CloudProviderClient, ctx context.Context) error {
+			_, err := c.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "no-such-group"})
 			return err
 		})
 	})
-	s.r.Check("NodeGroup.Nodes(unknown group)", caRelease, func() error {
-		return ghost(func(c protos.CloudProviderClient, ctx context.Context) error {
-			_, err := c.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: "no-such-group"})
+	s.r.Check("NodeGroup.Nodes(unknown group)", s.tag(), func() error {
+		return ghost(func(c pb.CloudProviderClient, ctx context.Context) error {
+			_, err := c.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "no-such-group"})
 			return err
 		})
 	})
-	s.r.Check("NodeGroup.TemplateNodeInfo(unknown group)", caRelease, func() error {
-		return ghost(func(c protos.CloudProviderClient, ctx context.Context) error {
-			_, err := c.NodeGroupTemplateNodeInfo(ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "no-such-group"})
+	s.r.Check("NodeGroup.TemplateNodeInfo(unknown group)", s.tag(), func() error {
+		return ghost(func(c pb.CloudProviderClient, ctx context.Context) error {
+			_, err := c.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "no-such-group"})
 			return err
 		})
 	})
-	s.r.Check("NodeGroup.IncreaseSize(delta <= 0)", caRelease, func() error {
+	s.r.Check("NodeGroup.IncreaseSize(delta <= 0)", s.tag(), func() error {
 		g := s.anyGroup()
 		for _, d := range []int{0, -1} {
 			if err := expectCode(g.IncreaseSize(d), codes.InvalidArgument, "delta"); err != nil {
@@ -502,7 +515,7 @@ func (s *Suite) errorMapping() {
 		}
 		return nil
 	})
-	s.r.Check("NodeGroup.IncreaseSize(above max)", caRelease, func() error {
+	s.r.Check("NodeGroup.IncreaseSize(above max)", s.tag(), func() error {
 		g := s.anyGroup()
 		before, err := g.TargetSize()
 		if err != nil {
@@ -517,10 +530,10 @@ func (s *Suite) errorMapping() {
 		}
 		return err
 	})
-	s.r.Check("NodeGroup.DecreaseTargetSize(delta >= 0)", caRelease, func() error {
+	s.r.Check("NodeGroup.DecreaseTargetSize(delta >= 0)", s.tag(), func() error {
 		return expectCode(s.anyGroup().DecreaseTargetSize(1), codes.InvalidArgument, "delta")
 	})
-	s.r.Check("NodeGroup.DeleteNodes(node of another group)", caRelease, func() error {
+	s.r.Check("NodeGroup.DeleteNodes(node of another group)", s.tag(), func() error {
 		owner, other := s.groupWithNodes(), (*NodeGroup)(nil)
 		if owner == nil {
 			return errors.New("no group has an instance")
@@ -579,7 +592,7 @@ func (s *Suite) seed() {
 	if s.sim() || s.groupWithNodes() != nil {
 		return
 	}
-	s.r.Check("NodeGroup.IncreaseSize(seed one running instance)", caRelease, func() error {
+	s.r.Check("NodeGroup.IncreaseSize(seed one running instance)", s.tag(), func() error {
 		var pick *NodeGroup
 		for _, g := range sortedGroups(s.ca) {
 			if g.MaxSize() < 6 {
@@ -630,7 +643,7 @@ func (s *Suite) groupWithNodes() *NodeGroup {
 func (s *Suite) scaling() {
 	g := s.anyGroup()
 	var start int
-	s.r.Check("NodeGroup.TargetSize", caRelease, func() error {
+	s.r.Check("NodeGroup.TargetSize", s.tag(), func() error {
 		n, err := g.TargetSize()
 		if err != nil {
 			return err
@@ -648,7 +661,7 @@ func (s *Suite) scaling() {
 		start = n
 		return nil
 	})
-	s.r.Check("NodeGroup.Nodes", caRelease, func() error {
+	s.r.Check("NodeGroup.Nodes", s.tag(), func() error {
 		insts, err := g.Nodes()
 		if err != nil {
 			return err
@@ -666,7 +679,7 @@ func (s *Suite) scaling() {
 		}
 		return nil
 	})
-	s.r.Check("NodeGroup.IncreaseSize", caRelease, func() error {
+	s.r.Check("NodeGroup.IncreaseSize", s.tag(), func() error {
 		if g.MaxSize()-start < 3 {
 			return fmt.Errorf("group %s has no room for +3", g.Id())
 		}
@@ -702,7 +715,7 @@ func (s *Suite) scaling() {
 		}
 		return nil
 	})
-	s.r.Check("NodeGroup.DecreaseTargetSize(below the machines the cloud has)", caRelease, func() error {
+	s.r.Check("NodeGroup.DecreaseTargetSize(below the machines the cloud has)", s.tag(), func() error {
 		// The new machines exist in the cloud (booting): cancelling them is DeleteNodes' job, and
 		// DecreaseTargetSize "doesn't permit to delete any existing node" (cloud_provider.go).
 		before, err := g.TargetSize()
@@ -717,7 +730,7 @@ func (s *Suite) scaling() {
 		}
 		return nil
 	})
-	s.r.Check("NodeGroup.DeleteNodes(registered)", caRelease, func() error {
+	s.r.Check("NodeGroup.DeleteNodes(registered)", s.tag(), func() error {
 		insts, err := g.Nodes()
 		if err != nil {
 			return err
@@ -740,7 +753,7 @@ func (s *Suite) scaling() {
 		}
 		return s.gone(g, victim, before-1)
 	})
-	s.r.Check("NodeGroup.DeleteNodes(unregistered)", caRelease, func() error {
+	s.r.Check("NodeGroup.DeleteNodes(unregistered)", s.tag(), func() error {
 		insts, err := g.Nodes()
 		if err != nil {
 			return err
@@ -764,7 +777,7 @@ func (s *Suite) scaling() {
 		}
 		return s.gone(g, victim, before-1)
 	})
-	s.r.Check("NodeGroup.DeleteNodes(below min size)", caRelease, func() error {
+	s.r.Check("NodeGroup.DeleteNodes(below min size)", s.tag(), func() error {
 		insts, err := g.Nodes()
 		if err != nil {
 			return err
@@ -817,8 +830,8 @@ func (s *Suite) errorInfo() {
 	}
 	p := s.faulty
 	// The faulty server's only group has no price and no option overrides: the optional RPCs answer
-	// UNIMPLEMENTED, which the client must turn into cloudprovider.ErrNotImplemented.
-	s.r.Check("PricingModel.NodePrice, PricingModel.PodPrice, NodeGroup.GetOptions (UNIMPLEMENTED -> cloudprovider.ErrNotImplemented)", caRelease, func() error {
+	// UNIMPLEMENTED, which the client must turn into ErrNotImplemented.
+	s.r.Check("PricingModel.NodePrice, PricingModel.PodPrice, NodeGroup.GetOptions (UNIMPLEMENTED -> ErrNotImplemented)", s.tag(), func() error {
 		groups := p.NodeGroups()
 		if len(groups) == 0 {
 			return errors.New("faulty server lists no group")
@@ -833,14 +846,14 @@ func (s *Suite) errorInfo() {
 		_, errOpts := g.GetOptions(caDefaults)
 		for name, err := range map[string]error{"PricingModel.NodePrice": errNode, "PricingModel.PodPrice": errPod, "NodeGroup.GetOptions": errOpts} {
 			if !errors.Is(err, ErrNotImplemented) {
-				return fmt.Errorf("%s: got %v, want cloudprovider.ErrNotImplemented", name, err)
+				return fmt.Errorf("%s: got %v, want ErrNotImplemented", name, err)
 			}
 		}
 		return nil
 	})
 	var failed []string
 	var g *NodeGroup
-	s.r.Check("NodeGroup.Nodes(error info)", caRelease, func() error {
+	s.r.Check("NodeGroup.Nodes(error info)", s.tag(), func() error {
 		g = p.NodeGroups()[0]
 		before, err := g.TargetSize()
 		if err != nil {
@@ -884,7 +897,7 @@ func (s *Suite) errorInfo() {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
-	s.r.Check("NodeGroup.DeleteNodes(failed creation)", caRelease, func() error {
+	s.r.Check("NodeGroup.DeleteNodes(failed creation)", s.tag(), func() error {
 		if len(failed) != 2 {
 			return errors.New("needs the two failed creations of the previous check")
 		}
@@ -903,7 +916,7 @@ func (s *Suite) errorInfo() {
 		}
 		return nil
 	})
-	s.r.Check("NodeGroup.DecreaseTargetSize(failed creation)", caRelease, func() error {
+	s.r.Check("NodeGroup.DecreaseTargetSize(failed creation)", s.tag(), func() error {
 		if len(failed) != 2 {
 			return errors.New("needs the two failed creations of the previous check")
 		}
@@ -935,7 +948,7 @@ func (s *Suite) errorInfo() {
 
 func (s *Suite) refreshAndCleanup() {
 	p := s.ca
-	s.r.Check("CloudProvider.Refresh", caRelease, func() error {
+	s.r.Check("CloudProvider.Refresh", s.tag(), func() error {
 		old := p.NodeGroups()
 		oldNode := testNode("refresh-probe", "", nil)
 		if g := s.groupWithNodes(); g != nil {
@@ -971,7 +984,7 @@ func (s *Suite) refreshAndCleanup() {
 		}
 		return nil
 	})
-	s.r.Check("every RPC above (answered within grpc_timeout)", caRelease, func() error {
+	s.r.Check("every RPC above (answered within grpc_timeout)", s.tag(), func() error {
 		clients := map[string]*Provider{"main server": s.ca, "faulty server": s.faulty}
 		for _, name := range keys(clients) {
 			c := clients[name]
@@ -985,7 +998,7 @@ func (s *Suite) refreshAndCleanup() {
 		}
 		return nil
 	})
-	s.r.Check("CloudProvider.Cleanup", caRelease, func() error {
+	s.r.Check("CloudProvider.Cleanup", s.tag(), func() error {
 		return p.Cleanup()
 	})
 }

@@ -1,13 +1,14 @@
-// Command conformance drives a live cloudprovider-grpc server through cluster-autoscaler's own
-// externalgrpc cloud provider (one CA generation per binary, chosen by a build tag: ca_1_34, ca_1_36,
-// ca_master; see ca_*.go), and reports each check by the upstream function it exercises. Run it
-// through run.sh, which starts the servers, makes the test PKI and passes the cloud-config files;
-// tests/support/gotools.py builds it against the CA snapshots in ../shared/upstream.
+// Command conformance drives a live cloudprovider-grpc server through the project's CA-faithful
+// client (package caclient), at one of CA's client wire generations, and reports each check by the
+// CA function it exercises. Run it through run.sh, which starts the servers, makes the test PKI and
+// passes the cloud-config files; tests/support/conformance.py builds it (the gRPC code generated from
+// the project's proto/, Kubernetes' types from k8s.io/api).
 //
+//	conformance generations
 //	conformance gencerts -dir DIR -server-name localhost
-//	conformance release
-//	conformance run -cloud-config FILE -metrics URL [-faulty-cloud-config FILE -faulty-metrics URL] [-pki DIR] [-golden DIR] [-profile sim|generic]
+//	conformance run -generation G -cloud-config FILE -metrics URL [-faulty-cloud-config FILE -faulty-metrics URL] [-pki DIR] [-profile sim|generic] [-only a,b]
 //	conformance bench -cloud-config FILE [-calls N]
+//	conformance loop -cloud-config FILE -loops N [-options-per-node 4]
 package main
 
 import (
@@ -21,9 +22,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"strings"
+
+	"cloudprovider-grpc/tests/conformance/caclient"
+	"cloudprovider-grpc/tests/conformance/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc/protos"
 	"sigs.k8s.io/yaml"
 )
 
@@ -57,13 +61,14 @@ func (r *Runner) Check(name, release string, fn func() error) {
 func (r *Runner) Info(msg string) { fmt.Printf("      info: %s\n", msg) }
 
 type harnessConfig struct {
+	generation        string
 	cloudConfig       string
 	metrics           string
 	faultyCloudConfig string
 	faultyMetrics     string
 	pki               string
-	golden            string
 	profile           string
+	only              string
 }
 
 func main() {
@@ -81,20 +86,25 @@ func main() {
 			fmt.Fprintln(os.Stderr, "gencerts:", err)
 			os.Exit(1)
 		}
-	case "release":
-		fmt.Println(caRelease)
+	case "generations":
+		for _, g := range caclient.Generations {
+			fmt.Printf("%s\t%s\n", g.Name, g.Schema)
+		}
 	case "run":
 		fs := flag.NewFlagSet("run", flag.ExitOnError)
 		cfg := &harnessConfig{}
+		fs.StringVar(&cfg.generation, "generation", "1.35+", "CA client generation: 1.35+, 1.34.2, 1.26-1.34.1 or 1.25 (or its schema release)")
 		fs.StringVar(&cfg.cloudConfig, "cloud-config", "", "CA cloud-config (YAML: address, cert, key, cacert, grpc_timeout)")
 		fs.StringVar(&cfg.metrics, "metrics", "", "the server's /metrics URL (its RPC counters prove CA's client-side caching)")
 		fs.StringVar(&cfg.faultyCloudConfig, "faulty-cloud-config", "", "cloud-config of a server whose first group stocks out and has no price/options")
 		fs.StringVar(&cfg.faultyMetrics, "faulty-metrics", "", "the faulty server's /metrics URL")
 		fs.StringVar(&cfg.pki, "pki", "", "directory from `gencerts` (for the untrusted-client check)")
-		fs.StringVar(&cfg.golden, "golden", "../shared/golden/externalgrpc", "directory of upstream schema dumps (for the one dynamic-schema check)")
 		fs.StringVar(&cfg.profile, "profile", "sim", "sim: also check the documented demo groups exactly; generic: any backend")
+		fs.StringVar(&cfg.only, "only", "", "comma-separated check families to run (default all): "+strings.Join(familyNames(), ","))
 		_ = fs.Parse(os.Args[2:])
 		os.Exit(run(cfg))
+	case "loop":
+		os.Exit(loopMain(os.Args[2:]))
 	case "bench":
 		fs := flag.NewFlagSet("bench", flag.ExitOnError)
 		cloudConfig := fs.String("cloud-config", "", "CA cloud-config (YAML: address, ...)")
@@ -107,11 +117,56 @@ func main() {
 	}
 }
 
+// families are the check groups in the order they run; later ones rely on what earlier ones learnt
+// (the group list) and on the state earlier ones left (scaling after the read-only checks).
+var families = []struct {
+	name string
+	run  func(*Suite)
+}{
+	{"mtls", (*Suite).mtls},
+	{"groups", func(s *Suite) { s.nodeGroups(s.ca); s.seed() }},
+	{"gpu", (*Suite).gpu},
+	{"templates", func(s *Suite) { s.templateNodeInfo(s.ca); s.dualTemplateFields() }},
+	{"options", func(s *Suite) { s.getOptions(s.ca) }},
+	{"pricing", func(s *Suite) { s.pricing(s.ca) }},
+	{"fornode", (*Suite).nodeGroupForNode},
+	{"errors", (*Suite).errorMapping},
+	{"scaling", (*Suite).scaling},
+	{"errorinfo", (*Suite).errorInfo},
+	{"refresh", (*Suite).refreshAndCleanup},
+}
+
+func familyNames() []string {
+	out := make([]string, 0, len(families))
+	for _, f := range families {
+		out = append(out, f.name)
+	}
+	return out
+}
+
 func run(cfg *harnessConfig) int {
+	gen, err := caclient.GenerationByName(cfg.generation)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	only := map[string]bool{}
+	for _, name := range strings.Split(cfg.only, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			only[name] = true
+		}
+	}
+	for name := range only {
+		if !contains(familyNames(), name) {
+			fmt.Fprintf(os.Stderr, "unknown check family %q (have %s)\n", name, strings.Join(familyNames(), ","))
+			return 2
+		}
+	}
 	r := &Runner{}
-	s := &Suite{r: r, profile: cfg.profile, cfg: cfg}
-	r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.cloudConfig)+")", caRelease, func() error {
-		p, err := BuildExternalGrpc(cfg.cloudConfig, cfg.metrics)
+	s := &Suite{r: r, gen: gen, profile: cfg.profile, cfg: cfg}
+	fmt.Printf("client generation %s (wire schema %s)\n", gen.Name, gen.Schema)
+	r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.cloudConfig)+")", s.tag(), func() error {
+		p, err := BuildExternalGrpc(cfg.cloudConfig, cfg.metrics, gen)
 		s.ca = p
 		return err
 	})
@@ -120,32 +175,39 @@ func run(cfg *harnessConfig) int {
 		return 1
 	}
 	if cfg.faultyCloudConfig != "" {
-		r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.faultyCloudConfig)+")", caRelease, func() error {
-			p, err := BuildExternalGrpc(cfg.faultyCloudConfig, cfg.faultyMetrics)
+		r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.faultyCloudConfig)+")", s.tag(), func() error {
+			p, err := BuildExternalGrpc(cfg.faultyCloudConfig, cfg.faultyMetrics, gen)
 			s.faulty = p
 			return err
 		})
 	}
-	s.mtls()
-
-	s.nodeGroups(s.ca)
-	s.seed()
-	s.gpu()
-	s.templateNodeInfo(s.ca)
-	s.dualTemplateFields()
-	s.getOptions(s.ca)
-	s.pricing(s.ca)
-	s.nodeGroupForNode()
-	s.errorMapping()
-	s.scaling()
-	s.errorInfo()
-	s.refreshAndCleanup()
+	// Every family needs the group list; a subset run lists the groups without the listing's checks.
+	if len(only) > 0 && !only["groups"] {
+		s.groups = map[string]*NodeGroup{}
+		for _, g := range s.ca.NodeGroups() {
+			s.groups[g.Id()] = g
+		}
+	}
+	for _, f := range families {
+		if len(only) == 0 || only[f.name] {
+			f.run(s)
+		}
+	}
 
 	fmt.Printf("conformance: %d passed, %d failed\n", r.passed, r.failed)
 	if r.failed > 0 {
 		return 1
 	}
 	return 0
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 // variantConfig writes a copy of the cloud-config with some keys changed and returns its path.
@@ -197,28 +259,28 @@ func (s *Suite) mtls() {
 		return
 	}
 	host, port, _ := net.SplitHostPort(c.Address)
-	s.r.Check("CloudProvider.BuildExternalGrpc (mTLS handshake, ServerName = host of address)", caRelease, func() error {
+	s.r.Check("CloudProvider.BuildExternalGrpc (mTLS handshake, ServerName = host of address)", s.tag(), func() error {
 		return s.ca.Refresh()
 	})
 	if host == "localhost" {
-		s.r.Check("CloudProvider.BuildExternalGrpc (address host not in the server certificate is refused)", caRelease, func() error {
+		s.r.Check("CloudProvider.BuildExternalGrpc (address host not in the server certificate is refused)", s.tag(), func() error {
 			path, err := variantConfig(base, func(c *cloudConfig) { c.Address = net.JoinHostPort("127.0.0.1", port) })
 			if err != nil {
 				return err
 			}
 			defer os.Remove(path)
-			return refused(BuildExternalGrpc(path, ""))
+			return refused(BuildExternalGrpc(path, "", s.gen))
 		})
 	}
-	s.r.Check("CloudProvider.BuildExternalGrpc (no cert in cloud-config = insecure client, refused)", caRelease, func() error {
+	s.r.Check("CloudProvider.BuildExternalGrpc (no cert in cloud-config = insecure client, refused)", s.tag(), func() error {
 		path, err := variantConfig(base, func(c *cloudConfig) { c.Cert, c.Key, c.Cacert = "", "", "" })
 		if err != nil {
 			return err
 		}
 		defer os.Remove(path)
-		return refused(BuildExternalGrpc(path, ""))
+		return refused(BuildExternalGrpc(path, "", s.gen))
 	})
-	s.r.Check("CloudProvider.Refresh (TLS client without a client certificate is refused)", caRelease, func() error {
+	s.r.Check("CloudProvider.Refresh (TLS client without a client certificate is refused)", s.tag(), func() error {
 		pem, err := os.ReadFile(c.Cacert)
 		if err != nil {
 			return err
@@ -232,14 +294,14 @@ func (s *Suite) mtls() {
 		defer closeConn()
 		ctx, cancel := withTimeout()
 		defer cancel()
-		_, rerr := client.Refresh(ctx, &protos.RefreshRequest{})
+		_, rerr := client.Refresh(ctx, &pb.RefreshRequest{})
 		if st, _ := status.FromError(rerr); rerr == nil || st.Code() != codes.Unavailable {
 			return fmt.Errorf("answered %v, want UNAVAILABLE (a transport refusal)", rerr)
 		}
 		return nil
 	})
 	if s.cfg.pki != "" {
-		s.r.Check("CloudProvider.BuildExternalGrpc (client certificate from an untrusted CA is refused)", caRelease, func() error {
+		s.r.Check("CloudProvider.BuildExternalGrpc (client certificate from an untrusted CA is refused)", s.tag(), func() error {
 			path, err := variantConfig(base, func(c *cloudConfig) {
 				c.Cert, c.Key = filepath.Join(s.cfg.pki, "rogue-client.crt"), filepath.Join(s.cfg.pki, "rogue-client.key")
 			})
@@ -247,7 +309,7 @@ func (s *Suite) mtls() {
 				return err
 			}
 			defer os.Remove(path)
-			return refused(BuildExternalGrpc(path, ""))
+			return refused(BuildExternalGrpc(path, "", s.gen))
 		})
 	}
 }

@@ -1,35 +1,34 @@
 #!/usr/bin/env bash
 # Conformance run: makes a throwaway PKI, starts three cloudprovider-grpc servers on loopback and
-# drives them through cluster-autoscaler's own externalgrpc client code (the harness binary is linked
-# against one CA snapshot: 1.34.1, 1.36.1 or master), then runs the README's grpcurl examples.
+# drives them through the project's CA-faithful client at one of CA's client wire generations
+# (1.35+, 1.34.2, 1.26-1.34.1, 1.25), then runs the README's grpcurl examples.
 #
-#   tests/conformance/run.sh                               # the sim cloud with its demo groups, CA master
-#   CA_VERSION=1.34.1 tests/conformance/run.sh --provider cherry --emulate   # flags go to the main server
+#   tests/conformance/run.sh                               # the sim cloud with its demo groups, 1.35+
+#   CA_GENERATION=1.25 tests/conformance/run.sh --provider cherry --emulate   # flags go to the main server
 #
-# The harness and grpcurl are built (once, cached outside the clone) by tests/realca/builds.py and
-# tests/support/gotools.py; CONFORMANCE_BIN and GRPCURL_BIN name prebuilt ones. GRPCURL_EXAMPLES=0
-# skips the README's grpcurl lines (the pytest entry runs them once, not per CA version and backend).
+# The client and grpcurl are built (once, cached outside the clone) by tests/support/conformance.py;
+# CONFORMANCE_BIN and GRPCURL_BIN name prebuilt ones. GRPCURL_EXAMPLES=0 skips the README's grpcurl
+# lines (the pytest entry runs them once, not per generation and backend).
 #
-# Servers: "main" (mTLS; the checks, all three proto generations), "faulty" (mTLS; a sim group that
-# stocks out and has no price or options: error info and UNIMPLEMENTED mapping), "plain" (plaintext
-# defaults, for the README's grpcurl lines). Exit status 0 only if every check passed.
+# Servers: "main" (mTLS; the checks), "faulty" (mTLS; a sim group that stocks out and has no price or
+# options: error info and UNIMPLEMENTED mapping), "plain" (plaintext defaults, for the README's
+# grpcurl lines). Exit status 0 only if every check passed.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
-golden=${CONFORMANCE_GOLDEN:-$root/../shared/golden/externalgrpc}
-ca_version=${CA_VERSION:-master}
+generation=${CA_GENERATION:-1.35+}
 
 t0=$(date +%s)
 step() { echo "== $* (+$(($(date +%s) - t0))s)"; }
 
 if [ -z "${CONFORMANCE_BIN:-}" ] || [ -z "${GRPCURL_BIN:-}" ]; then
-  step "building (cached) the harness on CA $ca_version and grpcurl"
-  eval "$(cd "$root" && "$python" -m tests.realca.builds conformance "$ca_version")"
+  step "building (cached) the client and grpcurl"
+  eval "$(cd "$root" && "$python" -m tests.support.conformance)"
 fi
 harness=$CONFORMANCE_BIN
-step "harness on CA $("$harness" release)"
+step "client generation $generation"
 
 work=$(mktemp -d)
 pids=()
@@ -109,9 +108,9 @@ profile=${CONFORMANCE_PROFILE:-$profile}
 
 status=0
 step "harness (profile $profile)"
-"$harness" run -cloud-config "$work/cloud-config.yaml" -metrics "http://127.0.0.1:$main_metrics/metrics" \
+"$harness" run -generation "$generation" -cloud-config "$work/cloud-config.yaml" -metrics "http://127.0.0.1:$main_metrics/metrics" \
   -faulty-cloud-config "$work/faulty-cloud-config.yaml" -faulty-metrics "http://127.0.0.1:$faulty_metrics/metrics" \
-  -pki "$work/pki" -golden "$golden" -profile "$profile" || status=1
+  -pki "$work/pki" -profile "$profile" ${CONFORMANCE_ONLY:+-only "$CONFORMANCE_ONLY"} || status=1
 
 if [ "${GRPCURL_EXAMPLES:-1}" != 0 ]; then
   step "README grpcurl examples"

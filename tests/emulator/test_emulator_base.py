@@ -11,6 +11,8 @@ import requests
 
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
 
+pytestmark = pytest.mark.integration
+
 
 class Counter(EmulatorServer):
     """A toy cloud: POST /v1/counter adds one, GET reads it; token "good" only."""

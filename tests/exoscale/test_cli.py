@@ -12,12 +12,15 @@ from pathlib import Path
 
 import exoscale.api.v2 as sdk
 import grpc
+import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 from tests.exoscale.conftest import ENV, KEY, SECRET
 from tests.support.servers import free_port
+
+pytestmark = pytest.mark.integration
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -14,6 +14,8 @@ from cloudprovider_grpc.providers.exoscale import ExoscaleClient, ExoscaleEmulat
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleAuth, authorization
 from tests.exoscale.conftest import KEY, SECRET
 
+pytestmark = pytest.mark.integration
+
 POOL = "11111111-2222-3333-4444-555555555555"
 BASE = "https://api-ch-gva-2.exoscale.com"
 

@@ -17,6 +17,8 @@ from cloudprovider_grpc.providers.exoscale.config import (
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from tests.exoscale.conftest import ENV, KEY, SECRET, ZONE
 
+pytestmark = pytest.mark.unit
+
 
 def ctx(env: dict[str, str] | None = None, **kw: Any) -> ProviderContext:
     return ProviderContext(env=dict(ENV if env is None else env), **kw)

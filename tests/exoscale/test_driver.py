@@ -15,6 +15,8 @@ from cloudprovider_grpc.providers.exoscale.driver import instance_state
 from tests.exoscale.conftest import KEY, SECRET, ZONE, make_driver, spec
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 
 def pending(op: Operation | None) -> Operation:
     assert op is not None, "the change finished synchronously; an operation was expected"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +25,9 @@ from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.server import start_server
 from tests.exoscale.conftest import KEY, SECRET, ctx_for, spec
 from tests.support.servers import ManualClock, channel, stub
+from tests.support.waits import eventually, instances, refresh, target
+
+pytestmark = pytest.mark.integration
 
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
@@ -45,30 +48,8 @@ def serving(emulator: ExoscaleEmulator, **overrides: Any) -> Iterator[Any]:
         handle.stop(grace=2)
 
 
-def refresh(s: Any) -> None:
-    s.Refresh(pb.RefreshRequest(), timeout=30)
-
-
-def eventually(s: Any, cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        refresh(s)
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def groups(s: Any) -> dict[str, pb.NodeGroup]:
     return {g.debug.split()[3]: g for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups}
-
-
-def instances(s: Any, gid: str) -> list[pb.Instance]:
-    return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=5).instances)
-
-
-def target(s: Any, gid: str) -> int:
-    return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
 
 
 def puts(emulator: ExoscaleEmulator) -> list[str]:
@@ -77,7 +58,7 @@ def puts(emulator: ExoscaleEmulator) -> list[str]:
 
 def test_nodepool_without_nodes_is_a_group_from_the_first_refresh(emulator: ExoscaleEmulator) -> None:
     with serving(emulator) as s:
-        refresh(s)
+        assert refresh(s)
         found = groups(s)
         assert set(found) == {"workers", "gpu"}
         gpu = found["gpu"]
@@ -96,7 +77,7 @@ def test_scale_up_by_three_returns_at_once_then_creating_then_running(
 ) -> None:
     emulator.hold_operations = 600  # the operation stays pending for ten (virtual) minutes
     with serving(emulator) as s:
-        refresh(s)
+        assert refresh(s)
         gid = groups(s)["workers"].id
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=3), timeout=5)
         assert target(s, gid) == 5
@@ -118,7 +99,7 @@ def test_scale_up_by_three_returns_at_once_then_creating_then_running(
 
 def test_evicting_one_named_node_removes_exactly_it(emulator: ExoscaleEmulator) -> None:
     with serving(emulator, nodes=(spec("0:5:workers"),)) as s:
-        refresh(s)
+        assert refresh(s)
         gid = groups(s)["workers"].id
         victim, survivor = sorted(i.id for i in instances(s, gid))
         node = pb.ExternalGrpcNode(providerID=victim, name="pool-node-1")
@@ -137,7 +118,7 @@ def test_failed_operation_shows_on_placeholders_and_target_recovers(
 ) -> None:
     emulator.quota_limit = 5  # 4 instances in use: room for one more
     with serving(emulator) as s:
-        refresh(s)
+        assert refresh(s)
         gid = groups(s)["workers"].id
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=3), timeout=5)
 
@@ -160,7 +141,7 @@ def test_failed_operation_shows_on_placeholders_and_target_recovers(
 
 def test_decrease_target_below_listed_is_refused_without_an_api_call(emulator: ExoscaleEmulator) -> None:
     with serving(emulator) as s:
-        refresh(s)
+        assert refresh(s)
         gid = groups(s)["workers"].id
         emulator.clear_log()
         with pytest.raises(grpc.RpcError) as info:
@@ -183,7 +164,7 @@ def test_refused_request_is_unavailable_with_a_clear_message(
         emulator.add_key(KEY, SECRET, operations={"get-quota", "list-instances"})
         expected = "not allowed to perform operation list-sks-clusters"
     with serving(emulator, env=env) as s, pytest.raises(grpc.RpcError) as info:
-        refresh(s)
+        s.Refresh(pb.RefreshRequest(), timeout=30)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     details = info.value.details()
     assert expected in details and "list-sks-clusters" in details and "\n" not in details
@@ -196,7 +177,7 @@ def test_held_operation_never_holds_an_rpc(emulator: ExoscaleEmulator) -> None:
     (no timing is asserted; benchmarks/exoscale_api_calls.py prints the figures)."""
     emulator.hold_operations = 600
     with serving(emulator) as s:
-        refresh(s)
+        assert refresh(s)
         gid = groups(s)["workers"].id
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=1), timeout=5)
         eventually(s, lambda: emulator.nodepool_by_name("workers")["size"] == 3)
@@ -210,7 +191,7 @@ def test_held_operation_never_holds_an_rpc(emulator: ExoscaleEmulator) -> None:
 
 def test_one_broken_pool_keeps_what_was_known_and_the_others_scale(emulator: ExoscaleEmulator) -> None:
     with serving(emulator) as s:
-        refresh(s)
+        assert refresh(s)
         workers, gpu = groups(s)["workers"].id, groups(s)["gpu"].id
         known = sorted(i.id for i in instances(s, workers))
         emulator.broken_pools.add(workers)
@@ -244,7 +225,7 @@ def test_the_cross_backend_entry_names_real_groups() -> None:
     ch = channel(handle)
     try:
         s = stub(ch)
-        refresh(s)
+        assert refresh(s)
         found = {g.id: g for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups}
         assert set(found) == {be.e2e_group, be.stockout_group}
         for gid, g in found.items():
@@ -260,7 +241,7 @@ def test_the_cross_backend_entry_names_real_groups() -> None:
         while not failed():
             assert time.monotonic() < deadline, "the failed operation never reached the placeholder"
             time.sleep(0.5)
-            refresh(s)
+            assert refresh(s)
         (placeholder,) = failed()
         assert "unavailable" in placeholder.status.errorInfo.errorMessage
         # a zone out of capacity is out of resources for CA (class 1), like a quota

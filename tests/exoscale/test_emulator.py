@@ -26,6 +26,8 @@ from tests.exoscale.conftest import KEY, SECRET
 from tests.exoscale.openapi import Recorder
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def api(

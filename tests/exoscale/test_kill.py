@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 import yaml
 
 from cloudprovider_grpc.emulator.faults import FaultPlan
@@ -22,6 +23,8 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 from tests.exoscale.conftest import ENV
 from tests.support.servers import free_port, stub
+
+pytestmark = pytest.mark.integration
 
 
 def serve(tmp: Path, emulator: ExoscaleEmulator) -> tuple[subprocess.Popen[bytes], Any]:

@@ -18,6 +18,8 @@ from tests.deploy_support.pods import ContainerView, pod_containers
 from tests.deploy_support.tools import kustomize_build as render
 from tests.exoscale.conftest import KEY, SECRET, ZONE
 
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = {
     "sidecar": ROOT / "manifests/providers/exoscale",

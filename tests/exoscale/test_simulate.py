@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cloudprovider_grpc.simulator import load_scenario, run
+
+pytestmark = pytest.mark.integration
 
 SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "exoscale-sks.yaml"
 

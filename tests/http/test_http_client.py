@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -26,6 +25,9 @@ from cloudprovider_grpc.http import (
     parse_retry_after,
 )
 from cloudprovider_grpc.providers.driver import CloudError
+from tests.support.waits import poll
+
+pytestmark = pytest.mark.integration
 
 TOKEN = "tok-9f8e7d6c5b4a-SECRET"
 
@@ -58,15 +60,6 @@ class Scripted(EmulatorServer):
 def server():
     with Scripted() as s:
         yield s
-
-
-def wait_for(cond, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 class Sleeps(list):
@@ -134,7 +127,7 @@ def test_post_is_not_retried_after_a_read_timeout_but_get_is(server: Scripted) -
     assert err.value.transient and err.value.status is None
     assert "no response within 0.2s" in err.value.message
     # the slow answer is still processed after the client gave up: exactly one create reached the cloud
-    assert wait_for(lambda: server.hits() >= 1)
+    poll(lambda: server.hits() >= 1, 5, "the first request to reach the server")
     assert server.hits() == 1
 
     server.clear_log()
@@ -285,7 +278,7 @@ def test_urgent_callers_go_before_queued_background_callers() -> None:
     threads = [threading.Thread(target=background, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
-    assert wait_for(lambda: len(order) >= 1)
+    poll(lambda: len(order) >= 1, 5, "the first caller to take a token")
     with lock:
         before = len(order)
     bucket.acquire(urgent=True)
@@ -315,7 +308,9 @@ def test_background_callers_are_not_starved_by_urgent_demand_at_the_full_rate() 
     hogs = [threading.Thread(target=hog, daemon=True) for _ in range(3)]
     for t in hogs:
         t.start()
-    assert wait_for(lambda: urgent_taken[0] >= 5)  # the bucket is saturated by urgent callers
+    poll(
+        lambda: urgent_taken[0] >= 5, 5, "urgent callers to saturate the bucket"
+    )  # the bucket is saturated by urgent callers
     done = threading.Event()
     threading.Thread(target=lambda: (bucket.acquire(), done.set()), daemon=True).start()
     try:

@@ -16,8 +16,8 @@ from tests.support.clouds import ExternalCloud
 
 #: Why each probe that needs a cloud of its own cannot apply to a backend whose cloud lives inside the
 #: server process (`sim`, `sim-pools`). The sim's own failure options (`fail.stockout_after`,
-#: `fail.error_rate`) make creations fail, which the real-CA run holds the sim to (its `scarce`
-#: group, tests/realca); none of them makes a request fail, stall or lose its answer.
+#: `fail.error_rate`) make creations fail, which the conformance run holds the sim to (its faulty
+#: server); none of them makes a request fail, stall or lose its answer.
 IN_PROCESS_REASONS = {
     "test_faults": "the sim cloud is called in-process: no request can fail, time out or lose its answer",
     "test_kill": "the sim cloud dies with the killed server: nothing is left to count or to resume against",

@@ -14,10 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import BackendUnderTest
-from tests.support.probes import REFRESH_EVERY, instances, poll, refresh, settle, start_server
+from tests.support.probes import REFRESH_EVERY, settle, start_server
+from tests.support.waits import instances, poll, refresh
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_one_broken_pool_leaves_the_others_working(

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.backends import BackendUnderTest
 from tests.support.probes import fault_round, start_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FAULT_RATE = 0.3
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support import fuzz
 from tests.support.backends import BackendUnderTest
 from tests.support.probes import start_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WARMUP, COUNT, SAMPLE_EVERY = 1_500, 3_000, 250
 MAX_GROWTH = 10 * 1024 * 1024

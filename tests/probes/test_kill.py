@@ -13,7 +13,10 @@ import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import BackendUnderTest
-from tests.support.probes import REFRESH_EVERY, instances, poll, refresh, start_server
+from tests.support.probes import REFRESH_EVERY, start_server
+from tests.support.waits import instances, poll, refresh
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DELTA = 8
 

@@ -10,10 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import BackendUnderTest
-from tests.support.probes import REFRESH_EVERY, groups, instances, poll, refresh, settle, start_server
+from tests.support.probes import REFRESH_EVERY, settle, start_server
+from tests.support.waits import groups, instances, poll, refresh
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def concurrently(calls: list[Callable[[], None]]) -> list[grpc.StatusCode]:

@@ -16,8 +16,11 @@ import pytest
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support import fuzz
 from tests.support.backends import BackendUnderTest
-from tests.support.probes import groups, refresh, serve_command, start_server
+from tests.support.probes import serve_command, start_server
+from tests.support.waits import groups, refresh
 from tests.test_cli import run
+
+pytestmark = pytest.mark.integration
 
 
 def markers(backend: BackendUnderTest) -> dict[str, str]:

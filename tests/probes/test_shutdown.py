@@ -14,11 +14,15 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import BackendUnderTest
-from tests.support.probes import groups, start_server
+from tests.support.probes import start_server
+from tests.support.waits import groups, poll
+
+pytestmark = pytest.mark.integration
 
 
 def seconds_to_exit(server, grace: float) -> float:
@@ -38,7 +42,7 @@ def test_grace_bounds_exit_with_handlers_blocked_on_the_cloud(
         cloud.set_slow(30)
         blocked = threading.Thread(target=lambda: _ignore(lambda: s.Refresh(pb.RefreshRequest(), timeout=30)))
         blocked.start()
-        time.sleep(0.3)  # let the Refresh reach the cloud (nothing to wait on: it is blocked by design)
+        poll(cloud.in_flight, 10, "the Refresh's request to reach the (slowed) cloud")
         took = seconds_to_exit(server, 1)
         blocked.join(30)
     finally:

@@ -12,8 +12,11 @@ import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import BackendUnderTest
-from tests.support.probes import groups, start_server
+from tests.support.probes import start_server
+from tests.support.waits import groups
 from tests.test_cli import run
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize(

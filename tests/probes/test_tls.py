@@ -15,7 +15,10 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest
 from tests.support.certs import Pki, write_pki
-from tests.support.probes import poll, start_server
+from tests.support.probes import start_server
+from tests.support.waits import poll
+
+pytestmark = pytest.mark.integration
 
 
 def call(port: int, pki: Pki | None, cert: str | None = "client") -> grpc.StatusCode:

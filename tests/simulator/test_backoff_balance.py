@@ -1,11 +1,15 @@
 """Node-group backoff (5m doubling to 30m, reset after 3h) and balancing across similar groups."""
 
+import pytest
+
 from cloudprovider_grpc.simulator.backoff import Backoff
 from cloudprovider_grpc.simulator.model import Taint
 from cloudprovider_grpc.simulator.scaleup import GroupView, balance, similar, within_ratio
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
 
 from .helpers import shape
+
+pytestmark = pytest.mark.unit
 
 
 def test_backoff_doubles_to_the_max_and_resets():

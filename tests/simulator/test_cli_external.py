@@ -3,11 +3,15 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from cloudprovider_grpc.cli import main
 from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
 from cloudprovider_grpc.server import start_server
 from cloudprovider_grpc.simulator import parse_scenario, run
+
+pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 

@@ -8,6 +8,8 @@ from cloudprovider_grpc.providers.registry import ProviderContext, build_provide
 from cloudprovider_grpc.server import start_server
 from cloudprovider_grpc.simulator.client import CAClient, GroupOptions, GrpcTransport, RpcError
 
+pytestmark = pytest.mark.integration
+
 SIM = {
     "provisioning_delay": 0,
     "groups": [

@@ -1,9 +1,13 @@
 """Binpacking estimator (estimator.py) against hand-computed cases."""
 
+import pytest
+
 from cloudprovider_grpc.simulator.estimator import PodGroup, estimate, order_groups, pod_score
 from cloudprovider_grpc.simulator.fit import static_fit
 
 from .helpers import pod_shape, shape
+
+pytestmark = pytest.mark.unit
 
 
 def test_single_group_fills_nodes_in_order():

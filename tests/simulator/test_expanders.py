@@ -25,6 +25,8 @@ from cloudprovider_grpc.simulator.expanders import (
 
 from .helpers import pod_shape, shape
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 

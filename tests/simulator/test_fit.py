@@ -13,6 +13,8 @@ from cloudprovider_grpc.simulator.model import Requirement, Taint, Toleration, e
 
 from .helpers import pod_shape, shape
 
+pytestmark = pytest.mark.unit
+
 LABELS = {"pool": "a", "zone": "z1", "disk": "ssd"}
 
 

@@ -4,6 +4,8 @@ cluster-autoscaler's own tests; each test names the upstream test it follows."""
 import random
 from datetime import UTC, datetime
 
+import pytest
+
 from cloudprovider_grpc.simulator import parse_scenario, run
 from cloudprovider_grpc.simulator.estimator import PodGroup
 from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext
@@ -14,6 +16,8 @@ from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
 
 from .helpers import pod_shape, shape
+
+pytestmark = pytest.mark.integration
 
 GPU_LABEL = "cloud.google.com/gke-accelerator"  # what the test cloud provider's GPULabel() returns
 K80 = "nvidia-tesla-k80"  # gpu.DefaultGPUType in CA's test utils

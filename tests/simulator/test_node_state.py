@@ -2,9 +2,13 @@
 backend): readiness, annotations, taints, nodes in no group, outside deletions, PDBs and inter-pod
 constraints. Each test names the cluster-autoscaler test (or source) it translates."""
 
+import pytest
+
 from cloudprovider_grpc.simulator import parse_scenario, run
 from cloudprovider_grpc.simulator.model import Pod, PodShape
 from cloudprovider_grpc.simulator.scaledown import Unneeded, pdb_blocked, select_removals
+
+pytestmark = pytest.mark.integration
 
 
 def group(gid, initial=0, lo=0, hi=10, cpu="1", memory="1Gi", **kw):

@@ -15,6 +15,8 @@ from cloudprovider_grpc.simulator.scaledown import (
 
 from .helpers import node_with, pod_shape, shape
 
+pytestmark = pytest.mark.unit
+
 DS = pod_shape("kube-proxy", cpu="100m", memory="128Mi", kind="DaemonSet", namespace="kube-system")
 OPTS = GroupScaleDownOptions()
 

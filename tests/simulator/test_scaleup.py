@@ -3,6 +3,8 @@
 import random
 from datetime import UTC, datetime
 
+import pytest
+
 from cloudprovider_grpc.simulator.estimator import PodGroup
 from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext
 from cloudprovider_grpc.simulator.fit import StaticFitCache
@@ -10,6 +12,8 @@ from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
 
 from .helpers import GI, pod_shape, shape
+
+pytestmark = pytest.mark.unit
 
 
 def view(gid, target=0, max_size=10, backed_off=None, tpl=True, **kw):

@@ -13,6 +13,8 @@ from cloudprovider_grpc.simulator.scenario import (
     parse_scenario,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "text, seconds",

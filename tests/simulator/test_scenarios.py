@@ -9,6 +9,8 @@ import pytest
 
 from cloudprovider_grpc.simulator import load_scenario, parse_scenario, run
 
+pytestmark = pytest.mark.integration
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
 #: scenarios on another provider, run against its emulator by that backend's own tests
@@ -166,6 +168,7 @@ def test_scale_to_zero_and_back(reports):
     assert r.summary["jobs_completed"] == 12
 
 
+@pytest.mark.slow
 def test_diurnal_day(reports):
     r = reports("diurnal")
     ups = kinds(r, "scale-up")

@@ -1,10 +1,14 @@
 """The simulated Kubernetes side: controllers, kube-scheduler scoring, DaemonSets, evictions."""
 
+import pytest
+
 from cloudprovider_grpc.simulator import parse_scenario, run
 from cloudprovider_grpc.simulator.model import Taint
 from cloudprovider_grpc.simulator.world import World
 
 from .helpers import shape
+
+pytestmark = pytest.mark.integration
 
 
 def world(workloads, **kw):

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,9 @@ import requests
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.servers import free_port, stub
+from tests.support.waits import poll
+
+pytestmark = pytest.mark.integration
 
 FORK_ENV = ("CLUSTER_API_TOKEN", "SPC_API_BASE_URL", "SPC_BASE_API_URL", "ORGANIZATION_ID", "CLUSTER_ID")
 
@@ -85,15 +87,7 @@ def served(*args: str, env: dict[str, str] | None = None) -> Iterator[Any]:
             channel.close()
 
 
-def wait_for(cond: Any, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
+@pytest.mark.slow
 def test_serve_with_emulate_needs_nothing_else() -> None:
     with served("--emulate") as s:
         groups = s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
@@ -107,7 +101,7 @@ def test_serve_with_emulate_needs_nothing_else() -> None:
             got = s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=5).instances
             return len(got) == 1 and got[0].status.instanceState == pb.InstanceStatus.instanceRunning
 
-        wait_for(running)  # the demo emulator builds a node in about 7 s
+        poll(running, 30, "a running node")  # the demo emulator builds a node in about 7 s
 
 
 def test_credentials_given_with_emulate_are_honoured() -> None:

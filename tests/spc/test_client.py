@@ -10,6 +10,8 @@ from cloudprovider_grpc.providers.spc import SpcClient, SpcEmulator
 from cloudprovider_grpc.providers.spc.emulator import INITIAL_MASTER
 from tests.spc.conftest import CLUSTER, ORG, TOKEN, pools
 
+pytestmark = pytest.mark.integration
+
 
 def client(emu: SpcEmulator, token: str = TOKEN, org: int = ORG, cluster: int = CLUSTER, **kw) -> SpcClient:
     kw.setdefault("rate_limit_per_s", None)

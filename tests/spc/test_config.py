@@ -13,6 +13,8 @@ from cloudprovider_grpc.providers.registry import NodesSpec
 from cloudprovider_grpc.providers.spc.config import load_config
 from tests.spc.conftest import CLUSTER, ORG, TOKEN, spc_ctx
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_forks_environment_is_read_verbatim() -> None:
     config = load_config(spc_ctx())

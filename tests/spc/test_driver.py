@@ -18,6 +18,8 @@ from cloudprovider_grpc.providers.spc.providerid import derive_provider_id, pars
 from tests.spc.conftest import BUILDING, CLUSTER, DRAFT, PROVISIONED, make_driver, pools
 from tests.support.servers import ManualClock
 
+pytestmark = pytest.mark.integration
+
 
 def api_calls(emu: SpcEmulator) -> list[tuple[str, str]]:
     return [(e.method, e.path.rsplit("/", 1)[-1]) for e in emu.request_log()]

@@ -9,7 +9,7 @@ take. Waits poll Refresh + NodeGroupNodes until a condition holds (bounded), nev
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +26,9 @@ from cloudprovider_grpc.providers.spc import SpcEmulator
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.spc.conftest import BUILDING, CLUSTER, DELETING, DRAFT, PROVISIONED, pools, spc_ctx
 from tests.support.servers import ManualClock, channel, stub
+from tests.support.waits import eventually, instances, refresh, target
+
+pytestmark = pytest.mark.integration
 
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
@@ -42,28 +45,6 @@ def serving(provider: CloudProvider) -> Iterator[tuple[ServerHandle, Any]]:
     finally:
         ch.close()
         handle.stop(grace=2)
-
-
-def refresh(s: Any) -> None:
-    s.Refresh(pb.RefreshRequest(), timeout=30)
-
-
-def eventually(s: Any, cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        refresh(s)
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-def instances(s: Any, gid: str) -> list[pb.Instance]:
-    return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=5).instances)
-
-
-def target(s: Any, gid: str) -> int:
-    return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
 
 
 def group_nodes(emu: SpcEmulator, gid: str) -> list[dict[str, Any]]:
@@ -110,11 +91,11 @@ def test_scale_up_by_three_returns_at_once_then_draft_building_running(
         emulator.set_faults(None)
 
         emu_clock.advance(DRAFT)
-        refresh(s)
+        assert refresh(s)
         assert [n["state"] for n in group_nodes(emulator, gid)][1:] == ["building"] * 3
         assert all(i.id.startswith(AWS_ID) and i.status.instanceState == CREATING for i in new_ones())
         emu_clock.advance(BUILDING + PROVISIONED)
-        refresh(s)
+        assert refresh(s)
         got = instances(s, gid)
         assert len(got) == 4 and {i.status.instanceState for i in got} == {RUNNING}
         records = group_nodes(emulator, gid)
@@ -144,7 +125,7 @@ def test_deleting_one_named_node_removes_exactly_it(emulator: SpcEmulator, emu_c
         got = {i.id: i.status.instanceState for i in instances(s, gid)}
         assert got[grpc_node(victim).providerID] == DELETING_STATE
         emu_clock.advance(DELETING)
-        refresh(s)
+        assert refresh(s)
         assert [n["pk"] for n in group_nodes(emulator, gid)] == [first["pk"], third["pk"], fourth["pk"]]
         assert len(instances(s, gid)) == 3 and target(s, gid) == 3
         # a node whose providerID is not the derived one is found by its stackpoint.io/instance_id label
@@ -185,7 +166,7 @@ def test_a_create_performed_but_answered_with_a_timeout_ends_with_exactly_the_as
             ),
         )
         for _ in range(3):  # more loops change nothing
-            refresh(s)
+            assert refresh(s)
         posts = [e for e in emulator.request_log() if e.method == "POST"]
         assert len(posts) == 2 and all(e.fault == fault and e.processed for e in posts)
         assert len(group_nodes(emulator, gid)) == 3 and target(s, gid) == 3
@@ -204,7 +185,7 @@ def test_a_failed_node_shows_error_info_and_the_target_recovers_after_ca_deletes
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=1), timeout=5)
         eventually(s, lambda: len(group_nodes(emulator, gid)) == 2)
         emu_clock.advance(DRAFT)
-        refresh(s)
+        assert refresh(s)
         (bad,) = [i for i in instances(s, gid) if i.status.HasField("errorInfo")]
         assert bad.status.instanceState == CREATING and bad.id.startswith(AWS_ID)
         assert bad.status.errorInfo.instanceErrorClass == 99
@@ -219,7 +200,7 @@ def test_a_failed_node_shows_error_info_and_the_target_recovers_after_ca_deletes
         assert target(s, gid) == 1
         assert handle.provider.wait_idle(10)
         emu_clock.advance(DELETING)
-        refresh(s)
+        assert refresh(s)
         assert len(group_nodes(emulator, gid)) == 1 and target(s, gid) == 1
         assert [i.status.instanceState for i in instances(s, gid)] == [RUNNING]
 
@@ -272,7 +253,7 @@ def test_a_quiet_ca_loop_costs_one_pool_listing_and_one_node_listing(emulator: S
     with serving(build_provider("spc", spc_ctx(emulator))) as (_, s):
         (worker,) = [n for n in group_nodes(emulator, gid)]
         emulator.clear_log()
-        refresh(s)
+        assert refresh(s)
         assert [(e.method, e.path.rsplit("/", 1)[-1]) for e in emulator.request_log()] == [
             ("GET", "nodepools"),
             ("GET", "nodes"),

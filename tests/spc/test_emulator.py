@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import requests
 
 from cloudprovider_grpc.providers.spc import SpcEmulator
 from cloudprovider_grpc.providers.spc.emulator import INITIAL_MASTER
 from tests.spc.conftest import BUILDING, CLUSTER, DELETING, DRAFT, ORG, PROVISIONED, TOKEN, pools
 from tests.support.servers import ManualClock
+
+pytestmark = pytest.mark.integration
 
 H = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.deploy_support.pods import ContainerView, flag_value, load_documents
 from tests.deploy_support.tools import kustomize_build as render
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 

@@ -1,7 +1,7 @@
 """Every backend, as the suites that hold all backends to the same standard see it.
 
-The probe suite (fuzzing, races, faults, kills, secret scans), conformance and the real-CA end-to-end
-tests are parametrised over `BACKENDS`: a new backend joins them by adding one entry here. Each entry
+The probe suite (fuzzing, races, faults, kills, secret scans) and conformance are parametrised over
+`BACKENDS`: a new backend joins them by adding one entry here. Each entry
 starts the backend with `cloudprovider-grpc serve <serve_args>` against its bundled emulator with no
 other configuration (issue "Hostile input": `--emulate` must work alone).
 """
@@ -43,14 +43,12 @@ class BackendUnderTest:
     shape: str = "machines"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     cloud: Callable[[Path, Path | None], ExternalCloud] | None = None
-    #: The real cluster-autoscaler end-to-end run (tests/realca): YAML for `serve --config` that gives
-    #: the backend (through its emulator) at least the two node groups below, machines booting within
-    #: a few seconds. Both groups must start at their min size (their base: 0 where the cloud allows
-    #: empty groups, 1 on VKE) with room for one more; `e2e_group`'s template must differ from the
-    #: other groups' in at least one label (the scenario pins pods with it). `stockout_group` is the
-    #: cloud's failure path: a group whose new machines the cloud never creates (an emulator stock of
-    #: 0, a sim stockout), which CA must back off from. Empty `e2e_config` keeps the backend out of
-    #: the real-CA run (say why in a comment on the entry).
+    #: A two-group end-to-end setup (the per-cloud `test_e2e.py` files drive it): YAML for `serve
+    #: --config` that gives the backend (through its emulator) at least the two node groups below,
+    #: machines booting within a few seconds. Both groups start at their min size (their base: 0 where
+    #: the cloud allows empty groups, 1 on VKE) with room for one more; `e2e_group`'s template differs
+    #: from the other groups' in at least one label. `stockout_group` is the cloud's failure path: a
+    #: group whose new machines the cloud never creates (an emulator stock of 0, a sim stockout).
     e2e_config: str = ""
     e2e_group: str = ""
     stockout_group: str = ""
@@ -82,7 +80,7 @@ sim:
 _SIM_POOLS_E2E = _SIM_E2E.replace("sim:\n", "sim:\n  shape: pools\n", 1)
 
 _CHERRY_E2E = """
-cluster_name: realca
+cluster_name: e2e
 nodes: ["0:4:workers", "0:3:scarce"]
 cherry:
   global:

@@ -47,6 +47,9 @@ class ExternalCloud(Protocol):
     def faults_injected(self) -> int:
         """How many requests met a fault so far (a fault probe that met none proved nothing)."""
 
+    def in_flight(self) -> int:
+        """Requests the cloud is handling right now (one held by `set_slow` counts until answered)."""
+
     def machines(self, group: str) -> list[str]:
         """Ids of the machines the cloud holds for `group`, not counting ones being deleted."""
 
@@ -88,6 +91,9 @@ class _Emulated:
 
     def faults_injected(self) -> int:
         return sum(1 for entry in self.emulator.request_log() if entry.fault is not None)
+
+    def in_flight(self) -> int:
+        return self.emulator.in_flight()
 
     def stop(self) -> None:
         self.emulator.stop()

@@ -11,13 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import grpc
 
@@ -26,20 +24,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest
 from tests.support.clouds import ExternalCloud
 from tests.support.servers import free_port
-
-T = TypeVar("T")
-
-
-def poll(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
-    """`check()` until it returns something truthy, or fail after `timeout` seconds saying `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+from tests.support.waits import instances, poll, refresh
 
 
 @dataclass
@@ -108,6 +93,7 @@ def start_server(
     env: Mapping[str, str] | None = None,
     name: str = "server",
     wait_ready: bool = True,
+    cwd: Path | None = None,
 ) -> ServerProcess:
     """Start `serve` for `backend` (against `cloud` when given, else its bundled emulator) on free
     loopback ports and wait until /healthz answers."""
@@ -125,7 +111,7 @@ def start_server(
         ["--address", f"127.0.0.1:{port}", "--metrics-address", f"127.0.0.1:{mport}", *extra],
     )
     with out_path.open("ab") as out, err_path.open("ab") as err:
-        proc = subprocess.Popen(command, stdout=out, stderr=err, env=full_env)
+        proc = subprocess.Popen(command, stdout=out, stderr=err, env=full_env, cwd=cwd)
     server = ServerProcess(proc, port, mport, out_path, err_path)
     if wait_ready:
 
@@ -149,27 +135,8 @@ def start_server(
 # ---------------------------------------------------------------- CA-side helpers
 
 
-def groups(s: pb_grpc.CloudProviderStub) -> dict[str, tuple[int, int]]:
-    return {g.id: (g.minSize, g.maxSize) for g in s.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups}
-
-
-def instances(s: pb_grpc.CloudProviderStub, gid: str) -> list[pb.Instance]:
-    return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=5).instances)
-
-
 def is_placeholder(instance_id: str) -> bool:
     return "pending-" in instance_id
-
-
-def refresh(s: pb_grpc.CloudProviderStub) -> bool:
-    """One Refresh, as CA calls it every loop; False when the cloud was unavailable."""
-    try:
-        s.Refresh(pb.RefreshRequest(), timeout=10)
-        return True
-    except grpc.RpcError as exc:
-        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            return False
-        raise
 
 
 #: seconds between Refresh calls while waiting: CA refreshes every 10 s; much faster polling would use

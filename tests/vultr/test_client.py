@@ -11,6 +11,8 @@ from cloudprovider_grpc.providers.vultr import VultrClient, VultrEmulator
 from tests.support.servers import ManualClock
 from tests.vultr.conftest import CLUSTER, TOKEN, new_emulator
 
+pytestmark = pytest.mark.integration
+
 
 def client(emu: VultrEmulator, token: str = TOKEN, **kw) -> VultrClient:
     kw.setdefault("rate_limit_per_s", None)

@@ -21,6 +21,8 @@ from cloudprovider_grpc.providers.vultr.config import (
 )
 from tests.vultr.conftest import CLOUD_CONFIG, CLUSTER, TOKEN
 
+pytestmark = pytest.mark.integration
+
 
 def test_intree_cloud_config_loads_unchanged() -> None:
     cfg = load_config(ProviderContext(cloud_config=CLOUD_CONFIG))

@@ -15,6 +15,8 @@ from cloudprovider_grpc.providers.vultr.driver import node_state
 from tests.support.servers import ManualClock
 from tests.vultr.conftest import CLUSTER, PROVISION_SECONDS, TOKEN, make_driver
 
+pytestmark = pytest.mark.integration
+
 
 def test_groups_are_the_autoscaled_pools_with_vke_bounds(emulator: VultrEmulator) -> None:
     driver = make_driver(emulator)

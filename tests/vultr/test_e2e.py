@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,9 +28,11 @@ from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, bu
 from cloudprovider_grpc.providers.vultr import VultrEmulator
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.support.servers import ManualClock, channel, stub
+from tests.support.waits import eventually, instances, refresh, target
 from tests.vultr.conftest import PROVISION_SECONDS, new_emulator, vultr_ctx
 
-pytest.importorskip("cloudprovider_grpc.providers.pools", reason="the pool machinery has not landed")
+pytestmark = pytest.mark.integration
+
 
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
@@ -47,33 +48,6 @@ def serving(provider: CloudProvider) -> Iterator[tuple[ServerHandle, object]]:
     finally:
         ch.close()
         handle.stop(grace=2)
-
-
-def instances(s, gid: str) -> list[pb.Instance]:
-    return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=5).instances)
-
-
-def target(s, gid: str) -> int:
-    return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid), timeout=5).targetSize
-
-
-def refresh(s) -> bool:
-    try:
-        s.Refresh(pb.RefreshRequest(), timeout=30)
-        return True
-    except grpc.RpcError as err:  # the cloud may be failing on purpose
-        assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
-        return False
-
-
-def eventually(s, cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        refresh(s)
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def quantity(emu: VultrEmulator, pool: str) -> int:
@@ -203,6 +177,7 @@ def test_fifty_concurrent_increases_end_at_max_with_few_pushes(emulator: VultrEm
         assert len(emulator.node_ids(general)) == 20 and emulator.random_deletions == []
 
 
+@pytest.mark.slow
 def test_scale_up_by_ten_under_thirty_percent_faults_ends_with_exactly_the_asked_size(
     emu_clock: ManualClock,
 ) -> None:

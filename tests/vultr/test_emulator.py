@@ -12,12 +12,15 @@ import dataclasses
 import uuid
 from pathlib import Path
 
+import pytest
 import requests
 
 from cloudprovider_grpc.providers.vultr import VultrEmulator, build_emulator
 from cloudprovider_grpc.providers.vultr.config import EMULATOR_DEMO_CLUSTER
 from tests.support.servers import ManualClock
 from tests.vultr.conftest import CLUSTER, PROVISION_SECONDS, TOKEN, new_emulator, vultr_ctx
+
+pytestmark = pytest.mark.integration
 
 H = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -13,11 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.servers import free_port, stub
 from tests.vultr.conftest import CLUSTER, TOKEN, new_emulator
+
+pytestmark = pytest.mark.integration
 
 
 def _wait(cond: Callable[[], bool], timeout: float = 60.0) -> None:

@@ -16,10 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.vultr.config import EMULATOR_DEMO_CLUSTER
 from tests.support.servers import free_port, stub
+
+pytestmark = pytest.mark.integration
 
 MARKER = "VultrKeyMarker7f3a9c"
 CLI = [sys.executable, "-m", "cloudprovider_grpc"]

@@ -9,7 +9,8 @@ import pytest
 
 from cloudprovider_grpc.simulator import load_scenario, run
 
-pytest.importorskip("cloudprovider_grpc.providers.pools", reason="the pool machinery has not landed")
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
 
 SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "vultr-burst.yaml"
 

@@ -1,4 +1,4 @@
-package main
+package caclient
 
 // Small accessors for dynamic (schema-driven) protobuf messages, by field name as upstream spells it.
 

@@ -1,52 +1,52 @@
 package main
 
-// The checks drive cluster-autoscaler's own externalgrpc cloud provider
-// (k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc, built from the snapshot under
-// ../shared/upstream at the generation chosen by a build tag, see ca_*.go). Provider and NodeGroup
-// below are thin views on CA's objects that only add what a check needs to observe:
+// The checks drive the project's own CA-faithful client (package caclient: CA's externalgrpc client
+// behaviour at one wire generation). Provider and NodeGroup below are thin views on the client's
+// objects that only add what a check needs to observe:
 //   - how many RPCs went over the wire: read from the server's own request counters (/metrics),
-//     because CA's client hides its connection; this is what proves CA's client-side caching;
-//   - the slowest call, timed around each CA method, against the cloud-config's grpc_timeout;
-//   - a stable view object per CA object, so "the same cached object came back" stays checkable.
-// Every RPC is issued by CA's code. The only requests CA's provider cannot express are the ones a
-// check makes with CA's generated stub directly (protos.CloudProviderClient): a node group id CA
-// never listed (NOT_FOUND mapping) and a TLS client without a client certificate (CA's cloud-config
-// has no such mode).
+//     which is what proves the client-side caching the server is written against;
+//   - the slowest call, timed around each client method, against the cloud-config's grpc_timeout;
+//   - a stable view object per client object, so "the same cached object came back" stays checkable.
+// The only requests CA's client cannot express are made with the stub generated from the project's
+// proto (pb.CloudProviderClient): a node group id CA never listed (NOT_FOUND mapping) and a TLS
+// client without a client certificate (CA's cloud-config has no such mode).
 
 import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"cloudprovider-grpc/tests/conformance/caclient"
+	"cloudprovider-grpc/tests/conformance/pb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	apiv1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc/protos"
-	"sigs.k8s.io/yaml"
 )
 
-// defaultGRPCTimeout is CA's defaultGRPCTimeout (externalgrpc_cloud_provider.go).
-const defaultGRPCTimeout = 5 * time.Second
+type (
+	Instance                    = caclient.Instance
+	NodeGroupAutoscalingOptions = caclient.Options
+)
 
-// cloudConfig has the keys of CA's externalgrpc cloud-config, for writing variants of it.
-type cloudConfig struct {
-	Address     string           `json:"address"`
-	Key         string           `json:"key"`
-	Cert        string           `json:"cert"`
-	Cacert      string           `json:"cacert"`
-	GRPCTimeout *metav1.Duration `json:"grpc_timeout,omitempty"`
-}
+const (
+	InstanceRunning          = caclient.InstanceRunning
+	InstanceCreating         = caclient.InstanceCreating
+	InstanceDeleting         = caclient.InstanceDeleting
+	OutOfResourcesErrorClass = caclient.OutOfResourcesErrorClass
+)
+
+var ErrNotImplemented = caclient.ErrNotImplemented
+
+// defaultGRPCTimeout is the deadline of the stub's own calls.
+const defaultGRPCTimeout = caclient.DefaultGRPCTimeout
+
+type cloudConfig = caclient.CloudConfig
 
 // serverCalls reads the server's per-method RPC counters from its Prometheus endpoint.
 type serverCalls struct {
@@ -81,37 +81,29 @@ func (c *serverCalls) count(method string) int {
 	return int(total)
 }
 
-// Provider is a view on one CA externalgrpc CloudProvider.
+// Provider is a view on one client (one CA process).
 type Provider struct {
-	ca          caCloudProvider
+	ca          *caclient.CloudProvider
 	release     string
-	configPath  string // the cloud-config CA was built from
+	configPath  string // the cloud-config the client was built from
 	grpcTimeout time.Duration
 	calls       *serverCalls
 
 	mu      sync.Mutex
-	views   map[caNodeGroup]*NodeGroup
+	views   map[*caclient.NodeGroup]*NodeGroup
 	slowest time.Duration
 	slowRPC string
 }
 
-// BuildExternalGrpc builds CA's provider from a cloud-config file exactly as CA's main does.
-func BuildExternalGrpc(cloudConfigPath, metricsURL string) (*Provider, error) {
-	raw, err := os.ReadFile(cloudConfigPath)
+// BuildExternalGrpc builds a client of generation gen from a cloud-config file, as CA does at start.
+func BuildExternalGrpc(cloudConfigPath, metricsURL string, gen caclient.Generation) (*Provider, error) {
+	ca, err := caclient.Build(cloudConfigPath, gen)
 	if err != nil {
 		return nil, err
 	}
-	var c cloudConfig
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		return nil, err
-	}
-	timeout := defaultGRPCTimeout
-	if c.GRPCTimeout != nil {
-		timeout = c.GRPCTimeout.Duration
-	}
 	return &Provider{
-		ca: caBuildExternalGrpc(cloudConfigPath), release: caRelease, configPath: cloudConfigPath, grpcTimeout: timeout,
-		calls: &serverCalls{url: metricsURL}, views: map[caNodeGroup]*NodeGroup{},
+		ca: ca, release: gen.Name, configPath: cloudConfigPath, grpcTimeout: ca.Timeout(),
+		calls: &serverCalls{url: metricsURL}, views: map[*caclient.NodeGroup]*NodeGroup{},
 	}, nil
 }
 
@@ -123,7 +115,7 @@ func (p *Provider) timed(method string, fn func()) {
 	}
 }
 
-func (p *Provider) view(g caNodeGroup) *NodeGroup {
+func (p *Provider) view(g *caclient.NodeGroup) *NodeGroup {
 	if g == nil {
 		return nil
 	}
@@ -138,7 +130,7 @@ func (p *Provider) view(g caNodeGroup) *NodeGroup {
 }
 
 func (p *Provider) NodeGroups() []*NodeGroup {
-	var groups []caNodeGroup
+	var groups []*caclient.NodeGroup
 	p.timed("NodeGroups", func() { groups = p.ca.NodeGroups() })
 	out := make([]*NodeGroup, 0, len(groups))
 	for _, g := range groups {
@@ -148,7 +140,7 @@ func (p *Provider) NodeGroups() []*NodeGroup {
 }
 
 func (p *Provider) NodeGroupForNode(node *apiv1.Node) (*NodeGroup, error) {
-	var g caNodeGroup
+	var g *caclient.NodeGroup
 	var err error
 	p.timed("NodeGroupForNode", func() { g, err = p.ca.NodeGroupForNode(node) })
 	if err != nil || g == nil {
@@ -178,26 +170,18 @@ func (p *Provider) Cleanup() (err error) {
 }
 
 func (p *Provider) NodePrice(node *apiv1.Node, start, end time.Time) (price float64, err error) {
-	pricing, aerr := p.ca.Pricing()
-	if aerr != nil {
-		return 0, aerr
-	}
-	p.timed("PricingNodePrice", func() { price, err = pricing.NodePrice(node, start, end) })
+	p.timed("PricingNodePrice", func() { price, err = p.ca.NodePrice(node, start, end) })
 	return price, err
 }
 
 func (p *Provider) PodPrice(pod *apiv1.Pod, start, end time.Time) (price float64, err error) {
-	pricing, aerr := p.ca.Pricing()
-	if aerr != nil {
-		return 0, aerr
-	}
-	p.timed("PricingPodPrice", func() { price, err = pricing.PodPrice(pod, start, end) })
+	p.timed("PricingPodPrice", func() { price, err = p.ca.PodPrice(pod, start, end) })
 	return price, err
 }
 
-// NodeGroup is a view on one of CA's externalgrpc NodeGroup objects.
+// NodeGroup is a view on one of the client's NodeGroup objects.
 type NodeGroup struct {
-	ca       caNodeGroup
+	ca       *caclient.NodeGroup
 	provider *Provider
 }
 
@@ -230,16 +214,10 @@ func (n *NodeGroup) Nodes() (instances []Instance, err error) {
 	return instances, err
 }
 
-// TemplateNodeInfo returns the Node inside CA's own framework.NodeInfo (nil when the server sent no
-// template, which CA caches as "no template").
+// TemplateNodeInfo returns the template Node (nil when the server sent no template, which the client
+// caches as "no template").
 func (n *NodeGroup) TemplateNodeInfo() (node *apiv1.Node, err error) {
-	n.provider.timed("NodeGroupTemplateNodeInfo", func() {
-		info, ierr := n.ca.TemplateNodeInfo()
-		err = ierr
-		if ierr == nil && info != nil {
-			node = info.Node()
-		}
-	})
+	n.provider.timed("NodeGroupTemplateNodeInfo", func() { node, err = n.ca.TemplateNodeInfo() })
 	return node, err
 }
 
@@ -248,49 +226,27 @@ func (n *NodeGroup) GetOptions(defaults NodeGroupAutoscalingOptions) (opts *Node
 	return opts, err
 }
 
-// dialLikeCA opens a connection with the transport CA derives from a cloud-config (mutual TLS with
-// ServerName = the address's host when `cert` is set, plaintext otherwise), or with `override`.
+// dialLikeCA opens a connection with the transport CA derives from a cloud-config, or with `override`.
 func dialLikeCA(cloudConfigPath string, override *tls.Config) (*grpc.ClientConn, error) {
-	raw, err := os.ReadFile(cloudConfigPath)
+	c, err := caclient.ReadCloudConfig(cloudConfigPath)
 	if err != nil {
 		return nil, err
 	}
-	var c cloudConfig
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		return nil, err
-	}
-	creds := insecure.NewCredentials()
-	switch {
-	case override != nil:
+	var creds credentials.TransportCredentials
+	if override != nil {
 		creds = credentials.NewTLS(override)
-	case c.Cert != "":
-		host, _, err := net.SplitHostPort(c.Address)
-		if err != nil {
-			return nil, err
-		}
-		cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
-		if err != nil {
-			return nil, err
-		}
-		pem, err := os.ReadFile(c.Cacert)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(pem)
-		creds = credentials.NewTLS(&tls.Config{ServerName: host, Certificates: []tls.Certificate{cert}, RootCAs: pool})
 	}
-	return grpc.NewClient("passthrough:///"+c.Address, grpc.WithTransportCredentials(creds))
+	return c.Dial(creds)
 }
 
-// stub is CA's generated client on a connection from dialLikeCA, for the two requests CA's provider
-// cannot make (see the file comment).
-func stub(cloudConfigPath string, override *tls.Config) (protos.CloudProviderClient, func(), error) {
+// stub is the client generated from the project's proto on a connection from dialLikeCA, for the two
+// requests CA's client cannot make (see the file comment).
+func stub(cloudConfigPath string, override *tls.Config) (pb.CloudProviderClient, func(), error) {
 	conn, err := dialLikeCA(cloudConfigPath, override)
 	if err != nil {
 		return nil, nil, err
 	}
-	return protos.NewCloudProviderClient(conn), func() { _ = conn.Close() }, nil
+	return pb.NewCloudProviderClient(conn), func() { _ = conn.Close() }, nil
 }
 
 func withTimeout() (context.Context, context.CancelFunc) {

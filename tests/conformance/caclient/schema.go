@@ -1,16 +1,16 @@
-package main
+package caclient
 
 // The wire schema of cluster-autoscaler's externalgrpc.proto at one CA release, rebuilt at run time
-// from the golden descriptor dumps in ../shared/golden/externalgrpc/<release>.json (made with protoc
-// from the upstream .proto files; see shared/README.md). Used only by dualfields.go, for the one
-// release whose reading CA's own code in the snapshots cannot reproduce (1.34.2); everything else
-// goes through CA's externalgrpc package itself.
+// from protoc's descriptor dump of the upstream .proto at that release (schemas/<release>.json, kept
+// byte-identical to the project's golden copies; tests/test_conformance.py checks that). Every
+// request the client sends and every answer it reads goes through the schema of its generation, so
+// a field the server numbers differently from that release is missed exactly where that release
+// would miss it.
 
 import (
+	"embed"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -85,9 +85,12 @@ var protoLabels = map[string]descriptorpb.FieldDescriptorProto_Label{
 	"repeated": descriptorpb.FieldDescriptorProto_LABEL_REPEATED,
 }
 
-// LoadSchema reads <goldenDir>/<release>.json and builds its descriptors.
-func LoadSchema(goldenDir, release string) (*Schema, error) {
-	raw, err := os.ReadFile(filepath.Join(goldenDir, release+".json"))
+//go:embed schemas/*.json
+var schemaFiles embed.FS
+
+// LoadSchema builds the descriptors of schemas/<release>.json.
+func LoadSchema(release string) (*Schema, error) {
+	raw, err := schemaFiles.ReadFile("schemas/" + release + ".json")
 	if err != nil {
 		return nil, err
 	}
