@@ -1,10 +1,10 @@
 """Conformance through the project's CA-faithful client, over real sockets, at every wire generation.
 
-The pytest entry point of `tests/conformance/run.sh` (docs: "Compatibility"): for every backend of
-`tests/support/backends.py` (a new backend joins by being registered there) and every client
-generation (1.35+, 1.34.2, 1.26-1.34.1, 1.25), the Go client in `tests/conformance` drives three
-servers on loopback with mutual TLS as CA's externalgrpc client does. The README's grpcurl examples
-run once.
+The pytest entry point of `tests/conformance/run.sh` (README "Conformance"): for every backend of
+`tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and spc; a new
+backend joins by being registered there) and every client generation (1.35+, 1.34.2, 1.26-1.34.1,
+1.25), the Go client in `tests/conformance` drives three servers on loopback with mutual TLS as CA's
+externalgrpc client does. The README's grpcurl examples run once.
 
 The mutation tests prove the client reads the wire as each CA release does: a throwaway copy of the
 package, its proto renumbering one field and its Python code regenerated, must fail exactly the

@@ -167,13 +167,13 @@ spc:
 #: templates differ in that label); the scarce one's instance type has no stock, so its scale-outs
 #: end as Failed activities (OperationDenied.NoStock)
 _ALICLOUD_E2E = """
-nodes: ["0:4:asg-bp1realcaworkers00001", "0:3:asg-bp1realcascarce000001"]
+nodes: ["0:4:asg-bp1e2etstworkers00001", "0:3:asg-bp1e2etstscarce000001"]
 alicloud:
   emulator:
     pending-seconds: 2
     removing-seconds: 1
     activity-seconds: 1
-    instance-types: {asg-bp1realcascarce000001: ecs.g7.2xlarge}
+    instance-types: {asg-bp1e2etstscarce000001: ecs.g7.2xlarge}
     stock: {ecs.g7.2xlarge: 0, "*": 100}
 """
 
@@ -228,8 +228,8 @@ BACKENDS: tuple[BackendUnderTest, ...] = (
         shape="pools",
         cloud=AliCloudCloud,
         e2e_config=_ALICLOUD_E2E,
-        e2e_group="asg-bp1realcaworkers00001",
-        stockout_group="asg-bp1realcascarce000001",
+        e2e_group="asg-bp1e2etstworkers00001",
+        stockout_group="asg-bp1e2etstscarce000001",
         conformance_config=(CONFORMANCE / "alicloud-emulate.yaml").read_text(),
     ),
     BackendUnderTest(
