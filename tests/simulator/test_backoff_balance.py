@@ -1,4 +1,8 @@
-"""Node-group backoff (5m doubling to 30m, reset after 3h) and balancing across similar groups."""
+"""Node-group backoff (5m doubling to 30m, reset after 3h) and balancing across similar groups.
+
+Reproduces CA's exponential node-group backoff (`utils/backoff/exponential_backoff.go`) and its
+balancing of similar groups (`processors/nodegroupset/balancing_processor.go`, `compare_nodegroups.go`:
+same capacity within tolerance, same labels but the ignored ones, same taints)."""
 
 import pytest
 

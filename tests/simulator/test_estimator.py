@@ -1,4 +1,8 @@
-"""Binpacking estimator (estimator.py) against hand-computed cases."""
+"""Binpacking estimator (estimator.py) against hand-computed cases.
+
+Reproduces CA's binpacking estimator (`estimator/binpacking_estimator.go`): pods in decreasing
+score order (`decreasing_pod_orderer.go`), first-fit onto the nodes opened so far, new template nodes
+while allowed (`threshold_based_limiter.go`)."""
 
 import pytest
 

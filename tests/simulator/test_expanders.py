@@ -1,4 +1,8 @@
-"""Every expander and the chain, with hand-computed scores."""
+"""Every expander and the chain, with hand-computed scores.
+
+Reproduces CA's expanders (`expander/`: `waste/waste.go`, `price/price.go` with `preferred.go`,
+`priority/priority.go`, least-nodes, most-pods, random) and the chain of `--expander=a,b`
+(`expander/factory/chain.go`: each filters the options, ties go to the next, the last tie is random)."""
 
 import math
 import random

@@ -1,4 +1,8 @@
-"""Scheduling predicates: resources, nodeSelector, required node affinity, taints/tolerations."""
+"""Scheduling predicates: resources, nodeSelector, required node affinity, taints/tolerations.
+
+Reproduces the kube-scheduler filters CA runs on template and real nodes (`simulator/cluster.go`
+through the scheduler framework): NodeResourcesFit (allocatable incl. `pods`), NodeAffinity and
+nodeSelector, TaintToleration (NoSchedule and NoExecute)."""
 
 import pytest
 

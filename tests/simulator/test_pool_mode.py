@@ -1,5 +1,7 @@
 """The simulator on the sim cloud's pool mode (the shape of VKE, Exoscale and ESS): CA decides the
-same things whichever shape serves the groups, since the shapes differ only in who owns the size."""
+same things whichever shape serves the groups, since the shapes differ only in who owns the size.
+CA reads a group only through its target size and instances (`clusterstate/clusterstate.go`), so its
+decisions cannot depend on the shape."""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Scale-down eligibility, drainability, rescheduling and removal selection, by hand."""
+"""Scale-down eligibility, drainability, rescheduling and removal selection, by hand.
+
+Reproduces CA's scale-down: utilization as the max of cpu and memory requests over allocatable, GPU
+nodes by GPU (`simulator/utilization`), the threshold per group (`core/scaledown/eligibility/
+eligibility.go`), pods that block a drain (`simulator/drainability/rules/*`: no controller, local
+storage, kube-system without PDB, PDBs), unneeded tracking (`core/scaledown/unneeded/nodes.go`) and
+the empty-first, bounded removal (`core/scaledown/budgets/budgets.go`)."""
 
 import pytest
 

@@ -1,4 +1,8 @@
-"""The scale-up orchestrator's filters and caps (plan_scale_up), by hand."""
+"""The scale-up orchestrator's filters and caps (plan_scale_up), by hand.
+
+Reproduces CA's scale-up orchestrator (`core/scaleup/orchestrator/orchestrator.go`): pods grouped
+by equivalence (`core/scaleup/equivalence/groups.go`), groups skipped when backed off, at max or over
+the resource limits, the expander's choice, the new size capped by max size and `--max-nodes-total`."""
 
 import random
 from datetime import UTC, datetime

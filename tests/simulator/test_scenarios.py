@@ -1,6 +1,9 @@
 """Every example scenario end to end, through our real gRPC server on a loopback port (sim backend).
 
-Expected numbers are worked out by hand in the comments from the scenario files.
+Expected numbers are worked out by hand in the comments from the scenario files. Each reproduces CA's
+main loop (`core/static_autoscaler.go` RunOnce: refresh, cluster state, scale-up of pending pods,
+scale-down of unneeded nodes after `--scale-down-unneeded-time`, the delays after add and delete)
+on the workload its scenario file describes.
 """
 
 from pathlib import Path

@@ -1,4 +1,9 @@
-"""The simulated Kubernetes side: controllers, kube-scheduler scoring, DaemonSets, evictions."""
+"""The simulated Kubernetes side: controllers, kube-scheduler scoring, DaemonSets, evictions.
+
+Not CA's own logic but what CA reacts to: pods placed as kube-scheduler would (CA's
+`core/podlistprocessor/filter_out_schedulable.go` drops pods that fit existing nodes), DaemonSet pods
+on every new node (CA's template nodes carry them, `simulator/node_info_utils.go`), evictions on
+scale-down (`core/scaledown/actuation`)."""
 
 import pytest
 
