@@ -80,6 +80,26 @@ def test_client_knows_every_generation() -> None:
 
 @pytest.mark.slow
 @pytest.mark.integration
+def test_client_sources_are_gofmt_and_go_vet_clean(tmp_path: Path) -> None:
+    go = gotools.go_binary()
+    if go is None:
+        _client()  # fails in CI, skips elsewhere
+        return
+    tree = conformance.prepare(tmp_path / "client")
+    gofmt = subprocess.run(
+        [str(Path(go).with_name("gofmt")), "-l", "."], cwd=tree, capture_output=True, text=True, check=False
+    )
+    assert gofmt.returncode == 0 and not gofmt.stdout.strip(), (
+        f"not gofmt-clean:\n{gofmt.stdout}{gofmt.stderr}"
+    )
+    vet = subprocess.run(
+        [go, "vet", "./..."], cwd=tree, env=gotools.go_env(), capture_output=True, text=True, check=False
+    )
+    assert vet.returncode == 0, vet.stdout + vet.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.timeout(1200)  # a cold build of the client (k8s.io/api, grpc-go) takes minutes on 2 cores
 @pytest.mark.parametrize("generation", list(conformance.GENERATIONS))
 @pytest.mark.parametrize("be", BACKENDS, ids=lambda b: b.name)

@@ -73,21 +73,21 @@ def generate(out_dir: Path, proto_root: Path = PROTO_ROOT) -> None:
         raise RuntimeError(f"protoc failed generating Go code from {proto_root / PROTO}")
 
 
+def prepare(scratch: Path) -> Path:
+    """Lay out the client's module in `scratch`: its sources and the code generated from proto/."""
+    for src in _sources():
+        dest = scratch / src.relative_to(SOURCE)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest)
+    generate(scratch)
+    return scratch
+
+
 def client() -> Path:
     """The `conformance` executable (built on first use, then cached)."""
-    sources = _sources()
     key = gotools.tree_key(
-        *sources, PROTO_ROOT, extra=" ".join(v for _, v in (PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC))
+        *_sources(), PROTO_ROOT, extra=" ".join(v for _, v in (PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC))
     )
-
-    def prepare(scratch: Path) -> Path:
-        for src in sources:
-            dest = scratch / src.relative_to(SOURCE)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest)
-        generate(scratch)
-        return scratch
-
     return gotools.go_build("conformance", key, prepare, ["."]) / "conformance"
 
 

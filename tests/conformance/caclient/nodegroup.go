@@ -81,7 +81,10 @@ func (g *NodeGroup) MinSize() int  { return g.minSize }
 func (g *NodeGroup) MaxSize() int  { return g.maxSize }
 func (g *NodeGroup) Debug() string { return g.debug }
 
-func (g *NodeGroup) idOnly(req protoreflect.Message) { setScalar(req, "id", g.id) }
+func (g *NodeGroup) idOnly(req protoreflect.Message) error {
+	setScalar(req, "id", g.id)
+	return nil
+}
 
 // TargetSize is never cached.
 func (g *NodeGroup) TargetSize() (int, error) {
@@ -94,32 +97,32 @@ func (g *NodeGroup) TargetSize() (int, error) {
 
 // IncreaseSize asks for delta more machines.
 func (g *NodeGroup) IncreaseSize(delta int) error {
-	_, err := g.provider.invoke("NodeGroupIncreaseSize", func(req protoreflect.Message) {
-		g.idOnly(req)
+	_, err := g.provider.invoke("NodeGroupIncreaseSize", func(req protoreflect.Message) error {
 		setScalar(req, "delta", int32(delta))
+		return g.idOnly(req)
 	})
 	return err
 }
 
 // DecreaseTargetSize lowers the target by -delta without deleting machines.
 func (g *NodeGroup) DecreaseTargetSize(delta int) error {
-	_, err := g.provider.invoke("NodeGroupDecreaseTargetSize", func(req protoreflect.Message) {
-		g.idOnly(req)
+	_, err := g.provider.invoke("NodeGroupDecreaseTargetSize", func(req protoreflect.Message) error {
 		setScalar(req, "delta", int32(delta))
+		return g.idOnly(req)
 	})
 	return err
 }
 
 // DeleteNodes removes the named nodes (each sent as providerID, name, labels, annotations).
 func (g *NodeGroup) DeleteNodes(nodes []*apiv1.Node) error {
-	_, err := g.provider.invoke("NodeGroupDeleteNodes", func(req protoreflect.Message) {
-		g.idOnly(req)
+	_, err := g.provider.invoke("NodeGroupDeleteNodes", func(req protoreflect.Message) error {
 		list := req.Mutable(field(req, "nodes")).List()
 		for _, n := range nodes {
 			elem := list.NewElement()
 			fillNode(elem.Message(), n)
 			list.Append(elem)
 		}
+		return g.idOnly(req)
 	})
 	return err
 }
@@ -189,14 +192,14 @@ func (g *NodeGroup) TemplateNodeInfo() (*apiv1.Node, error) {
 // GetOptions asks for the group's options, sending `defaults` in every field the generation
 // declares. A missing options message means "use the defaults" (nil, nil).
 func (g *NodeGroup) GetOptions(defaults Options) (*Options, error) {
-	var ferr error
-	resp, err := g.provider.invoke("NodeGroupGetOptions", func(req protoreflect.Message) {
-		g.idOnly(req)
+	resp, err := g.provider.invoke("NodeGroupGetOptions", func(req protoreflect.Message) error {
+		var ferr error
 		setMessage(req, "defaults", func(m protoreflect.Message) { ferr = fillOptions(m, defaults) })
+		if ferr != nil {
+			return ferr
+		}
+		return g.idOnly(req)
 	})
-	if ferr != nil {
-		return nil, ferr
-	}
 	if err != nil {
 		return nil, optional(err)
 	}

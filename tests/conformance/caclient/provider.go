@@ -67,15 +67,18 @@ func (p *CloudProvider) Timeout() time.Duration { return p.timeout }
 // Close drops the connection.
 func (p *CloudProvider) Close() error { return p.conn.Close() }
 
-// invoke makes one RPC under the deadline: fill sets the request's fields; the answer is returned as
-// a message of the generation's schema.
-func (p *CloudProvider) invoke(rpc string, fill func(req protoreflect.Message)) (*dynamicpb.Message, error) {
+// invoke makes one RPC under the deadline: fill sets the request's fields (an error there means the
+// client could not encode the request, and nothing is sent); the answer is returned as a message of
+// the generation's schema.
+func (p *CloudProvider) invoke(rpc string, fill func(req protoreflect.Message) error) (*dynamicpb.Message, error) {
 	path, req, resp, err := p.schema.Method(rpc)
 	if err != nil {
 		return nil, err
 	}
 	if fill != nil {
-		fill(req)
+		if err := fill(req); err != nil {
+			return nil, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
@@ -136,8 +139,9 @@ func (p *CloudProvider) NodeGroupForNode(node *apiv1.Node) (*NodeGroup, error) {
 	if g, ok := p.forNodeCache[key]; ok {
 		return g, nil
 	}
-	resp, err := p.invoke("NodeGroupForNode", func(req protoreflect.Message) {
+	resp, err := p.invoke("NodeGroupForNode", func(req protoreflect.Message) error {
 		setMessage(req, "node", func(m protoreflect.Message) { fillNode(m, node) })
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -205,51 +209,50 @@ func (p *CloudProvider) Cleanup() error {
 
 // NodePrice is the price of a node over [start, end). UNIMPLEMENTED -> ErrNotImplemented.
 func (p *CloudProvider) NodePrice(node *apiv1.Node, start, end time.Time) (float64, error) {
-	var ferr error
-	resp, err := p.invoke("PricingNodePrice", func(req protoreflect.Message) {
+	return p.price("PricingNodePrice", start, end, func(req protoreflect.Message) error {
 		setMessage(req, "node", func(m protoreflect.Message) { fillNode(m, node) })
-		ferr = p.setWindow(req, "startTime", "endTime", "startTimestamp", "endTimestamp", start, end)
+		return nil
 	})
-	if ferr != nil {
-		return 0, ferr
-	}
-	if err != nil {
-		return 0, optional(err)
-	}
-	return getFloat(resp, "price"), nil
 }
 
 // PodPrice is the price of a pod over [start, end): the pod travels as Kubernetes' own encoding of
 // it, in the embedded field (legacy) and/or pod_bytes (current), as the generation declares.
 func (p *CloudProvider) PodPrice(pod *apiv1.Pod, start, end time.Time) (float64, error) {
-	raw, err := pod.Marshal()
-	if err != nil {
-		return 0, fmt.Errorf("marshal pod: %w", err)
-	}
-	var ferr error
-	resp, err := p.invoke("PricingPodPrice", func(req protoreflect.Message) {
+	return p.price("PricingPodPrice", start, end, func(req protoreflect.Message) error {
+		raw, err := pod.Marshal()
+		if err != nil {
+			return fmt.Errorf("marshal pod: %w", err)
+		}
 		if hasField(req, "pod") {
 			setOpaque(req, "pod", raw)
 		}
 		if hasField(req, "pod_bytes") {
 			req.Set(field(req, "pod_bytes"), protoreflect.ValueOfBytes(raw))
 		}
-		ferr = p.setWindow(req, "startTime", "endTime", "startTimestamp", "endTimestamp", start, end)
+		return nil
 	})
-	if ferr != nil {
-		return 0, ferr
-	}
+}
+
+// price makes one pricing call: fill sets what is priced, the window is set in every form the
+// generation declares.
+func (p *CloudProvider) price(rpc string, start, end time.Time, fill func(req protoreflect.Message) error) (float64, error) {
+	resp, err := p.invoke(rpc, func(req protoreflect.Message) error {
+		if err := fill(req); err != nil {
+			return err
+		}
+		return setWindow(req, start, end)
+	})
 	if err != nil {
 		return 0, optional(err)
 	}
 	return getFloat(resp, "price"), nil
 }
 
-// setWindow fills the time window in every form the generation declares: meta Time (seconds only,
-// as Kubernetes marshals it) and google.protobuf.Timestamp.
-func (p *CloudProvider) setWindow(req protoreflect.Message, legacyStart, legacyEnd, start, end string, from, to time.Time) error {
-	if hasField(req, legacyStart) {
-		for name, t := range map[string]time.Time{legacyStart: from, legacyEnd: to} {
+// setWindow fills the time window in every form the request declares: meta Time startTime/endTime
+// (seconds only, as Kubernetes marshals it) and google.protobuf.Timestamp startTimestamp/endTimestamp.
+func setWindow(req protoreflect.Message, from, to time.Time) error {
+	if hasField(req, "startTime") {
+		for name, t := range map[string]time.Time{"startTime": from, "endTime": to} {
 			raw, err := metaTime(t)
 			if err != nil {
 				return err
@@ -257,9 +260,9 @@ func (p *CloudProvider) setWindow(req protoreflect.Message, legacyStart, legacyE
 			setOpaque(req, name, raw)
 		}
 	}
-	if hasField(req, start) {
-		setTimestamp(req, start, from)
-		setTimestamp(req, end, to)
+	if hasField(req, "startTimestamp") {
+		setTimestamp(req, "startTimestamp", from)
+		setTimestamp(req, "endTimestamp", to)
 	}
 	return nil
 }
@@ -268,7 +271,10 @@ func (p *CloudProvider) setWindow(req protoreflect.Message, legacyStart, legacyE
 // them, and whether the generation declares both (only 1.34.2 does; it reads nodeBytes first and
 // falls back to nodeInfo, so a server must send the same Node in each).
 func (p *CloudProvider) TemplateFields(id string) (legacy, current []byte, both bool, err error) {
-	resp, err := p.invoke("NodeGroupTemplateNodeInfo", func(req protoreflect.Message) { setScalar(req, "id", id) })
+	resp, err := p.invoke("NodeGroupTemplateNodeInfo", func(req protoreflect.Message) error {
+		setScalar(req, "id", id)
+		return nil
+	})
 	if err != nil {
 		return nil, nil, false, optional(err)
 	}
