@@ -55,7 +55,10 @@ func (s *Suite) tag() string { return s.gen.Name }
 
 // readsMaxNodeProvision: the generation's schema has a max-node-provision field in the options
 // (CA 1.25-1.28 have none and use 0 whatever the server answers: kubernetes/autoscaler#5935).
-func (s *Suite) readsMaxNodeProvision() bool { return s.gen.Schema != "v1.25.0" }
+func (s *Suite) readsMaxNodeProvision() bool {
+	const opts = "NodeGroupAutoscalingOptions"
+	return s.ca.ca.Declares(opts, "MaxNodeProvisionTime") || s.ca.ca.Declares(opts, "MaxNodeProvisionDuration")
+}
 
 func expectCode(err error, want codes.Code, mentions ...string) error {
 	if err == nil {
@@ -276,6 +279,9 @@ func (s *Suite) getOptions(p *Provider) {
 			if err != nil && !errors.Is(err, ErrNotImplemented) {
 				return err
 			}
+			if err == nil && !s.readsMaxNodeProvision() {
+				return fmt.Errorf("options %+v served to a client that reads no max node provision time and would use 0 (kubernetes/autoscaler#5935); answer UNIMPLEMENTED", opts)
+			}
 			if err == nil {
 				if opts == nil {
 					return errors.New("empty answer: CA uses its defaults; answer UNIMPLEMENTED instead")
@@ -290,9 +296,6 @@ func (s *Suite) getOptions(p *Provider) {
 						return fmt.Errorf("%s = %v: CA would act on a zero duration", name, d)
 					}
 				}
-			}
-			if err == nil && !s.readsMaxNodeProvision() {
-				return fmt.Errorf("options %+v served to a client that reads no max node provision time and would use 0 (kubernetes/autoscaler#5935); answer UNIMPLEMENTED", *opts)
 			}
 			if s.sim() {
 				if g.Id() == "gpu" && s.readsMaxNodeProvision() {
