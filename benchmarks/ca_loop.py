@@ -90,14 +90,6 @@ class Result:
         )
 
 
-def process_tree(pid: int) -> list[int]:
-    """`pid` and its children: our server behind the compiled front is two processes."""
-    found = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
-
-
 def replay(client: Path, port: int, pid: int, loops: int, label: str, workdir: Path) -> Result:
     """WARMUP_LOOPS loops, then `loops` measured ones, against 127.0.0.1:`port` (served by `pid`)."""
     cloud_config = workdir / f"cloud-config-{port}.yaml"
@@ -115,7 +107,7 @@ def replay(client: Path, port: int, pid: int, loops: int, label: str, workdir: P
         return json.loads(proc.stdout)
 
     run(WARMUP_LOOPS)
-    pids = process_tree(pid)
+    pids = cannedserver.process_tree(pid)
 
     def cpu() -> float:
         return sum(cannedserver.cpu_seconds(p) for p in pids)

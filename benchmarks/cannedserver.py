@@ -35,6 +35,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its children: our server behind the compiled front is two processes."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
 def build() -> Path:
     """The cannedgrpc executable, built from source into the shared Go cache (tests/support/gotools)
     once per content of benchmarks/cannedgrpc."""

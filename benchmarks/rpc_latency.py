@@ -58,14 +58,6 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def children(pid: int) -> list[int]:
-    """Child processes of `pid` (the compiled front of a `serve --front on`)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -312,7 +304,7 @@ def main() -> int:
             grpc.channel_ready_future(front_channel).result(timeout=60)
             front_stub = pb_grpc.CloudProviderStub(front_channel)
             front_stub.Refresh(pb.RefreshRequest(), timeout=30)
-            front_pids = [fronted[0].pid, *children(fronted[0].pid)]
+            front_pids = cannedserver.process_tree(fronted[0].pid)
         groups = [g.id for g in stub.NodeGroups(pb.NodeGroupsRequest(), timeout=30).nodeGroups]
         nodes = [
             (g, i.id)

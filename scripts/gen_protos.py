@@ -1,6 +1,7 @@
 """Regenerate the committed protobuf/gRPC Python code from proto/.
 
-Run with the pinned grpcio-tools (see pyproject's `dev` extra): `python scripts/gen_protos.py [OUTDIR]`.
+Run with the pinned grpcio-tools (see pyproject's `dev` extra):
+`python scripts/gen_protos.py [OUTDIR [PROTO_ROOT]]` (PROTO_ROOT defaults to the repository's proto/).
 Writes `*_pb2.py`, `*_pb2.pyi` (protoc's own stubs) and `*_pb2_grpc.py` under OUTDIR (default: the
 repository root, i.e. into `cloudprovider_grpc/protos/`). tests/test_generated.py regenerates into a
 temporary directory and fails on any difference, so a stale checkout cannot pass CI.
@@ -17,24 +18,27 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 
 
-def proto_files() -> list[Path]:
-    return sorted(PROTO_ROOT.rglob("*.proto"))
+def proto_files(proto_root: Path = PROTO_ROOT) -> list[Path]:
+    return sorted(proto_root.rglob("*.proto"))
 
 
-def generate(out_dir: Path) -> None:
-    """Compile every .proto under proto/ into out_dir; raise on protoc failure."""
+def generate(out_dir: Path, proto_root: Path = PROTO_ROOT) -> None:
+    """Compile every .proto under proto_root into out_dir; raise on protoc failure."""
     include = Path(protoc.__file__).parent / "_proto"  # bundled well-known types
     args = [
         "grpc_tools.protoc",
-        f"-I{PROTO_ROOT}",
+        f"-I{proto_root}",
         f"-I{include}",
         f"--python_out={out_dir}",
         f"--pyi_out={out_dir}",
         f"--grpc_python_out={out_dir}",
-    ] + [str(p.relative_to(PROTO_ROOT)) for p in proto_files()]
+    ] + [str(p.relative_to(proto_root)) for p in proto_files(proto_root)]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
 
 
 if __name__ == "__main__":
-    generate(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT)
+    generate(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT,
+        Path(sys.argv[2]) if len(sys.argv) > 2 else PROTO_ROOT,
+    )

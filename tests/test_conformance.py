@@ -169,18 +169,9 @@ def _mutated_package(tmp_path: Path, declaration: str) -> Path:
     renumbered = re.sub(r"= \d+", f"= {UNUSED_NUMBER}", declaration, count=1)
     assert not re.search(rf"= {UNUSED_NUMBER}\b", text), f"field number {UNUSED_NUMBER} is in use"
     proto.write_text(text.replace(declaration, renumbered))
-    from grpc_tools import protoc
-
-    include = Path(protoc.__file__).parent / "_proto"
-    args = [
-        "grpc_tools.protoc",
-        f"-I{copy / 'proto'}",
-        f"-I{include}",
-        f"--python_out={copy}",
-        f"--grpc_python_out={copy}",
-        conformance.PROTO,
-    ]
-    assert protoc.main(args) == 0, "protoc failed on the mutated proto"
+    regenerate = [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), str(copy), str(copy / "proto")]
+    proc = subprocess.run(regenerate, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"regenerating the mutated proto failed:\n{proc.stdout}{proc.stderr}"
     return copy
 
 

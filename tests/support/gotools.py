@@ -1,4 +1,4 @@
-"""Go-built tools for the tests (grpcurl, helm, kustomize, cluster-autoscaler, the control plane),
+"""Go-built tools for the tests (grpcurl, helm, kustomize, the conformance client),
 built once and cached OUTSIDE the clone, so every run after the first on a machine is warm.
 
 One location for every Go build of the project: `$XDG_CACHE_HOME/cloudprovider-grpc/go` (default
@@ -115,7 +115,7 @@ def tree_key(*roots: Path, extra: str = "") -> str:
     """A short content hash of every file under `roots` (names and bytes) plus `extra`.
 
     Binaries built from a source tree are cached under this key, so an edit to the source (or a
-    different snapshot) builds afresh and an unchanged tree never rebuilds."""
+    different source tree) builds afresh and an unchanged tree never rebuilds."""
     digest = hashlib.sha256(extra.encode())
     for root in roots:
         files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
