@@ -43,7 +43,7 @@ import cannedserver  # noqa: E402  benchmarks/cannedserver.py, beside this scrip
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
 from tests.support import conformance  # noqa: E402
-from tests.support.servers import free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 NODE_CPU, NODE_MEMORY_GI = 8, 32
 WARMUP_LOOPS = 2

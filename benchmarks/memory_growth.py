@@ -82,8 +82,8 @@ def main() -> None:
         raise SystemExit(child(sys.argv[2:]))
     from tests.support import fuzz
     from tests.support.backends import backend
+    from tests.support.ports import free_port
     from tests.support.probes import ServerProcess, poll
-    from tests.support.servers import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", required=True)

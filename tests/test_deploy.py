@@ -86,7 +86,7 @@ from tests.deploy_support.tools import (
     tool,
 )
 from tests.support.gotools import HELM, KUSTOMIZE
-from tests.support.servers import free_port
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -34,7 +34,8 @@ from cloudprovider_grpc.front import binary
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeGroup, NodeRef
 from cloudprovider_grpc.server import ServerHandle, start_server
-from tests.support.servers import channel, free_port, stub
+from tests.support.ports import free_port
+from tests.support.servers import channel, stub
 
 pytestmark = pytest.mark.integration
 

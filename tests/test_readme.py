@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,8 @@ from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from cloudprovider_grpc.server import ServerStartError, start_server
 from tests.support.certs import write_pki
-from tests.support.servers import channel, free_port, sim_server, stub
+from tests.support.ports import free_port
+from tests.support.servers import channel, sim_server, stub
 
 pytestmark = pytest.mark.integration
 

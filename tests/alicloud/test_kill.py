@@ -20,7 +20,8 @@ from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
 from tests.alicloud.conftest import ENV, GROUP_A
-from tests.support.servers import ManualClock, free_port, stub
+from tests.support.ports import free_port
+from tests.support.servers import ManualClock, stub
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from cloudprovider_grpc.providers.alicloud.config import load_config
 from cloudprovider_grpc.providers.alicloud.driver import AliCloudDriver
 from cloudprovider_grpc.providers.alicloud.wiring import build_driver, make_client
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
-from tests.support.servers import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,8 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.cherry import CherryEmulator
 from tests.cherry.conftest import ENV, EXAMPLE
 from tests.cherry.test_e2e import pool_servers
-from tests.support.servers import free_port, stub
+from tests.support.ports import free_port
+from tests.support.servers import stub
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.integration

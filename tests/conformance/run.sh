@@ -41,13 +41,13 @@ trap cleanup EXIT
 
 "$harness" gencerts -dir "$work/pki" -server-name localhost
 
-free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
 # start NAME [serve flags...]: runs the server in the background, logs to $work/NAME.log
 start() {
   local name=$1; shift
   local port metrics
-  port=$(free_port); metrics=$(free_port)
+  # ports from below the ephemeral range, so no outbound connection can take one before the server
+  # binds it (tests/support/ports.py)
+  read -r port metrics < <(cd "$root" && "$python" -m tests.support.ports 2)
   "$python" -m cloudprovider_grpc.cli serve --address "127.0.0.1:$port" --metrics-address "127.0.0.1:$metrics" \
     --log-level warning "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)

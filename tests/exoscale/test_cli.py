@@ -18,7 +18,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 from tests.exoscale.conftest import ENV, KEY, SECRET
-from tests.support.servers import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 

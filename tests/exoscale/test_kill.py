@@ -22,7 +22,8 @@ from cloudprovider_grpc.emulator.faults import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 from tests.exoscale.conftest import ENV
-from tests.support.servers import free_port, stub
+from tests.support.ports import free_port
+from tests.support.servers import stub
 
 pytestmark = pytest.mark.integration
 

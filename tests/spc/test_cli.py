@@ -18,7 +18,8 @@ import pytest
 import requests
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from tests.support.servers import free_port, stub
+from tests.support.ports import free_port
+from tests.support.servers import stub
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest
 from tests.support.clouds import ExternalCloud
-from tests.support.servers import free_port
+from tests.support.ports import free_port
 from tests.support.waits import instances, poll, refresh
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,13 +14,6 @@ from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
 from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.support.certs import Pki
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago (for servers started as separate processes)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ManualClock:

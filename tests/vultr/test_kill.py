@@ -17,7 +17,8 @@ import pytest
 
 from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from tests.support.servers import free_port, stub
+from tests.support.ports import free_port
+from tests.support.servers import stub
 from tests.vultr.conftest import CLUSTER, TOKEN, new_emulator
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,8 @@ import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.vultr.config import EMULATOR_DEMO_CLUSTER
-from tests.support.servers import free_port, stub
+from tests.support.ports import free_port
+from tests.support.servers import stub
 
 pytestmark = pytest.mark.integration
 
