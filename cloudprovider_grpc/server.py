@@ -22,11 +22,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from cloudprovider_grpc import metrics
+from cloudprovider_grpc import metrics, rawparse
 from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.front import binary as front_binary
@@ -181,6 +181,9 @@ class ServerHandle:
     serving: bool = False
     #: the compiled front owning the public port, or None when Python serves it directly
     front: FrontLink | None = None
+    #: set by stop() when the grace period ran out with RPCs still running (they were cancelled):
+    #: the process then exits with status 1
+    cut_off: bool = False
     _stopped: threading.Event = field(default_factory=threading.Event)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -207,6 +210,7 @@ class ServerHandle:
             self.gate.close()
             # the port closes only once callers have stopped arriving (a quiet moment), bounded by the grace
             if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
+                self.cut_off = True
                 log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
             self.health.end_watches()
             remaining = max(deadline - time.monotonic(), 0.0)
@@ -323,10 +327,14 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health_servicer = _Health()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+    # the standard services parse their requests through our raw-bytes handlers too (see rawparse)
+    health_service = health_pb2.DESCRIPTOR.services_by_name["Health"]
+    rawparse.add_raw_service(server, health_service, health_servicer)
+    reflection_service = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
+    rawparse.add_raw_service(
         server,
+        reflection_service,
+        reflection.ReflectionServicer((SERVICE_NAME, health_service.full_name, reflection.SERVICE_NAME)),
     )
     address = _grpc_address(settings.address)
     link: FrontLink | None = None
@@ -426,7 +434,7 @@ def serve_forever(settings: Settings) -> int:
     while not signalled.wait(1.0):
         pass
     # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
-    if handle.wait(settings.grace_period + 0.25):
+    if handle.wait(settings.grace_period + 0.25) and not handle.cut_off:
         return 0
     log.error("grace period of %gs over with work unfinished; exiting anyway", settings.grace_period)
     return 1
