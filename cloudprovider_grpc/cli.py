@@ -89,9 +89,67 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
         "--log-format", choices=["json", "text"], help="json (default: one object per line) or text"
     )
     p.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=None,
+        help="list the cloud and answer CA, but never write to the cloud: each write is logged and counted",
+    )
+    _add_leader_flags(p)
+    p.add_argument(
         "--front",
         choices=["auto", "on", "off"],
         help="compiled front for the per-node read RPCs: auto (default: when built), on, off",
+    )
+
+
+def _bool(text: str) -> bool:
+    """A Go-style boolean flag value (`--leader-elect=false`)."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true", "yes"):
+        return True
+    if value in ("0", "f", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+#: the leader-election flags, named as cluster-autoscaler's (settings key -> flag)
+LEADER_FLAGS = {
+    "lease_duration": "--leader-elect-lease-duration",
+    "renew_deadline": "--leader-elect-renew-deadline",
+    "retry_period": "--leader-elect-retry-period",
+    "resource_name": "--leader-elect-resource-name",
+    "resource_namespace": "--leader-elect-resource-namespace",
+}
+
+
+def _add_leader_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const=True,
+        type=_bool,
+        metavar="BOOL",
+        help="run as one of several replicas: only the holder of a Kubernetes Lease acts (default false)",
+    )
+    p.add_argument("--leader-elect-lease-duration", metavar="DURATION", help="Lease duration (default 15s)")
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        metavar="DURATION",
+        help="how long the leader retries renewing before it stops acting (default 10s)",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period", metavar="DURATION", help="time between Lease attempts (default 2s)"
+    )
+    p.add_argument(
+        "--leader-elect-resource-name", metavar="NAME", help="the Lease's name (default cloudprovider-grpc)"
+    )
+    p.add_argument(
+        "--leader-elect-resource-namespace",
+        metavar="NAMESPACE",
+        help="the Lease's namespace (default: the pod's own)",
+    )
+    p.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig for the Lease (default: the pod's service account)"
     )
 
 
@@ -117,6 +175,12 @@ def _settings(args: argparse.Namespace) -> Any:
         "log_format": flag("log_format"),
         "front": flag("front"),
     }
+    overrides["dry_run"] = flag("dry_run")
+    leader = {key: flag(f"leader_elect_{key}") for key in LEADER_FLAGS}
+    leader["enabled"] = flag("leader_elect")
+    leader["kubeconfig"] = flag("kubeconfig")
+    if any(v is not None for v in leader.values()):
+        overrides["leader_elect"] = {k: v for k, v in leader.items() if v is not None}
     tls = {"cert": flag("tls_cert"), "key": flag("tls_key"), "ca": flag("tls_ca")}
     if any(v is not None for v in tls.values()):
         overrides["tls"] = {k: v for k, v in tls.items() if v is not None}

@@ -32,8 +32,10 @@ from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.front import binary as front_binary
 from cloudprovider_grpc.front.counters import FrontCounters
 from cloudprovider_grpc.front.process import FrontProcess, FrontStartError, map_field_paths
+from cloudprovider_grpc.leader import Elector, build_elector
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider
+from cloudprovider_grpc.providers.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.secrets import redact
 from cloudprovider_grpc.service import CACHEABLE, SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
@@ -140,7 +142,10 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             body = redact(generate_latest(REGISTRY).decode()).encode()
             ctype, code = CONTENT_TYPE_LATEST, 200
         elif self.path.split("?")[0] in ("/healthz", "/readyz"):
-            ok = self.server.handle_ref is not None and self.server.handle_ref.serving  # type: ignore[attr-defined]
+            handle = self.server.handle_ref  # type: ignore[attr-defined]
+            ok = handle is not None and handle.serving
+            if ok and self.path.split("?")[0] == "/readyz" and handle.leader is not None:
+                ok = handle.leader.ready  # a standby is alive but not ready: a Service skips it
             body, ctype, code = (b"ok\n" if ok else b"shutting down\n"), "text/plain", (200 if ok else 503)
         else:
             body, ctype, code = b"not found\n", "text/plain", 404
@@ -184,6 +189,8 @@ class ServerHandle:
     #: set by stop() when the grace period ran out with RPCs still running (they were cancelled):
     #: the process then exits with status 1
     cut_off: bool = False
+    #: the leader election (`--leader-elect`), or None
+    leader: Elector | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -203,13 +210,17 @@ class ServerHandle:
             if self._stopped.is_set():
                 return
             deadline = time.monotonic() + grace
+            if self.leader is not None:  # the Lease to a successor first, while calls are still answered
+                self.leader.hand_over(deadline)
             self.serving = False
             self.health.enter_graceful_shutdown()
             if self.front is not None:
                 self.front.process.closing()  # from now on every call reaches the gate below
             self.gate.close()
             # the port closes only once callers have stopped arriving (a quiet moment), bounded by the grace
-            if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
+            # replicas: no quiet moment to wait for, the port's GOAWAY sends callers to the new leader
+            quiet = QUIET_BEFORE_CLOSE if self.leader is None else 0.0
+            if not self.gate.wait_quiet(quiet, deadline) and self.gate.active:
                 self.cut_off = True
                 log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
             self.health.end_watches()
@@ -314,8 +325,10 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     """Build the provider (unless given), bind the ports, start serving; raise ServerStartError."""
     settings = settings or Settings()
     binary = _front_binary(settings)
+    elector = build_elector(settings.leader_elect) if settings.leader_elect.enabled else None
     if provider is None:
-        provider = build_provider(settings.provider, settings.provider_context())
+        gate = elector.gate if elector is not None else DryRunGate() if settings.dry_run else None
+        provider = build_provider(settings.provider, settings.provider_context(gate=gate))
     servicer = CloudProviderServicer(provider, behind_front=binary is not None)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
@@ -379,8 +392,16 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if link is not None:
         link.process.push_version(provider.state_version())
     handle.serving = True
-    for svc in ("", SERVICE_NAME):
-        health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    if elector is None:
+        _set_health(health_servicer, True)
+    else:
+        _set_health(health_servicer, False)  # a standby until the Lease says otherwise
+        handle.leader = elector
+        elector.start(
+            provider,
+            on_leading=lambda ready: _set_health(health_servicer, ready),
+            on_lost=lambda: threading.Thread(target=handle.stop, name="shutdown", daemon=True).start(),
+        )
     metrics_at = (
         f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"
         if handle.metrics_server is not None
@@ -396,6 +417,11 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
         len(provider.node_groups()),
         "compiled" if link is not None else "python",
     )
+    if settings.dry_run:
+        log.warning(
+            "dry run: the cloud is listed and never written; each write CA asks for is logged, "
+            "counted in cloudprovider_grpc_dry_run_writes_total, and refused"
+        )
     if not settings.tls.enabled and not is_loopback(settings.address):
         log.warning(
             "gRPC on %s is plaintext and reachable beyond this host (--allow-plaintext): anyone who can "
@@ -403,6 +429,12 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             settings.address,
         )
     return handle
+
+
+def _set_health(servicer: _Health, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for svc in ("", SERVICE_NAME):
+        servicer.set(svc, status)
 
 
 def serve_forever(settings: Settings) -> int:
@@ -432,7 +464,8 @@ def serve_forever(settings: Settings) -> int:
     if signalled.is_set():  # the signal came while starting
         threading.Thread(target=handle.stop, args=(settings.grace_period,), daemon=True).start()
     while not signalled.wait(1.0):
-        pass
+        if handle.wait(0):  # stopped on its own: the leadership was lost
+            return 1
     # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
     if handle.wait(settings.grace_period + 0.25) and not handle.cut_off:
         return 0
