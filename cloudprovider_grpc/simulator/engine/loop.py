@@ -1,0 +1,169 @@
+"""The loop: CA's RunOnce on a virtual clock, calling the phases in CA's order.
+
+Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research notes section 3.1):
+1. controllers act (workload arrivals, departures, Job completions) - the world, not CA;
+2. Refresh (an error aborts the loop), NodeGroups;
+3. node lifecycle (`cluster_state`): listings, kubelets, node events, readiness, the scheduler;
+4. NodeGroupForNode for every node, templates;
+5. cluster state: creation errors, unregistered nodes, request timeouts, fixNodeGroupSize (which
+   ends the loop), IsClusterHealthy (which ends it too);
+6. scale-up (`scale_up`), then scale-down (`scale_down`) outside its cooldown.
+
+Known simplifications: see README "Not modelled".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from typing import Any
+
+from cloudprovider_grpc.simulator.client import RpcError
+from cloudprovider_grpc.simulator.engine.cluster_state import ClusterStatePhase
+from cloudprovider_grpc.simulator.engine.scale_down import ScaleDownPhase
+from cloudprovider_grpc.simulator.engine.scale_up import ScaleUpPhase
+from cloudprovider_grpc.simulator.report import Report
+
+
+class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
+    """Runs one scenario; construct with clients bound to a server, then `run()`."""
+
+    def run(self) -> Report:
+        interval = self.o.scan_interval
+        loops = int(self.s.duration // interval) + 1
+        wall_start = time.monotonic()
+        for i in range(loops):
+            t = i * interval
+            if self.pace:  # a server on the real clock: loops start every scan-interval, like CA's
+                time.sleep(max(0.0, wall_start + t - time.monotonic()))
+            self.clock.set(t)
+            self.rec.loop, self.rec.t = i, t
+            self.run_once(t)
+            self._sample(t)
+        with contextlib.suppress(RpcError):  # CA calls Cleanup when it shuts down
+            self.client.cleanup()
+        return self._report()
+
+    def run_once(self, t: float) -> None:
+        w = self.world
+        w.apply_controllers(t)
+        try:
+            self.client.refresh()
+        except RpcError as exc:
+            self.rec.line(f"Failed to refresh cloud provider: {exc}")
+            self.rec.decide("loop-aborted", reason=str(exc))
+            w.schedule(t)
+            return
+        groups = self._override(self.client.node_groups())
+        self._group_ids = [g.id for g in groups]
+        for g in groups:
+            self._bounds[g.id] = {"min_size": g.min_size, "max_size": g.max_size}
+        # CA reads these to recognise GPU nodes; its client caches them after the first success
+        self.client.gpu_label()
+        self.client.gpu_types()
+        self._list_instances(groups, t)
+        self._kubelets(groups, t)
+        self._node_events(t)
+        self._readiness(t)
+        if not self._initialized:
+            self._clean_up_taints()
+        w.schedule(t)
+        node_group = self.client.group_ids_for_nodes(w.nodes.values())
+        templates = self._templates(groups, node_group)
+        self._creation_errors(groups, t)
+        targets: dict[str, int] = {}
+        for g in groups:
+            try:
+                targets[g.id] = self._seen_targets[g.id] = self.client.target_size(g.id)
+            except RpcError as exc:
+                self.rec.line(f"Failed to get target size of node group {g.id}: {exc}")
+        registered = Counter(gid for gid in node_group.values() if gid)
+        self._unregistered(groups, targets, t)
+        self._track_requests(targets, registered, t)
+        if self._fix_node_group_sizes(groups, targets, registered, t):
+            w.schedule(t)
+            return
+        if not self._cluster_healthy(t):
+            w.schedule(t)
+            return
+        # clusterstate.go calculateUpcomingNodesInNodeGroup: target - (ready + unready); nodes still
+        # starting (NotReady for less than MaxNodeStartupTime since registering) stay upcoming
+        started = Counter(
+            gid for name, gid in node_group.items() if gid and not self._not_started(w.nodes[name], t)
+        )
+        upcoming = {gid: max(0, targets[gid] - started[gid]) for gid in targets}
+        pod_groups = self._unschedulable(t, templates, upcoming)
+        scaled_up = False
+        if pod_groups:
+            scaled_up = self._scale_up(pod_groups, groups, targets, templates, registered, upcoming, t)
+        else:
+            self._last_no_scale_up = None
+        if self.o.scale_down_enabled:
+            self._scale_down(groups, targets, node_group, t, scaled_up)
+        w.schedule(t)
+
+    def _sample(self, t: float) -> None:
+        """One timeline column: ready nodes and CA's target size per group, pending pods.
+
+        A group that appears later gets zeros (nodes) and None (target: not known yet) before."""
+        tl = self.tl
+        tl["t"].append(t)
+        cols = len(tl["t"])
+        counts = Counter(node.group for node in self.world.nodes.values())
+        for gid in sorted(set(self._group_ids) | set(tl["nodes"])):
+            series = tl["nodes"].setdefault(gid, [0] * (cols - 1))
+            series.append(counts.get(gid, 0))
+            target = tl["target"].setdefault(gid, [None] * (cols - 1))
+            target.append(self._seen_targets.get(gid))
+        tl["pending"].append(len(self.world.pending))
+        tl["groups"] = {gid: dict(b) for gid, b in sorted(self._bounds.items())}
+
+    def _cost(self, end: float) -> dict[str, Any] | None:
+        for pid in sorted(self.lifetimes):
+            self._price_lifetime(pid, end)
+        if self.cost_unavailable:
+            return None
+        return {
+            "total": round(sum(self.costs.values()), 6),
+            "per_group": {k: round(v, 6) for k, v in sorted(self.costs.items())},
+            "basis": "PricingNodePrice over each node's registered lifetime",
+        }
+
+    def _report(self) -> Report:
+        end = self.tl["t"][-1] if self.tl["t"] else 0.0
+        cost = self._cost(end)
+        for i, ev in enumerate(self._events):
+            if i not in self._events_done and ev.at <= end:
+                # a typo in a node name must not pass silently as "nothing happened"
+                self.rec.line(
+                    f"node event for {ev.node} at {self.rec.stamp(ev.at)} never applied: no such node"
+                )
+        decisions = self.rec.decisions
+        kinds = Counter(d.kind for d in decisions)
+        summary = {
+            "loops": len(self.tl["t"]),
+            "simulated_seconds": end,
+            "decisions": dict(sorted(kinds.items())),
+            "nodes_added": sum(d.delta for d in decisions if d.kind == "scale-up"),
+            "nodes_removed": kinds.get("scale-down", 0),
+            "max_pending_pods": max(self.tl["pending"], default=0),
+            "final_nodes": {g: s[-1] for g, s in sorted(self.tl["nodes"].items()) if s},
+            "jobs_completed": self.world.completed,
+        }
+        return Report(
+            scenario=self.s.name,
+            seed=self.seed,
+            provider=self.provider,
+            start_time=self.s.start_time,
+            options=self.o.model_dump(by_alias=True),
+            decisions=decisions,
+            log=self.rec.lines,
+            timeline=self.tl,
+            rpc_counts={
+                "autoscaler": dict(sorted(self.client.counts.items())),
+                "simulator": dict(sorted(self.wclient.counts.items())),
+            },
+            cost=cost,
+            summary=summary,
+        )

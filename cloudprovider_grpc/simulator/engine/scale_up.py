@@ -1,0 +1,210 @@
+"""The scale-up phase: which pending pods CA acts on, and the IncreaseSize calls it makes.
+
+Upcoming nodes (target - ready - unready: nodes still starting count as upcoming) are injected
+and pods that fit them are filtered out (sigs-CA `pkg/core/podlistprocessor/filter_out_schedulable.go`),
+as are expendable and too-young pods; what is left goes to the planner (`scaleup.py`: estimator,
+expanders, limits, balancing). A group's zeroOrMaxNodeScaling comes from its last GetOptions
+answer instead of a new call (a known simplification).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from cloudprovider_grpc.simulator import limits
+from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
+from cloudprovider_grpc.simulator.engine.state import EngineState, _ScaleUpRequest
+from cloudprovider_grpc.simulator.estimator import PodGroup
+from cloudprovider_grpc.simulator.expanders import ExpanderContext
+from cloudprovider_grpc.simulator.fit import fit_count
+from cloudprovider_grpc.simulator.interpod import HOSTNAME
+from cloudprovider_grpc.simulator.model import NodeShape, Resources
+from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
+
+
+class ScaleUpPhase(EngineState):
+    """Filtering the unschedulable pods and acting on the scale-up plan."""
+
+    def _unschedulable(
+        self, t: float, templates: dict[str, NodeShape], upcoming: dict[str, int]
+    ) -> list[PodGroup]:
+        pods = sorted(self.world.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
+        if not pods:
+            return []
+        cutoff = self.o.expendable_pods_priority_cutoff
+        groups: dict[int, PodGroup] = {}
+        expendable = 0
+        for p in pods:
+            if p.shape.priority < cutoff:
+                expendable += 1
+            elif t - p.created < self.o.new_pod_scale_up_delay:
+                continue  # too young: CA waits new-pod-scale-up-delay before acting on it
+            else:
+                pg = groups.get(id(p.shape))
+                if pg is None:
+                    groups[id(p.shape)] = pg = PodGroup(p.shape, 0)
+                pg.count += 1
+        if expendable:
+            self.rec.line(f"{expendable} pods are expendable (priority below {cutoff}); ignored")
+        bins: list[tuple[NodeShape, Resources]] = []
+        for gid in sorted(upcoming):
+            tpl = templates.get(gid)
+            if tpl is not None:
+                bins.extend((tpl, dict(self.template_free(tpl))) for _ in range(upcoming[gid]))
+        # pods with inter-pod constraints are tried one by one against the cluster plus the
+        # upcoming nodes (each a fresh hostname), like filter_out_schedulable.go's snapshot
+        view = self._placement() if any(pg.shape.interpod for pg in groups.values()) else None
+        if view is not None:
+            view = view.copy()
+            for i, (tpl, _) in enumerate(bins):
+                view.add_node(
+                    f"upcoming-{tpl.group}-{i}", {**tpl.labels, HOSTNAME: f"upcoming-{tpl.group}-{i}"}
+                )
+        absorbed = 0
+        for pg in groups.values():
+            one_by_one = view is not None and view.relevant(pg.shape)
+            for i, (tpl, free) in enumerate(bins):
+                if pg.count == 0:
+                    break
+                if not self.fits(pg.shape, tpl):
+                    continue
+                n = min(pg.count, fit_count(pg.shape.requests, free))
+                if one_by_one and view is not None:
+                    name = f"upcoming-{tpl.group}-{i}"
+                    k = 0
+                    while k < n and view.allows(pg.shape, name):
+                        view.add_pod(name, pg.shape)
+                        k += 1
+                    n = k
+                if n:
+                    for k2, v in pg.shape.requests.items():
+                        free[k2] = free.get(k2, 0) - v * n
+                    pg.count -= n
+                    absorbed += n
+        if absorbed:
+            self.rec.line(
+                f"{absorbed} pods marked as unschedulable can be scheduled on upcoming nodes. "
+                "Ignoring in scale up."
+            )
+        return [pg for pg in groups.values() if pg.count > 0]
+
+    def _scale_up(
+        self,
+        pod_groups: list[PodGroup],
+        groups: list[GroupInfo],
+        targets: dict[str, int],
+        templates: dict[str, NodeShape],
+        registered: Counter[str],
+        upcoming: dict[str, int],
+        t: float,
+    ) -> bool:
+        now = self.clock.datetime(t)
+        views = []
+        for g in groups:
+            if g.id not in targets:
+                continue
+            tpl = templates.get(g.id)
+            off = self.backoff.backed_off(g.id, t)
+            views.append(
+                GroupView(
+                    g.id,
+                    g.min_size,
+                    g.max_size,
+                    targets[g.id],
+                    tpl,
+                    self.template_free(tpl) if tpl is not None else {},
+                    f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
+                    self._zero_or_max(g.id),
+                )
+            )
+        # every node counts against the limits, in a group or not, and so do upcoming nodes (as
+        # CA <= 1.34 counted them through target sizes; current CA counts ready nodes only)
+        gpu_label = self.client.gpu_label()
+        shapes = [n.shape for n in self.world.nodes.values()]
+        for gid, n in upcoming.items():
+            if n and gid in templates:
+                shapes.extend([templates[gid]] * n)
+        cluster_nodes = len(self.world.nodes) + sum(upcoming.values())
+        ctx = ExpanderContext(self.rng, now, len(self.world.nodes), self.pricing, self.s.priorities)
+        plan = plan_scale_up(
+            pod_groups,
+            views,
+            self.o,
+            self.chain,
+            ctx,
+            cluster_nodes,
+            limits.usage(shapes, gpu_label),
+            self.fits,
+            gpu_label,
+            self._placement(),
+        )
+        pending = sum(pg.count for pg in pod_groups)
+        if not plan.increases:
+            key = (plan.reason, tuple(sorted(plan.skipped.items())), pending)
+            if key != self._last_no_scale_up:
+                self.rec.line(f"{pending} unschedulable pods in {len(pod_groups)} equivalence groups")
+                for line in plan.lines:
+                    self.rec.line(line)
+                self.rec.decide(
+                    "no-scale-up",
+                    reason=plan.reason,
+                    inputs={"pending_pods": pending, "skipped_groups": dict(sorted(plan.skipped.items()))},
+                )
+            self._last_no_scale_up = key
+            return False
+        self._last_no_scale_up = None
+        self.rec.line(f"{pending} unschedulable pods in {len(pod_groups)} equivalence groups")
+        for line in plan.lines:
+            self.rec.line(line)
+        inputs = {
+            "pending_pods": pending,
+            "equivalence_groups": [
+                {
+                    "owner": pg.shape.owner,
+                    "pods": pg.count,
+                    "requests": dict(sorted(pg.shape.requests.items())),
+                }
+                for pg in pod_groups
+            ],
+            "options": [
+                {"group": o.group, "node_count": o.node_count, "pods": o.pod_count} for o in plan.options
+            ],
+            "skipped_groups": dict(sorted(plan.skipped.items())),
+            "expander": self.o.expander,
+            "chosen": plan.best.group if plan.best else "",
+            "estimated": plan.needed,
+        }
+        any_ok = False
+        for gid, delta in plan.increases:
+            view = next(v for v in views if v.id == gid)
+            try:
+                self.client.increase_size(gid, delta)
+            except RpcError as exc:
+                until = self.backoff.fail(gid, t, f"OtherError.{exc.code.name}")
+                self.last_failure = t
+                self.rec.line(f"Failed to increase node group {gid} size by {delta}: {exc.details}")
+                self.rec.decide(
+                    "scale-up-error",
+                    group=gid,
+                    delta=delta,
+                    reason=exc.details,
+                    inputs={**inputs, "backoff_until": until},
+                )
+                continue
+            any_ok = True
+            self._seen_targets[gid] = view.target + delta
+            self.requests[gid] = _ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
+            self.invalid.add(gid)
+            self.last_scale_up = t
+            reason = f"binpacking needs {plan.needed} node(s) of {plan.best.group if plan.best else gid}"
+            if delta < plan.needed:
+                reason += f"; +{delta} here (target {view.target}, max size {view.max_size})"
+            reason += f"; the chosen option schedules {plan.pods_triggered} of {pending} pending pods"
+            self.rec.decide(
+                "scale-up",
+                group=gid,
+                delta=delta,
+                reason=reason,
+                inputs={**inputs, "target_before": view.target, "max_size": view.max_size},
+            )
+        return any_ok
