@@ -62,6 +62,9 @@ class ServerHandle:
     #: set by stop() when the grace period ran out with RPCs still running (they were cancelled):
     #: the process then exits with status 1
     cut_off: bool = False
+    #: set when a part failed for good (see fail): the process then exits with status 1
+    failed: threading.Event = field(default_factory=threading.Event)
+    _stopping: bool = False
     _stopped: threading.Event = field(default_factory=threading.Event)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -81,10 +84,11 @@ class ServerHandle:
             if self._stopped.is_set():
                 return
             deadline = time.monotonic() + grace
+            self._stopping = True
             self.serving = False
             self.health.enter_graceful_shutdown()
             if self.front is not None:
-                self.front.process.closing()  # from now on every call reaches the gate below
+                self.front.closing()  # from now on every call reaches the gate below
             self.gate.close()
             # the port closes only once callers have stopped arriving (a quiet moment), bounded by the grace
             if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
@@ -94,7 +98,7 @@ class ServerHandle:
             remaining = max(deadline - time.monotonic(), 0.0)
             if self.front is not None:
                 # the public port closes first; Python's socket serves the relayed calls meanwhile
-                self.front.process.stop(remaining)
+                self.front.stop(remaining)
                 remaining = max(deadline - time.monotonic(), 0.0)
             self.server.stop(remaining).wait(remaining)
             if self.front is not None:
@@ -109,9 +113,16 @@ class ServerHandle:
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
 
-    def front_died(self) -> None:
-        """The front exited on its own: the public port is gone, so /healthz reports it (a liveness
-        probe then restarts the pod) rather than a healthy server nobody can reach."""
+    def front_serving(self, up: bool) -> None:
+        """The front died or lost Python's socket (False), or serves again (True): /healthz reports
+        it, rather than a healthy server nobody can reach."""
+        if not self._stopping:
+            self.serving = up
+
+    def fail(self, why: str) -> None:
+        """A part of the server failed for good (the front kept dying): `serve_forever` stops the
+        server and the process exits with status 1."""
+        self.failed.set()
         self.serving = False
 
 
@@ -150,15 +161,17 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
     handle.front = link
     if link is not None:
-        link.process.on_exit = handle.front_died
-        provider.watch_state(link.process.push_version)
+        link.on_serving = handle.front_serving
+        link.on_fatal = handle.fail
+        link.version = provider.state_version
+        provider.watch_state(link.push_version)
     if settings.metrics_address:
         try:
             httpd = start_metrics_http(settings.metrics_address, handle)
         except OSError as exc:
             server.stop(0)
             if link is not None:
-                link.process.kill()
+                link.kill()
                 link.close()
             raise ServerStartError(
                 f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
@@ -168,7 +181,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     provider.start()
     server.start()
     if link is not None:
-        link.process.push_version(provider.state_version())
+        link.push_version(provider.state_version())
     handle.serving = True
     set_serving(health_servicer, True)
     metrics_at = (
@@ -221,8 +234,11 @@ def serve_forever(settings: Settings) -> int:
     started.append(handle)
     if signalled.is_set():  # the signal came while starting
         threading.Thread(target=handle.stop, args=(settings.grace_period,), daemon=True).start()
-    while not signalled.wait(1.0):
-        pass
+    while not signalled.wait(0.2):
+        if handle.failed.is_set():
+            # restarting the front did not help: stop, and exit 1 so that Kubernetes restarts the pod
+            handle.stop(settings.grace_period)
+            return 1
     # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
     if handle.wait(settings.grace_period + 0.25) and not handle.cut_off:
         return 0
