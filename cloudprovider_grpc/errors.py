@@ -60,3 +60,8 @@ class ConfigError(Exception):
         super().__init__(f"invalid configuration: {key}: {problem}")
         self.key = key
         self.problem = problem
+
+
+class ServerStartError(Exception):
+    """The server could not start (port in use, unreadable certificates); importable from
+    cloudprovider_grpc.server as well."""

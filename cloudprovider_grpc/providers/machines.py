@@ -39,7 +39,7 @@ from typing import Any
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
 from cloudprovider_grpc.errors import Unavailable
-from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
+from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase, ListingSpan
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, MachineListing
 
@@ -203,13 +203,15 @@ class MachineProvider(GroupProvider[_GroupState]):
             raise Unavailable(f"{self.name}: listing machines failed: {exc.message}") from exc
         return listing if isinstance(listing, MachineListing) else MachineListing(listing)
 
-    def _apply(self, listing: MachineListing, started: float) -> None:
+    def _apply(self, listing: MachineListing, started: float, span: ListingSpan) -> None:
         listed: dict[str, dict[str, Machine]] = {gid: {} for gid in self._groups}
         for m in listing:
             if m.group in listed:
                 listed[m.group][m.id] = m
         now = self._clock()
         for gid, state in self._groups.items():
+            if not self._takes_listing(state, span):
+                continue
             failure = listing.failed.get(gid)
             self._note_listing_error(state, failure)
             if failure is not None:

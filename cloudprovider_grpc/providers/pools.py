@@ -41,7 +41,7 @@ from typing import Any
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.errors import Unavailable
-from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
+from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase, ListingSpan
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (
     GroupConfig,
@@ -204,11 +204,11 @@ class PoolProvider(GroupProvider[_PoolState]):
     def _configs(self, listing: list[Pool]) -> list[GroupConfig]:
         return [pool.config for pool in listing]
 
-    def _apply(self, listing: list[Pool], started: float) -> None:
+    def _apply(self, listing: list[Pool], started: float, span: ListingSpan) -> None:
         now = self._clock()
         for pool in listing:
             state = self._groups.get(pool.config.id)
-            if state is None:
+            if state is None or not self._takes_listing(state, span):
                 continue
             self._note_listing_error(state, pool.listing_error)
             if pool.listing_error is not None:

@@ -62,6 +62,8 @@ POOL_KEYS = (
     "cloudinit",
     "hostname-pattern",
     "os-partition-size",
+    "gpu-count",
+    "gpu-type",
 )
 BOUND_KEYS = ("min-size", "max-size")
 _MULTI = frozenset({"ssh-key-ids"})
@@ -94,6 +96,11 @@ class PoolSpec:
     cloudinit: GoTemplate | None = None
     hostname_pattern: GoTemplate | None = None
     os_partition_size: int = 0
+    #: GPUs per server of this pool, from the config: Cherry's plan specs carry no GPU entry (cherrygo's
+    #: Specs and the API's plan schema list cpus, memory, storage, raid, nics, bandwidth only)
+    gpu_count: int = 0
+    #: the GPU type the template's GPU label carries (default: the plan's slug)
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -464,4 +471,6 @@ def _pool_spec(
         cloudinit=cloudinit,
         hostname_pattern=hostname,
         os_partition_size=_int(raw, "os-partition-size", 0),
+        gpu_count=_int(raw, "gpu-count", 0),
+        gpu_type=_str(raw, "gpu-type"),
     )
