@@ -258,7 +258,10 @@ def _front_binary(settings: Settings) -> Path | None:
     if binary is None:
         if settings.front == "on":
             raise ConfigError("front", f"on, but {why}")
-        log.info("compiled front not used (%s); Python serves the gRPC port", why)
+        # without a build (most installs) this is the normal case, not news on every start; a
+        # front_binary that is configured yet unusable is
+        level = logging.DEBUG if settings.front_binary is None else logging.WARNING
+        log.log(level, "compiled front not used (%s); Python serves the gRPC port", why)
     return binary
 
 
