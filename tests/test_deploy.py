@@ -82,6 +82,7 @@ from tests.deploy_support.tools import (
     helm_template,
     helm_template_error,
     kustomize_build,
+    parse_stream,
     run,
     tool,
 )
@@ -782,6 +783,14 @@ def test_our_chart_lints_strictly() -> None:
         run([tool(HELM), "lint", "--strict", OUR_CHART, "--set", f"provider={backend}"])
     for values in our_chart_variants().values():
         run([tool(HELM), "lint", "--strict", OUR_CHART, "--values", values])
+
+
+def test_our_chart_renders_with_helms_own_default_cluster_version() -> None:
+    """`helm template` exactly as the docs print it, without --kube-version: a helm built with `go
+    install` (no release ldflags) assumes Kubernetes v1.20 and must still render the chart."""
+    out = run([tool(HELM), "template", OUR_RELEASE, OUR_CHART, "--namespace", NAMESPACE])
+    kinds = {doc["kind"] for doc in parse_stream(out)}
+    assert {"Deployment", "Service", "NetworkPolicy"} <= kinds, kinds
 
 
 def test_our_chart_values_schema_accepts_the_defaults() -> None:
