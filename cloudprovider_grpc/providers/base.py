@@ -287,7 +287,7 @@ class GroupProvider(CloudProvider, Generic[S]):
     def _publish_sizes(self) -> None:
         for gid, sizes in self.sizes().items():
             metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(sizes.target)
-            metrics.GROUP_REGISTERED_SIZE.labels(self.name, gid).set(sizes.registered)
+            metrics.GROUP_MACHINES.labels(self.name, gid).set(sizes.registered)
 
     def _note_listing_error(self, state: S, error: CloudError | None) -> None:
         """Record (or clear) a group's listing failure: logged once per change, counted, and shown
