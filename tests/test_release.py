@@ -134,3 +134,26 @@ def test_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -> None:
         proc.wait(30)
     assert proc.returncode == 0, log.read_text()
     assert "build-front" not in log.read_text()
+
+
+@pytest.mark.slow  # actionlint is built from the Go module proxy on first use
+def test_release_workflow_passes_actionlint() -> None:
+    from tests.deploy_support.tools import run, tool
+    from tests.support.gotools import ACTIONLINT
+
+    run([tool(ACTIONLINT), "-no-color", WORKFLOW], cwd=ROOT)
+
+
+def test_release_workflow_publishes_the_three_artifacts() -> None:
+    flow = yaml.safe_load(WORKFLOW.read_text())
+    assert flow[True]["push"]["tags"] == ["v*.*.*"]  # YAML reads the key `on` as True
+    jobs = flow["jobs"]
+    steps = [step for job in jobs.values() for step in job.get("steps", [])]
+    uses = {step["uses"].partition("@")[0]: step for step in steps if "uses" in step}
+    build = uses["docker/build-push-action"]["with"]
+    assert set(build["platforms"].split(",")) == {"linux/amd64", "linux/arm64"} and build["push"]
+    assert jobs["image"]["env"]["IMAGE"] == "ghcr.io/${{ needs.version.outputs.owner }}/cloudprovider-grpc"
+    assert "pypa/gh-action-pypi-publish" in uses
+    scripts = "\n".join(step.get("run", "") for step in steps)
+    assert 'helm push "chart/cloudprovider-grpc-${VERSION}.tgz" "oci://ghcr.io/${OWNER}/charts"' in scripts
+    assert "python -m build" in scripts
