@@ -73,3 +73,20 @@ def test_a_cloud_scenario_without_credentials_suggests_emulate(scenario: str, tm
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("cloudprovider-grpc simulate: invalid configuration: "), line
     assert line.endswith("API emulator, add --emulate)"), line
+
+
+def test_every_cloud_has_the_kustomize_overlays_the_docs_promise() -> None:
+    """docs/deploying.md: `manifests/providers/<cloud>/` (sidecar) and `<cloud>/standalone/`, for every
+    cloud; tests/test_deploy.py renders each and runs check-config on what the pod would get."""
+    from cloudprovider_grpc.providers.registry import BACKENDS
+
+    guide = (ROOT / "docs" / "deploying.md").read_text()
+    assert "`manifests/providers/<cloud>/standalone/`" in guide
+    missing = [
+        f"manifests/providers/{cloud}/{layout}"
+        for cloud in BACKENDS
+        if cloud != "sim"
+        for layout in ("", "standalone/")
+        if not (ROOT / "manifests" / "providers" / cloud / layout / "kustomization.yaml").is_file()
+    ]
+    assert not missing, missing
