@@ -90,3 +90,27 @@ def test_every_cloud_has_the_kustomize_overlays_the_docs_promise() -> None:
         if not (ROOT / "manifests" / "providers" / cloud / layout / "kustomization.yaml").is_file()
     ]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("cloud", ["sim", "cherry", "vultr", "exoscale", "alicloud", "spc"])
+def test_gpu_label_and_gpu_types_agree(cloud: str) -> None:
+    """CA finds a node's GPU type under GPULabel and checks it against GetAvailableGPUTypes: types
+    without a label are a promise no node can keep (a label without types is a cloud with no GPU
+    group now). Every GPU template carries the label with one of the types."""
+    from cloudprovider_grpc.errors import NotImplementedByProvider
+    from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+
+    provider = build_provider(cloud, ProviderContext(emulate=True, inline_workers=True))
+    try:
+        provider.refresh()
+        label, types = provider.gpu_label(), provider.gpu_types()
+        assert label or not types, (label, types)
+        for group in provider.node_groups():
+            try:
+                template = provider.template(group.id)
+            except NotImplementedByProvider:
+                continue
+            if "nvidia.com/gpu" in template.capacity and label:
+                assert template.labels.get(label) in types, (group.id, template.labels, types)
+    finally:
+        provider.stop(timeout=0)
