@@ -156,6 +156,13 @@ GROUP_MACHINES = Gauge(
     "Machines the cloud lists for each node group, booting or running (registered as nodes or not).",
     ["backend", "group"],
 )
+# The join key from a group's id (a UUID on Vultr and Exoscale) to the name the cloud shows for it:
+# `* on (backend, group) group_left (name) cloudprovider_grpc_node_group_info`.
+GROUP_INFO = Gauge(
+    "cloudprovider_grpc_node_group_info",
+    "Always 1: each node group's id and the cloud's name for it (a pool label), to join on.",
+    ["backend", "group", "name"],
+)
 OPERATIONS = Counter(
     "cloudprovider_grpc_machine_operations_total",
     "Background machine operations, by backend, operation (create/delete) and result.",

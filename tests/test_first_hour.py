@@ -114,3 +114,36 @@ def test_gpu_label_and_gpu_types_agree(cloud: str) -> None:
                 assert template.labels.get(label) in types, (group.id, template.labels, types)
     finally:
         provider.stop(timeout=0)
+
+
+@pytest.mark.parametrize("cloud", ["vultr", "exoscale"])
+def test_groups_named_by_uuid_show_their_name_in_logs_and_metrics(
+    cloud: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from prometheus_client import REGISTRY
+
+    from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+
+    provider = build_provider(cloud, ProviderContext(emulate=True, inline_workers=True))
+    try:
+        provider.refresh()
+        group = next(g for g in provider.node_groups() if g.max_size > provider.target_size(g.id))
+        assert len(group.id) == 36, group.id  # a UUID, as the cloud names it
+        with caplog.at_level(logging.INFO, logger="cloudprovider_grpc"):
+            provider.increase_size(group.id, 1)
+        line = next(r.getMessage() for r in caplog.records if "target" in r.getMessage())
+        samples = [
+            s
+            for metric in REGISTRY.collect()
+            if metric.name == "cloudprovider_grpc_node_group_info"
+            for s in metric.samples
+            if s.labels["group"] == group.id
+        ]
+        assert len(samples) == 1 and samples[0].value == 1
+        name = samples[0].labels["name"]
+        assert name and name != group.id
+        assert line.startswith(f"node group {group.id} ({name}): target "), line
+    finally:
+        provider.stop(timeout=0)
