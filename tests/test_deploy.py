@@ -33,7 +33,6 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from cloudprovider_grpc import __version__
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.registry import BACKENDS as REGISTERED_BACKENDS
@@ -82,6 +82,7 @@ from tests.deploy_support.tools import (
     helm_template,
     helm_template_error,
     kustomize_build,
+    parse_stream,
     run,
     tool,
 )
@@ -158,7 +159,12 @@ Objects = list[dict[str, Any]]
 
 
 def project_version() -> str:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    """The one version (cloudprovider_grpc/__init__.py) the package, image and chart share."""
+    return __version__
+
+
+#: Where the release workflow pushes the image; every layout defaults to it.
+IMAGE = "ghcr.io/cloudprovider-grpc/cloudprovider-grpc"
 
 
 @functools.cache
@@ -544,7 +550,7 @@ def test_images_are_pinned(layout: str) -> None:
     assert m, f"cluster-autoscaler image must be a pinned upstream release, got {ca['image']}"
     assert (int(m.group(1)), int(m.group(2))) >= FIRST_EXTERNALGRPC_CA
     ours = container(our_workload(objects), OUR_CONTAINER)
-    assert ours["image"] == f"cloudprovider-grpc:{project_version()}"
+    assert ours["image"] == f"{IMAGE}:{project_version()}"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -784,6 +790,14 @@ def test_our_chart_lints_strictly() -> None:
         run([tool(HELM), "lint", "--strict", OUR_CHART, "--values", values])
 
 
+def test_our_chart_renders_with_helms_own_default_cluster_version() -> None:
+    """`helm template` exactly as the docs print it, without --kube-version: a helm built with `go
+    install` (no release ldflags) assumes Kubernetes v1.20 and must still render the chart."""
+    out = run([tool(HELM), "template", OUR_RELEASE, OUR_CHART, "--namespace", NAMESPACE])
+    kinds = {doc["kind"] for doc in parse_stream(out)}
+    assert {"Deployment", "Service", "NetworkPolicy"} <= kinds, kinds
+
+
 def test_our_chart_values_schema_accepts_the_defaults() -> None:
     schema = json.loads((OUR_CHART / "values.schema.json").read_text())
     jsonschema.Draft7Validator.check_schema(schema)
@@ -1021,9 +1035,9 @@ def test_sidecar_serves_cluster_autoscaler_over_loopback(layout: str, tmp_path: 
         with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
             groups = pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
         assert groups.nodeGroups, "the sim backend serves its demo groups"
-    # The log line the README tells the reader to look for (the port is the test's).
+    # The log line the deployment guide tells the reader to look for (the port is the test's).
     promised = re.search(r"our log says\s+`([^`]+)`", " ".join(deploying_section().split()))
-    assert promised, "README Deploying no longer says what our log shows"
+    assert promised, "docs/deploying.md no longer says what our log shows"
     assert promised.group(1).replace(":8086", f":{server.grpc_port}") in server.output, server.output
 
 
@@ -1063,14 +1077,12 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
 
 
 # ---------------------------------------------------------------------------------------------
-# README
+# The deployment guide
 
 
 def deploying_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    m = re.search(r"^## Deploying\n(.*?)(?=^## |\Z)", readme, re.M | re.S)
-    assert m, "README has no '## Deploying' section"
-    return m.group(1)
+    """The user's deployment guide (docs/deploying.md), whose commands these tests hold to the layouts."""
+    return (ROOT / "docs" / "deploying.md").read_text()
 
 
 def test_readme_deploying_commands_name_real_paths() -> None:
@@ -1082,11 +1094,11 @@ def test_readme_deploying_commands_name_real_paths() -> None:
     build = re.search(r"docker build -t (\S+) \.", section)
     assert build and build.group(1).endswith(f"cloudprovider-grpc:{project_version()}")
     ca_image = container(find(rendered("sidecar"), "Deployment", CA_DEPLOYMENT), CA_CONTAINER)["image"]
-    assert ca_image in section, "the README names the pinned cluster-autoscaler image"
+    assert ca_image in section, "the deployment guide names the pinned cluster-autoscaler image"
 
 
 def readme_helm_commands() -> list[list[str]]:
-    """Every `helm install`/`helm upgrade` the Deploying section tells a reader to run."""
+    """Every `helm install`/`helm upgrade` the deployment guide tells a reader to run."""
     section = deploying_section().replace("\\\n", " ")
     return [
         shlex.split(line.strip())
@@ -1096,11 +1108,11 @@ def readme_helm_commands() -> list[list[str]]:
 
 
 def test_readme_helm_commands_are_the_tested_ones() -> None:
-    """Each Helm command of the README installs exactly a layout the tests render and check: the
+    """Each Helm command of the deployment guide installs exactly a layout the tests render and check: the
     official chart at the tested version with one of our values files, or our chart with the settings
     the standalone layouts use; release names and namespace as in the tests."""
     commands = readme_helm_commands()
-    assert commands, "README Deploying has no helm install command"
+    assert commands, "docs/deploying.md has no helm install command"
     chart_version = yaml.safe_load((OFFICIAL_CHART / "Chart.yaml").read_text())["version"]
     values_seen, providers_seen = set(), set()
     for argv in commands:

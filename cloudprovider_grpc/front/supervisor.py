@@ -167,14 +167,17 @@ class FrontLink:
 def front_binary(settings: Settings) -> Path | None:
     """The front to run for `settings.front` (auto, on, off), or None to serve from Python.
 
-    auto falls back to Python with one info line; on refuses to start (a ConfigError: exit 2)."""
+    auto falls back to Python (logged at debug: without a build, the case of most installs, this is
+    not news on every start; a configured but unusable binary is a warning); on refuses to start (a
+    ConfigError: exit 2)."""
     if settings.front == "off":
         return None
     binary, why = front_binary_mod.locate(settings.front_binary)
     if binary is None:
         if settings.front == "on":
             raise ConfigError("front", f"on, but {why}")
-        log.info("compiled front not used (%s); Python serves the gRPC port", why)
+        level = logging.DEBUG if settings.front_binary is None else logging.WARNING
+        log.log(level, "compiled front not used (%s); Python serves the gRPC port", why)
     return binary
 
 

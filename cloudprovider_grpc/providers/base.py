@@ -332,14 +332,19 @@ class GroupProvider(CloudProvider, Generic[S]):
             if state is None:
                 state = self._groups[cfg.id] = self._new_state(cfg)
                 if self._node_groups:  # not the initial set
-                    log.info("node group %s discovered (min %d, max %d)", cfg.id, cfg.min_size, cfg.max_size)
+                    log.info(
+                        "node group %s discovered (min %d, max %d)",
+                        self._shown(cfg.id),
+                        cfg.min_size,
+                        cfg.max_size,
+                    )
                 if self._started and cfg.id in self._unrestored and self._gate.may_persist():
                     self._restore(state, self._unrestored.pop(cfg.id))
             elif state.config != cfg:
                 state.config = cfg
                 self._templates.pop(cfg.id, None)
         for gone in set(self._groups) - seen:
-            log.info("node group %s is no longer offered by the cloud; forgetting it", gone)
+            log.info("node group %s is no longer offered by the cloud; forgetting it", self._shown(gone))
             del self._groups[gone]
             self._templates.pop(gone, None)
         groups = tuple(
@@ -350,10 +355,20 @@ class GroupProvider(CloudProvider, Generic[S]):
             self._node_groups = groups
             self._group_objs = {g.id: g for g in groups}
 
+    def _shown(self, gid: str) -> str:
+        """A group as log lines show it: its id, and the cloud's name for it when that differs (a
+        Vultr or Exoscale pool's id is a UUID; its label is what the user recognises)."""
+        state = self._groups.get(gid)
+        name = state.config.name if state is not None else ""
+        return f"{gid} ({name})" if name and name != gid else gid
+
     def _publish_sizes(self) -> None:
         for gid, sizes in self.sizes().items():
             metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(sizes.target)
-            metrics.GROUP_REGISTERED_SIZE.labels(self.name, gid).set(sizes.registered)
+            metrics.GROUP_MACHINES.labels(self.name, gid).set(sizes.registered)
+            state = self._groups.get(gid)
+            name = (state.config.name if state is not None else "") or gid
+            metrics.GROUP_INFO.labels(self.name, gid, name).set(1)
 
     def _note_listing_error(self, state: S, error: CloudError | None) -> None:
         """Record (or clear) a group's listing failure: logged once per change, counted, and shown
@@ -361,11 +376,13 @@ class GroupProvider(CloudProvider, Generic[S]):
         gid = state.config.id
         if error is None:
             if state.listing_error is not None:
-                log.info("node group %s: listing works again", gid)
+                log.info("node group %s: listing works again", self._shown(gid))
             state.listing_error = None
             return
         if state.listing_error is None or state.listing_error.message != error.message:
-            log.error("node group %s: listing failed, keeping what was known: %s", gid, error.message)
+            log.error(
+                "node group %s: listing failed, keeping what was known: %s", self._shown(gid), error.message
+            )
         metrics.GROUP_LISTING_FAILURES.labels(self.name, gid).inc()
         state.listing_error = error.as_instance_error()
 

@@ -72,7 +72,12 @@ def run_cli(args: argparse.Namespace) -> int:
             echo=echo,
         )
     except ConfigError as exc:
-        print(f"cloudprovider-grpc simulate: {exc}", file=sys.stderr)
+        backend = args.provider or scenario.provider
+        hint = ""
+        if args.server is None and not args.emulate and backend != "sim":
+            # a first run has no cloud account: every backend runs against its bundled emulator
+            hint = f" (to run it against the bundled {backend} API emulator, add --emulate)"
+        print(f"cloudprovider-grpc simulate: {exc}{hint}", file=sys.stderr)
         return 2
     except RpcError as exc:
         where = args.server or "the in-process server"
