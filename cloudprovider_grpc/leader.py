@@ -481,6 +481,9 @@ class Elector:
                 and spec.renew_time != spec.acquire_time
             ):
                 log.info("leader election: %s answers as the leader now", spec.holder_identity)
+                # reads are still answered here while a Service moves its endpoint to the successor
+                linger = min(self.settings.handover_linger, max(0.0, deadline - self._clock()))
+                time.sleep(linger)
                 return
             time.sleep(0.05)
         log.warning("leader election: no successor answered within the grace period")

@@ -10,18 +10,21 @@ as with kube-proxy's conntrack: callers move to the new leader when the old one 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import select
+import signal
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest
 from tests.support.clouds import ExternalCloud
 from tests.support.ports import free_port
@@ -30,6 +33,8 @@ from tests.support.waits import poll
 
 #: how often the proxy asks each replica whether it is ready (a kubelet's periodSeconds, scaled down)
 PROBE_EVERY = 0.05
+#: an old leader answers reads this long after its successor does: a few of the proxy's probes
+HANDOVER_LINGER = 4 * PROBE_EVERY
 
 
 def is_ready(server: ServerProcess) -> bool:
@@ -159,9 +164,7 @@ def start_replica(
     extra: Iterable[str] = (),
 ) -> ServerProcess:
     """One replica, identified as `name` (the pod name), alive once /healthz answers."""
-    env = {"POD_NAME": name}
-    if os.environ.get("KUBECONFIG"):
-        env["KUBECONFIG"] = ""
+    env = {"POD_NAME": name, "CLOUDPROVIDER_GRPC_LEADER_ELECT__HANDOVER_LINGER": str(HANDOVER_LINGER)}
     return start_server(backend, workdir, cloud=cloud, extra=[*lease.flags(), *extra], env=env, name=name)
 
 
@@ -176,14 +179,113 @@ def wait_leader(replicas: Sequence[ServerProcess], timeout: float = 60) -> Serve
     return poll(one, timeout, "a leader to be ready", 0.05)
 
 
-@contextlib.contextmanager
-def replicas_closed(replicas: list[ServerProcess]) -> Iterator[list[ServerProcess]]:
+SCALE = 20
+
+
+def big_cloud(name: str, tmp: Path) -> ExternalCloud:
+    """The backend's emulated cloud with a first group that has room for SCALE more machines."""
+    from tests.support.clouds import CherryCloud, ExoscaleCloud, VultrCloud
+
+    if name == "cherry":
+        return CherryCloud(tmp, groups={"pool1": (0, SCALE + 5), "pool2": (0, 5)})
+    if name == "vultr":
+        return VultrCloud(tmp, pool1_max=SCALE + 5)
+    return ExoscaleCloud(tmp, pool1_max=SCALE + 5)
+
+
+def destructive(cloud: ExternalCloud) -> list[str]:
+    """Requests that delete or remove a machine (none may happen in a scale-up)."""
+    emulator = cloud.emulator  # type: ignore[attr-defined]
+    return [
+        f"{e.method} {e.path}" for e in emulator.request_log() if e.method == "DELETE" or "evict" in e.path
+    ]
+
+
+class AnswerClock:
+    """Calls NodeGroupTargetSize through `address` every few milliseconds and keeps the time of each
+    answer: the failover is the gap around a kill. Reconnects at once (a caller's backoff after a
+    refused connection would otherwise add to what is measured)."""
+
+    def __init__(self, address: str, gid: str) -> None:
+        self.channel = grpc.insecure_channel(
+            address,
+            options=[("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 100)],
+        )
+        self.stub = pb_grpc.CloudProviderStub(self.channel)
+        self.gid = gid
+        self.answers: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        request = pb.NodeGroupTargetSizeRequest(id=self.gid)
+        while not self._stop.is_set():
+            try:
+                self.stub.NodeGroupTargetSize(request, timeout=1)
+                self.answers.append(time.monotonic())
+            except grpc.RpcError:
+                pass
+            self._stop.wait(0.01)
+
+    def gap_around(self, moment: float, timeout: float = 120) -> float:
+        """Seconds from the last answer before `moment` to the first one after it."""
+        poll(lambda: any(t > moment for t in self.answers), timeout, "an answer after the kill", 0.05)
+        before = max(t for t in self.answers if t <= moment)
+        after = min(t for t in self.answers if t > moment)
+        return after - before
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.channel.close()
+
+
+def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) -> float:
+    """Two replicas sharing a --state-file; IncreaseSize(SCALE) through the proxy to the leader, and
+    kill -9 of the leader at once. The standby takes over; the cloud must end with exactly SCALE
+    more machines, never more, and nothing deleted. Returns the failover time a caller saw through
+    the proxy (last answer from the old leader to the first from the new one)."""
+    from tests.support.waits import instances, refresh
+
+    cloud = big_cloud(shape, work)
+    extra = ["--state-file", str(work / "journal.json")]
+    replicas: list[ServerProcess] = []
+    proxy = ReadinessProxy(replicas).start()
+    clock: AnswerClock | None = None
     try:
-        yield replicas
+        replicas.append(start_replica(backend, work, cloud, lease, "a", extra))
+        first = wait_leader(replicas)
+        replicas.append(start_replica(backend, work, cloud, lease, "b", extra))
+        gid = next(iter(cloud.groups))
+        want = len(cloud.machines(gid)) + SCALE
+        poll(lambda: proxy.ready() is first, 10, "the proxy to follow the leader")
+        clock = AnswerClock(proxy.address, gid)
+        poll(lambda: len(clock.answers) > 5, 10, "answers through the proxy")
+        s = pb_grpc.CloudProviderStub(grpc.insecure_channel(proxy.address))
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=SCALE), timeout=5)
+        first.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        first.wait(10)
+        failover = clock.gap_around(killed)
+        seen = [0]
+
+        def exact() -> bool:
+            held = len(cloud.machines(gid))
+            seen[0] = max(seen[0], held)
+            assert held <= want, f"{held} machines, {want} asked for"
+            if not refresh(s, timeout=5):
+                return False
+            return held == want and len(instances(s, gid)) == want
+
+        poll(exact, 120, f"exactly {want} machines after the takeover", 0.2)
+        assert destructive(cloud) == [], destructive(cloud)
+        assert "Traceback" not in replicas[1].output()
+        return failover
     finally:
+        if clock is not None:
+            clock.close()
+        proxy.close()
         for r in replicas:
             r.close()
-
-
-def elapsed_since(start: float) -> float:
-    return time.monotonic() - start
+        cloud.stop()
