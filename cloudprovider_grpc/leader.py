@@ -73,6 +73,7 @@ class LeaderGate(WriteGate):
         self._lock = threading.Lock()
         self._renewed_at: float | None = None  # clock at the start of the last successful renewal
         self._ended = False
+        self._answering = False  # taken over: write RPCs may be recorded
         self.term = -1
         self.holder = ""  # the current leader's identity, as last seen (for messages)
         self._refusals_logged: set[int] = set()
@@ -81,6 +82,12 @@ class LeaderGate(WriteGate):
     def begin(self, term: int, started: float) -> None:
         with self._lock:
             self.term, self._renewed_at, self._ended = term, started, False
+
+    def answer(self, answering: bool) -> None:
+        """Write RPCs are recorded only once the takeover (journal, listing) is done: one recorded
+        before would be saved over the journal the previous leader left."""
+        with self._lock:
+            self._answering = answering
 
     def renewed(self, started: float) -> None:
         with self._lock:
@@ -91,6 +98,7 @@ class LeaderGate(WriteGate):
         """The term is over for good: nothing is written on it again."""
         with self._lock:
             self._ended = True
+            self._answering = False
 
     def valid(self) -> bool:
         with self._lock:
@@ -117,7 +125,9 @@ class LeaderGate(WriteGate):
 
     # ---- the machinery's side
     def admit(self, write: Write) -> None:
-        if not self.valid():
+        with self._lock:
+            answering = self._answering and self._valid()
+        if not answering:
             leader = f" (the leader is {self.holder})" if self.holder else ""
             raise Unavailable(
                 f"this replica is not the leader{leader}; nothing was recorded: call the leader's Service"
@@ -326,8 +336,8 @@ class Elector:
         self.gate.holder = holder
         if holder and holder != self.identity and self._clock() < observed.at + observed.duration:
             return False  # held by another, and not expired by our clock
-        if self._handing_over.is_set():
-            return False
+        if self._handing_over.is_set() or (self.gate.term >= 0 and not self.gate.valid()):
+            return False  # handing over, or a term that is over: never write the Lease again
         if holder == self.identity and self.gate.valid():
             spec.renew_time = now
         else:  # take it: free, released, or expired
@@ -372,6 +382,7 @@ class Elector:
                 continue
             if not self.gate.valid():
                 return
+            self.gate.answer(True)
             self._ready = True
             self._on_leading(True)
             log.info("leader election: %s answers as the leader (term %d)", self.identity, term)
