@@ -929,7 +929,7 @@ def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
     ]
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    # RBAC: the pod's ServiceAccount may get and update its one Lease, and create it
+    # RBAC: the pod's ServiceAccount may get, update and watch its one Lease, and create it
     account = pod["serviceAccountName"]
     bound = {
         b["roleRef"]["name"]
@@ -940,7 +940,7 @@ def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
     rules = [r for o in objects if o["kind"] == "Role" and o["metadata"]["name"] in bound for r in o["rules"]]
     assert sorted((r["verbs"], r.get("resourceNames")) for r in rules) == [
         (["create"], None),
-        (["get", "update"], [lease_name(objects)]),
+        (["get", "update", "watch"], [lease_name(objects)]),
     ]
     assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"] for r in rules)
 

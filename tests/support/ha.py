@@ -213,7 +213,7 @@ class AnswerClock:
         )
         self.stub = pb_grpc.CloudProviderStub(self.channel)
         self.gid = gid
-        self.answers: list[float] = []
+        self.answers: list[tuple[float, float]] = []  # (call started, answer came)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -221,18 +221,20 @@ class AnswerClock:
     def _run(self) -> None:
         request = pb.NodeGroupTargetSizeRequest(id=self.gid)
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self.stub.NodeGroupTargetSize(request, timeout=1)
-                self.answers.append(time.monotonic())
+                self.answers.append((started, time.monotonic()))
             except grpc.RpcError:
                 pass
             self._stop.wait(0.01)
 
-    def gap_around(self, moment: float, timeout: float = 120) -> float:
-        """Seconds from the last answer before `moment` to the first one after it."""
-        poll(lambda: any(t > moment for t in self.answers), timeout, "an answer after the kill", 0.05)
-        before = max(t for t in self.answers if t <= moment)
-        after = min(t for t in self.answers if t > moment)
+    def gap_around(self, dead: float, timeout: float = 120) -> float:
+        """Seconds from the last answer before the old leader was `dead` (reaped) to the first
+        answer to a call made after that (which only the new leader can have given)."""
+        poll(lambda: any(s > dead for s, _ in self.answers), timeout, "an answer after the kill", 0.05)
+        before = max(end for _, end in self.answers if end <= dead)
+        after = min(end for start, end in self.answers if start > dead)
         return after - before
 
     def close(self) -> None:
@@ -265,9 +267,8 @@ def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) 
         s = pb_grpc.CloudProviderStub(grpc.insecure_channel(proxy.address))
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=SCALE), timeout=5)
         first.signal(signal.SIGKILL)
-        killed = time.monotonic()
         first.wait(10)
-        failover = clock.gap_around(killed)
+        failover = clock.gap_around(time.monotonic())
         seen = [0]
 
         def exact() -> bool:
