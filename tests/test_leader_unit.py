@@ -127,3 +127,30 @@ def test_settings_follow_client_gos_rules(values: dict[str, str], problem: str) 
 def test_durations_take_cas_flag_syntax() -> None:
     settings = LeaderElection(lease_duration="1m30s", renew_deadline="500ms", retry_period=0.1)
     assert (settings.lease_duration, settings.renew_deadline, settings.retry_period) == (90, 0.5, 0.1)
+
+
+def test_flags_take_cas_names_and_go_booleans() -> None:
+    from cloudprovider_grpc.cli import _settings, build_parser
+
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--leader-elect=false",
+            "--leader-elect-lease-duration",
+            "20s",
+            "--leader-elect-resource-name",
+            "my-lease",
+        ]
+    )
+    settings = _settings(args)
+    assert not settings.leader_elect.enabled
+    assert (settings.leader_elect.lease_duration, settings.leader_elect.resource_name) == (20, "my-lease")
+    on = _settings(build_parser().parse_args(["serve", "--leader-elect"]))
+    assert on.leader_elect.enabled and on.leader_elect.retry_period == 2
+
+
+def test_a_dry_run_needs_no_leader() -> None:
+    from cloudprovider_grpc.config import load_settings
+
+    with pytest.raises(ConfigError, match="dry_run"):
+        load_settings(None, {"dry_run": True, "leader_elect": {"enabled": True}})
