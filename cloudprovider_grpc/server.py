@@ -89,19 +89,24 @@ class ServerHandle:
                 return
             deadline = time.monotonic() + grace
             self._stopping = True
-            if self.leader is not None:  # the Lease to a successor first, while calls are still answered
+            if self.leader is not None:
+                # replicas: the Lease to a successor first, while calls are still answered; then the
+                # port's GOAWAY sends callers to the new leader (there is no quiet moment to wait for)
                 self.leader.hand_over(deadline)
-            self.serving = False
-            self.health.enter_graceful_shutdown()
-            if self.front is not None:
-                self.front.closing()  # from now on every call reaches the gate below
-            self.gate.close()
-            # the port closes only once callers have stopped arriving (a quiet moment), bounded by the grace
-            # replicas: no quiet moment to wait for, the port's GOAWAY sends callers to the new leader
-            quiet = QUIET_BEFORE_CLOSE if self.leader is None else 0.0
-            if not self.gate.wait_quiet(quiet, deadline) and self.gate.active:
-                self.cut_off = True
-                log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
+                self.serving = False
+                self.health.enter_graceful_shutdown()
+            else:
+                self.serving = False
+                self.health.enter_graceful_shutdown()
+                if self.front is not None:
+                    self.front.closing()  # from now on every call reaches the gate below
+                self.gate.close()
+                # the port closes once callers have stopped arriving (a quiet moment), bounded by the grace
+                if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
+                    self.cut_off = True
+                    log.warning(
+                        "grace period over with %d RPCs still running; cancelling them", self.gate.active
+                    )
             self.health.end_watches()
             remaining = max(deadline - time.monotonic(), 0.0)
             if self.front is not None:

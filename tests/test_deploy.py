@@ -205,6 +205,22 @@ def our_args(objects: Objects) -> list[str]:
     return args[1:]
 
 
+def leader_elected(objects: Objects) -> bool:
+    """Whether our server runs `--leader-elect` (a flag, or the setting's environment variable)."""
+    ours = container(our_workload(objects), OUR_CONTAINER)
+    env = {v["name"]: v.get("value") for v in ours.get("env") or []}
+    return (
+        "--leader-elect" in our_args(objects) or env.get("CLOUDPROVIDER_GRPC_LEADER_ELECT__ENABLED") == "true"
+    )
+
+
+def lease_name(objects: Objects) -> str:
+    ours = container(our_workload(objects), OUR_CONTAINER)
+    env = {v["name"]: v.get("value") for v in ours.get("env") or []}
+    name = flag_value(our_args(objects), "--leader-elect-resource-name")
+    return name or env.get("CLOUDPROVIDER_GRPC_LEADER_ELECT__RESOURCE_NAME") or "cloudprovider-grpc"
+
+
 def ca_cloud_config(objects: Objects) -> tuple[ContainerView, dict[str, Any], str]:
     """cluster-autoscaler's container, its parsed --cloud-config, and the file's path in the pod."""
     view = ContainerView(find(objects, "Deployment", CA_DEPLOYMENT), CA_CONTAINER, objects)
@@ -703,7 +719,8 @@ def test_pods_are_locked_down(layout: str) -> None:
                 assert {"cpu", "memory"} <= set(c["resources"][kind]), where
             assert c.get("imagePullPolicy") == "IfNotPresent", where
         if any(c["name"] == OUR_CONTAINER for c in pod_containers(workload)) and layout in STANDALONES:
-            assert pod.get("automountServiceAccountToken") is False, "our server never calls the API"
+            # the token is mounted only for the leader-election Lease
+            assert pod.get("automountServiceAccountToken") is leader_elected(rendered(layout))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -831,7 +848,7 @@ def test_our_chart_readme_documents_every_value() -> None:
         ("tls.certManager.duration=90d", "duration"),
         ("backends.cherry.env[0].secret=Not_A_Name", "secret"),
         ("networkPolicy.enabled=maybe", "enabled"),
-        ("replicas=2", "replicas"),
+        ("replicas=0", "replicas"),
         ("logLevel=verbose", "logLevel"),
         ("image.digest=sha256:abc", "digest"),
     ],
@@ -893,6 +910,68 @@ def test_our_chart_release_name_follows_through() -> None:
     )
     assert "edge-cloudprovider-grpc.autoscaling.svc" in server["spec"]["dnsNames"]
     assert all(o["metadata"].get("namespace") in (None, "autoscaling") for o in objects)
+
+
+# ---------------------------------------------------------------------------------------------
+# High availability: the standalone layouts run two replicas, one leader on a Lease
+
+
+@pytest.mark.parametrize("layout", STANDALONES)
+def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
+    objects = rendered(layout)
+    workload = our_workload(objects)
+    spec, pod = workload["spec"], pod_spec(workload) or {}
+    assert spec["replicas"] == 2 and leader_elected(objects)
+    # an upgrade starts the new pod first: the old leader hands over to it
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    ours = container(workload, OUR_CONTAINER)
+    assert ours["readinessProbe"]["httpGet"]["path"] == "/readyz"  # only the leader is ready
+    identity = {v["name"]: v.get("valueFrom") for v in ours["env"]}["POD_NAME"]
+    assert identity == {"fieldRef": {"fieldPath": "metadata.name"}}
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    labels = spec["template"]["metadata"]["labels"]
+    assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    (pdb,) = [
+        o
+        for o in objects
+        if o["kind"] == "PodDisruptionBudget"
+        and o["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # RBAC: the pod's ServiceAccount may get, update and watch its one Lease, and create it
+    account = pod["serviceAccountName"]
+    bound = {
+        b["roleRef"]["name"]
+        for b in objects
+        if b["kind"] == "RoleBinding"
+        and any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"])
+    }
+    rules = [r for o in objects if o["kind"] == "Role" and o["metadata"]["name"] in bound for r in o["rules"]]
+    assert sorted((r["verbs"], r.get("resourceNames")) for r in rules) == [
+        (["create"], None),
+        (["get", "update", "watch"], [lease_name(objects)]),
+    ]
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"] for r in rules)
+
+
+@pytest.mark.parametrize("layout", SIDECARS)
+def test_sidecar_layout_has_no_leader_election(layout: str) -> None:
+    assert not leader_elected(rendered(layout))
+
+
+def test_our_chart_refuses_replicas_without_a_leader() -> None:
+    error = helm_template_error(OUR_CHART, set_values=["replicas=2", "leaderElection.enabled=false"])
+    assert "leaderElection.enabled" in error
+    one = render_ours("replicas=1", "leaderElection.enabled=false")
+    workload = our_workload(one)
+    assert workload["spec"]["strategy"] == {"type": "Recreate"} and not leader_elected(one)
+    assert (pod_spec(workload) or {})["automountServiceAccountToken"] is False
+    assert not [o for o in one if o["kind"] in ("Role", "RoleBinding")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1059,7 +1138,10 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
         return (ca_pod.mounts[mount["mountPath"]] / rel).read_bytes()
 
     host, _ = split_host_port(config["address"])
-    with running_server(mat.args, mat.env, tmp_path) as server:
+    # the layout elects a leader on a Lease, which needs an API server: that is held to account in
+    # tests/test_leader_election.py; here the wiring of TLS is, on one replica
+    assert leader_elected(objects)
+    with running_server([*mat.args, "--leader-elect=false"], mat.env, tmp_path) as server:
         grpc_port = server.grpc_port
         creds = grpc.ssl_channel_credentials(ca_file("cacert"), ca_file("key"), ca_file("cert"))
         options = [("grpc.ssl_target_name_override", host)]
