@@ -45,6 +45,8 @@ class Report:
     rpc_counts: dict[str, dict[str, int]] = field(default_factory=dict)
     cost: dict[str, Any] | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    #: what a scenario built from a cluster could not carry over, and model caveats of this run
+    notes: list[str] = field(default_factory=list)
 
     def of_kind(self, kind: str) -> list[Decision]:
         return [d for d in self.decisions if d.kind == kind]
@@ -62,17 +64,22 @@ class Report:
             "rpc_counts": self.rpc_counts,
             "cost": self.cost,
             "log": self.log,
+            **({"notes": self.notes} if self.notes else {}),
         }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
 
     def write(self, out_dir: str | Path, plot: bool = True) -> list[str]:
-        """Write report.json (and timeline.png when matplotlib is installed); returns notes."""
+        """Write report.json, report.html (and timeline.png when matplotlib is installed); returns
+        notes."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(self.to_json(), encoding="utf-8")
         notes = [f"wrote {out / 'report.json'}"]
+        from cloudprovider_grpc.simulator.html import write_html
+
+        notes.append(write_html(self.to_dict(), out / "report.html"))
         if plot:
             notes.append(write_timeline(self, out / "timeline.png"))
         return notes
