@@ -15,7 +15,7 @@
 # port's /healthz (see manifests/), and a Docker HEALTHCHECK would only run a second prober.
 
 ARG PYTHON_IMAGE=python:3.11.17-slim-bookworm
-# The compiled front (cloudprovider_grpc/front, issue 17) is built with Go in its own stage; only the
+# The compiled front (cloudprovider_grpc/front) is built with Go in its own stage; only the
 # static binary reaches the image.
 ARG GO_IMAGE=golang:1.26.8-bookworm
 

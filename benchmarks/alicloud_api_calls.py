@@ -5,7 +5,7 @@ emulator) in this process, seeds GROUPS x NODES/GROUPS InService instances, then
 CA loop makes (research notes peers-users-decisions.md §4.3: Refresh, NodeGroups, NodeGroupForNode
 per node, ~3 TargetSize per group, ~2 GetOptions per node, NodeGroupNodes for ~G/12 groups,
 TemplateNodeInfo per group, GPULabel/GetAvailableGPUTypes; on the last loop an IncreaseSize). The
-emulator's action log tells how many API calls each phase caused. Target (issue 11): at most one
+emulator's action log tells how many API calls each phase caused. Target: at most one
 group listing and one instance listing per group per Refresh, none from any other read RPC.
 
     .venv/bin/python benchmarks/alicloud_api_calls.py [--groups 10] [--nodes 200] [--loops 5] [--big 1000]

@@ -9,7 +9,7 @@ over loopback and prints p50/p99 latency, throughput, the server's CPU per call 
 
 Targets on a 2-core machine: p99 under 1 ms for these RPCs, server RSS under 200 MB, and for the RPCs
 CA calls per node (GetOptions, also its UNIMPLEMENTED answer to CA < 1.29, ForNode, TargetSize) server
-CPU per call at most 1.3x the canned Go server's (issue 17).
+CPU per call at most 1.3x the canned Go server's.
 
 CPU per call is the server process's utime + stime (/proc/PID/stat, every thread) over the measured
 calls divided by their number: on a node CA shares with us, that is what each RPC adds to CA's loop.
@@ -285,7 +285,7 @@ def main() -> int:
         )
         return proc, port
 
-    # our server twice: Python serving the port alone, and behind the compiled front (issue 17)
+    # our server twice: Python serving the port alone, and behind the compiled front
     proc, port = start("off")
     fronted = None
     if not args.no_front:

@@ -1,4 +1,4 @@
-"""Wall time of the reference simulator's two heavy cases (targets from issue 4).
+"""Wall time of the reference simulator's two heavy cases, against the targets printed with them.
 
 1. One scale-up decision for 10,000 pending pods across 50 node groups: the orchestrator alone
    (equivalence groups, 50 binpacking estimates, least-waste), target < 2 s; plus, for context,

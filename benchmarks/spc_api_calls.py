@@ -5,7 +5,7 @@ POOLS autoscaled pools holding NODES running nodes, then drives the RPCs one CA 
 (research notes peers-users-decisions.md §4.3: Refresh, NodeGroups, NodeGroupForNode per node,
 ~3 TargetSize per group, ~2 GetOptions per node, NodeGroupNodes for ~G/12 groups, TemplateNodeInfo
 per group, GPULabel/GetAvailableGPUTypes) and counts the API calls each phase caused in the
-emulator's request log. Target (issue 12): one pool listing and one node listing per Refresh,
+emulator's request log. Target: one pool listing and one node listing per Refresh,
 none from any other read RPC. It also prints what the fork made CA wait: IncreaseSize and
 DeleteNodes RPC times while every add is answered after --add-delay seconds (the fork blocked up to
 20 minutes in IncreaseSize and 60 s in DeleteNodes), and the API calls of a scale-up by 3.

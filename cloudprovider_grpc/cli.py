@@ -1,4 +1,4 @@
-"""The `cloudprovider-grpc` command: serve, check-config, emulate, simulate, version.
+"""The `cloudprovider-grpc` command: serve, check-config, emulate, simulate, build-front, version.
 
 Invalid configuration prints one line naming the offending key and exits with status 2 before
 anything starts.
@@ -20,6 +20,30 @@ from cloudprovider_grpc import __version__, logs
 from cloudprovider_grpc.errors import ConfigError
 
 EXIT_CONFIG = 2
+
+#: The variables each cloud reads its credentials from, as its in-tree provider did (named in
+#: `serve --help`; a test checks each backend really reads them). Every cloud also accepts them as
+#: files in CLOUDPROVIDER_GRPC_SECRETS_DIR.
+CREDENTIAL_VARIABLES: dict[str, tuple[str, ...]] = {
+    "cherry": ("CHERRY_AUTH_TOKEN", "BOOTSTRAP_TOKEN_ID", "BOOTSTRAP_TOKEN_SECRET"),
+    "vultr": ("VULTR_API_KEY",),
+    "exoscale": ("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET", "EXOSCALE_ZONE"),
+    "alicloud": ("ACCESS_KEY_ID", "ACCESS_KEY_SECRET", "REGION_ID", "ALIBABA_CLOUD_ROLE_ARN"),
+    "spc": ("CLUSTER_API_TOKEN", "ORGANIZATION_ID", "CLUSTER_ID"),
+}
+
+TOP_LEVEL_EPILOG = "Needs Python 3.11 or newer. `cloudprovider-grpc COMMAND --help` shows a command's flags."
+
+
+def _server_epilog() -> str:
+    clouds = "; ".join(f"{cloud}: {', '.join(names)}" for cloud, names in CREDENTIAL_VARIABLES.items())
+    return (
+        "Settings come from, highest first: flags; environment variables CLOUDPROVIDER_GRPC_<KEY> "
+        "(the YAML key in upper case, nested keys joined by __, e.g. CLOUDPROVIDER_GRPC_TLS__CERT); "
+        "files in CLOUDPROVIDER_GRPC_SECRETS_DIR (one file per setting or credential variable); the "
+        f"YAML file of --config (or CLOUDPROVIDER_GRPC_CONFIG). Cloud credentials: {clouds} "
+        "(--emulate needs none)."
+    )
 
 
 def _add_server_flags(p: argparse.ArgumentParser) -> None:
@@ -60,12 +84,72 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace-period", type=float, help="seconds in-flight work may take at shutdown (default 10)"
     )
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--log-format", choices=["json", "text"])
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default info")
+    p.add_argument(
+        "--log-format", choices=["json", "text"], help="json (default: one object per line) or text"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=None,
+        help="list the cloud and answer CA, but never write to the cloud: each write is logged and counted",
+    )
+    _add_leader_flags(p)
     p.add_argument(
         "--front",
         choices=["auto", "on", "off"],
         help="compiled front for the per-node read RPCs: auto (default: when built), on, off",
+    )
+
+
+def _bool(text: str) -> bool:
+    """A Go-style boolean flag value (`--leader-elect=false`)."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true", "yes"):
+        return True
+    if value in ("0", "f", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+#: the leader-election flags, named as cluster-autoscaler's (settings key -> flag)
+LEADER_FLAGS = {
+    "lease_duration": "--leader-elect-lease-duration",
+    "renew_deadline": "--leader-elect-renew-deadline",
+    "retry_period": "--leader-elect-retry-period",
+    "resource_name": "--leader-elect-resource-name",
+    "resource_namespace": "--leader-elect-resource-namespace",
+}
+
+
+def _add_leader_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const=True,
+        type=_bool,
+        metavar="BOOL",
+        help="run as one of several replicas: only the holder of a Kubernetes Lease acts (default false)",
+    )
+    p.add_argument("--leader-elect-lease-duration", metavar="DURATION", help="Lease duration (default 15s)")
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        metavar="DURATION",
+        help="how long the leader retries renewing before it stops acting (default 10s)",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period", metavar="DURATION", help="time between Lease attempts (default 2s)"
+    )
+    p.add_argument(
+        "--leader-elect-resource-name", metavar="NAME", help="the Lease's name (default cloudprovider-grpc)"
+    )
+    p.add_argument(
+        "--leader-elect-resource-namespace",
+        metavar="NAMESPACE",
+        help="the Lease's namespace (default: the pod's own)",
+    )
+    p.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig for the Lease (default: the pod's service account)"
     )
 
 
@@ -91,6 +175,12 @@ def _settings(args: argparse.Namespace) -> Any:
         "log_format": flag("log_format"),
         "front": flag("front"),
     }
+    overrides["dry_run"] = flag("dry_run")
+    leader = {key: flag(f"leader_elect_{key}") for key in LEADER_FLAGS}
+    leader["enabled"] = flag("leader_elect")
+    leader["kubeconfig"] = flag("kubeconfig")
+    if any(v is not None for v in leader.values()):
+        overrides["leader_elect"] = {k: v for k, v in leader.items() if v is not None}
     tls = {"cert": flag("tls_cert"), "key": flag("tls_key"), "ca": flag("tls_ca")}
     if any(v is not None for v in tls.values()):
         overrides["tls"] = {k: v for k, v in tls.items() if v is not None}
@@ -185,13 +275,17 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cloudprovider-grpc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="cloudprovider-grpc", description=__doc__.splitlines()[0], epilog=TOP_LEVEL_EPILOG
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    serve = sub.add_parser("serve", help="run the externalgrpc server")
+    serve = sub.add_parser("serve", help="run the externalgrpc server", epilog=_server_epilog())
     _add_server_flags(serve)
     serve.set_defaults(func=cmd_serve)
-    check = sub.add_parser("check-config", help="validate the configuration and exit")
+    check = sub.add_parser(
+        "check-config", help="validate the configuration and exit", epilog=_server_epilog()
+    )
     _add_server_flags(check)
     check.set_defaults(func=cmd_check_config)
     emulate = sub.add_parser("emulate", help="run a cloud's API emulator standalone")
@@ -210,8 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--cloud-config", type=Path, help="the in-tree provider's cloud-config file")
     emulate.add_argument("--nodes", action="append", metavar="MIN:MAX:NAME", help="node groups (repeatable)")
     emulate.add_argument("--cluster-name", help="cluster name")
-    emulate.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    emulate.add_argument("--log-format", choices=["json", "text"])
+    emulate.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default info")
+    emulate.add_argument("--log-format", choices=["json", "text"], help="json (default) or text")
     emulate.set_defaults(func=cmd_emulate)
     build_front = sub.add_parser(
         "build-front", help="build the compiled front (needs Go) into the user cache; prints its path"
@@ -236,7 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     register_environment(os.environ)
     logs.install_hooks()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # name the command's own usage, not the top-level one, for a flag it does not have
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        (commands.choices.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
         return EXIT_CONFIG

@@ -87,6 +87,78 @@ class TLSSettings(BaseModel):
         return self.cert is not None
 
 
+_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a Go duration ("15s", "1m30s", "500ms"), as CA's flags take them, or a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if not _DURATION_RE.match(text):
+        raise ValueError(f"{value!r} is not a duration (e.g. 15s, 1m30s, 500ms)")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+class LeaderElection(BaseModel):
+    """`--leader-elect` and its companions, named and defaulted as cluster-autoscaler's own
+    (lease 15s, renew deadline 10s, retry period 2s), with the same consistency rules as
+    client-go's leader election: lease > renew deadline > 1.2 x retry period."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resource_name: str = "cloudprovider-grpc"
+    #: empty: the pod's own namespace (the service account's), else "default"
+    resource_namespace: str = ""
+    #: empty: the pod name (POD_NAME, else the host name, which Kubernetes sets to the pod name)
+    identity: str = ""
+    #: empty: in-cluster configuration (the pod's service account), else this kubeconfig file
+    kubeconfig: Path | None = None
+    #: how often a standby lists the cloud to stay warm (read only)
+    standby_refresh: float = 30.0
+
+    @field_validator("lease_duration", "renew_deadline", "retry_period", "standby_refresh", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        seconds = parse_duration(v)
+        if seconds <= 0:
+            raise ValueError("must be positive")
+        return seconds
+
+    @field_validator("resource_name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", v):
+            raise ValueError(f"{v!r} is not a Kubernetes object name (lower case, digits, '-', '.')")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElection:
+        if self.lease_duration <= self.renew_deadline:
+            raise ValueError(
+                f"lease duration {self.lease_duration:g}s must be longer than the renew deadline "
+                f"{self.renew_deadline:g}s (a leader must give up before others may take over)"
+            )
+        if self.renew_deadline <= 1.2 * self.retry_period:
+            raise ValueError(
+                f"renew deadline {self.renew_deadline:g}s must be longer than 1.2 x the retry period "
+                f"{self.retry_period:g}s"
+            )
+        if self.kubeconfig is not None and not Path(self.kubeconfig).is_file():
+            raise ValueError(f"kubeconfig: file {str(self.kubeconfig)!r} does not exist")
+        return self
+
+
 class _YamlFile(PydanticBaseSettingsSource):
     """The YAML config file chosen at run time (pydantic's YAML source only takes a static path)."""
 
@@ -126,6 +198,11 @@ class Settings(BaseSettings):
     front: Literal["auto", "on", "off"] = "auto"
     #: the front's executable; default: the build of `cloudprovider-grpc build-front` in the user cache
     front_binary: Path | None = None
+    #: list the cloud and answer CA, never write to the cloud (providers/gate.py DryRunGate)
+    dry_run: bool = False
+    #: leader election on a coordination.k8s.io/v1 Lease (cloudprovider_grpc/leader.py), with
+    #: cluster-autoscaler's flag names and defaults
+    leader_elect: LeaderElection = Field(default_factory=LeaderElection)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
     secrets_dir: Path | None = None
@@ -170,6 +247,14 @@ class Settings(BaseSettings):
         if not m or not 0 <= int(m.group("port")) <= 65535:
             raise ValueError(f"{v!r} is not HOST:PORT (e.g. :8086, 127.0.0.1:8086, [::1]:8086)")
         return v
+
+    @model_validator(mode="after")
+    def _dry_run_alone(self) -> Settings:
+        if self.dry_run and self.leader_elect.enabled:
+            raise ConfigError(
+                "dry_run", "a dry run writes nothing and needs no leader: give --dry-run or --leader-elect"
+            )
+        return self
 
     @model_validator(mode="after")
     def _plaintext_beyond_loopback(self) -> Settings:

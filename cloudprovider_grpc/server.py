@@ -22,18 +22,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from cloudprovider_grpc import metrics
+from cloudprovider_grpc import metrics, rawparse
 from cloudprovider_grpc.config import Settings, TLSSettings, is_loopback
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.front import binary as front_binary
 from cloudprovider_grpc.front.counters import FrontCounters
 from cloudprovider_grpc.front.process import FrontProcess, FrontStartError, map_field_paths
+from cloudprovider_grpc.leader import Elector, build_elector
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider
+from cloudprovider_grpc.providers.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.secrets import redact
 from cloudprovider_grpc.service import CACHEABLE, SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
@@ -140,7 +142,10 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             body = redact(generate_latest(REGISTRY).decode()).encode()
             ctype, code = CONTENT_TYPE_LATEST, 200
         elif self.path.split("?")[0] in ("/healthz", "/readyz"):
-            ok = self.server.handle_ref is not None and self.server.handle_ref.serving  # type: ignore[attr-defined]
+            handle = self.server.handle_ref  # type: ignore[attr-defined]
+            ok = handle is not None and handle.serving
+            if ok and self.path.split("?")[0] == "/readyz" and handle.leader is not None:
+                ok = handle.leader.ready  # a standby is alive but not ready: a Service skips it
             body, ctype, code = (b"ok\n" if ok else b"shutting down\n"), "text/plain", (200 if ok else 503)
         else:
             body, ctype, code = b"not found\n", "text/plain", 404
@@ -181,6 +186,11 @@ class ServerHandle:
     serving: bool = False
     #: the compiled front owning the public port, or None when Python serves it directly
     front: FrontLink | None = None
+    #: set by stop() when the grace period ran out with RPCs still running (they were cancelled):
+    #: the process then exits with status 1
+    cut_off: bool = False
+    #: the leader election (`--leader-elect`), or None
+    leader: Elector | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -200,13 +210,18 @@ class ServerHandle:
             if self._stopped.is_set():
                 return
             deadline = time.monotonic() + grace
+            if self.leader is not None:  # the Lease to a successor first, while calls are still answered
+                self.leader.hand_over(deadline)
             self.serving = False
             self.health.enter_graceful_shutdown()
             if self.front is not None:
                 self.front.process.closing()  # from now on every call reaches the gate below
             self.gate.close()
             # the port closes only once callers have stopped arriving (a quiet moment), bounded by the grace
-            if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
+            # replicas: no quiet moment to wait for, the port's GOAWAY sends callers to the new leader
+            quiet = QUIET_BEFORE_CLOSE if self.leader is None else 0.0
+            if not self.gate.wait_quiet(quiet, deadline) and self.gate.active:
+                self.cut_off = True
                 log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
             self.health.end_watches()
             remaining = max(deadline - time.monotonic(), 0.0)
@@ -310,8 +325,10 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     """Build the provider (unless given), bind the ports, start serving; raise ServerStartError."""
     settings = settings or Settings()
     binary = _front_binary(settings)
+    elector = build_elector(settings.leader_elect) if settings.leader_elect.enabled else None
     if provider is None:
-        provider = build_provider(settings.provider, settings.provider_context())
+        gate = elector.gate if elector is not None else DryRunGate() if settings.dry_run else None
+        provider = build_provider(settings.provider, settings.provider_context(gate=gate))
     servicer = CloudProviderServicer(provider, behind_front=binary is not None)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
@@ -323,10 +340,14 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health_servicer = _Health()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+    # the standard services parse their requests through our raw-bytes handlers too (see rawparse)
+    health_service = health_pb2.DESCRIPTOR.services_by_name["Health"]
+    rawparse.add_raw_service(server, health_service, health_servicer)
+    reflection_service = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
+    rawparse.add_raw_service(
         server,
+        reflection_service,
+        reflection.ReflectionServicer((SERVICE_NAME, health_service.full_name, reflection.SERVICE_NAME)),
     )
     address = _grpc_address(settings.address)
     link: FrontLink | None = None
@@ -371,8 +392,16 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if link is not None:
         link.process.push_version(provider.state_version())
     handle.serving = True
-    for svc in ("", SERVICE_NAME):
-        health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    if elector is None:
+        _set_health(health_servicer, True)
+    else:
+        _set_health(health_servicer, False)  # a standby until the Lease says otherwise
+        handle.leader = elector
+        elector.start(
+            provider,
+            on_leading=lambda ready: _set_health(health_servicer, ready),
+            on_lost=lambda: threading.Thread(target=handle.stop, name="shutdown", daemon=True).start(),
+        )
     metrics_at = (
         f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"
         if handle.metrics_server is not None
@@ -388,6 +417,11 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
         len(provider.node_groups()),
         "compiled" if link is not None else "python",
     )
+    if settings.dry_run:
+        log.warning(
+            "dry run: the cloud is listed and never written; each write CA asks for is logged, "
+            "counted in cloudprovider_grpc_dry_run_writes_total, and refused"
+        )
     if not settings.tls.enabled and not is_loopback(settings.address):
         log.warning(
             "gRPC on %s is plaintext and reachable beyond this host (--allow-plaintext): anyone who can "
@@ -395,6 +429,12 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             settings.address,
         )
     return handle
+
+
+def _set_health(servicer: _Health, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for svc in ("", SERVICE_NAME):
+        servicer.set(svc, status)
 
 
 def serve_forever(settings: Settings) -> int:
@@ -424,9 +464,10 @@ def serve_forever(settings: Settings) -> int:
     if signalled.is_set():  # the signal came while starting
         threading.Thread(target=handle.stop, args=(settings.grace_period,), daemon=True).start()
     while not signalled.wait(1.0):
-        pass
+        if handle.wait(0):  # stopped on its own: the leadership was lost
+            return 1
     # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
-    if handle.wait(settings.grace_period + 0.25):
+    if handle.wait(settings.grace_period + 0.25) and not handle.cut_off:
         return 0
     log.error("grace period of %gs over with work unfinished; exiting anyway", settings.grace_period)
     return 1

@@ -22,11 +22,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2, message_factory, timestamp_pb2
+from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
 from google.protobuf.descriptor import MethodDescriptor
-from google.protobuf.message import DecodeError
 
-from cloudprovider_grpc import metrics
+from cloudprovider_grpc import metrics, rawparse
 from cloudprovider_grpc.errors import InvalidArgument, NotImplementedByProvider, ProviderError, Unavailable
 from cloudprovider_grpc.k8s.node import encode_template_node
 from cloudprovider_grpc.k8s.resources import parse_pod, pod_requests
@@ -48,7 +47,7 @@ V = TypeVar("V")
 class _Timer:
     """Pre-resolved metric tallies per (method, code): label lookups are the costliest part of
     recording a metric, and these RPCs must stay well under a millisecond. Keyed by the status enum
-    itself: reading `code.name` on every call cost more than the dictionary lookup (issue 17)."""
+    itself: reading `code.name` on every call cost more than the dictionary lookup."""
 
     def __init__(self) -> None:
         self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
@@ -89,7 +88,7 @@ class Prebuilt:
     object every time.
 
     Why: CA asks NodeGroupGetOptions, NodeGroupForNode and NodeGroupTargetSize per node, several
-    times a loop (issue 17: ~5,000 calls per loop at 1,000 nodes); building and encoding the answer
+    times a loop (~5,000 calls per loop at 1,000 nodes); building and encoding the answer
     was most of our own per-call work (GetOptions: 34 us in-process, of which converting and encoding
     the options was ~27 us)."""
 
@@ -120,36 +119,6 @@ class _Memo(Generic[K, V]):
             self._values.clear()
         self._values[key] = value
         return value
-
-
-class _MalformedLog:
-    """At most one warning per `interval` seconds about requests whose bodies do not parse, with a
-    count of the ones not logged: a fuzzer or a confused client must not flood the log."""
-
-    def __init__(self, interval: float = 60.0) -> None:
-        self._interval = interval
-        self._lock = threading.Lock()
-        self._next = 0.0
-        self._suppressed = 0
-
-    def note(self, method: str, size: int) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now < self._next:
-                self._suppressed += 1
-                return
-            suppressed, self._suppressed, self._next = self._suppressed, 0, now + self._interval
-        log.warning(
-            "%s: request body of %d bytes does not parse; answered INVALID_ARGUMENT "
-            "(%d more malformed requests since the last warning; at most one warning per %.0fs)",
-            method,
-            size,
-            suppressed,
-            self._interval,
-        )
-
-
-_MALFORMED = _MalformedLog()
 
 
 class ShuttingDown(Unavailable):
@@ -250,7 +219,7 @@ def _rpc(fn: Callable[..., R]) -> Callable[..., R]:
     return wrapper
 
 
-#: the RPCs CA asks per node, which the compiled front answers from its cache (issue 17)
+#: the RPCs CA asks per node, which the compiled front answers from its cache
 CACHEABLE = ("NodeGroupGetOptions", "NodeGroupForNode", "NodeGroupTargetSize")
 #: the trailer carrying the provider's state version to the front (stripped there, never seen by CA)
 VERSION_TRAILER = "cpg-state-version"
@@ -275,17 +244,14 @@ def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> g
     fuzzed requests; it reproduces on a bare grpcio server). Parsing here answers INVALID_ARGUMENT with
     one line and costs nothing afterwards. A handler may also return ready-made response bytes."""
     name = method.name
-    request_type = message_factory.GetMessageClass(method.input_type)
     impl = getattr(type(servicer), name).__wrapped__
+    parse_or_none = rawparse.parser(method)
 
     def parse(raw: bytes) -> Any:
-        try:
-            return request_type.FromString(raw)
-        except (DecodeError, RuntimeWarning, ValueError):
-            _MALFORMED.note(name, len(raw))
-            raise InvalidArgument(
-                f"{name}: the request body ({len(raw)} bytes) is not a valid {method.input_type.name}"
-            ) from None
+        request = parse_or_none(raw)
+        if request is None:
+            raise InvalidArgument(rawparse.malformed_message(method, len(raw)))
+        return request
 
     gate = servicer.gate
     provider = servicer.provider
@@ -533,7 +499,10 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
             pod = parse_pod(raw)
         except ValueError as exc:
             raise InvalidArgument(f"pod_bytes is not a valid v1.Pod: {exc}") from None
-        requests = {name: float(v) for name, v in pod_requests(pod).items()}
+        try:
+            requests = {name: float(v) for name, v in pod_requests(pod).items()}
+        except OverflowError:  # "1e1000" is a valid Quantity, but no price can be computed from it
+            raise InvalidArgument("pod_bytes: the pod's resource requests are too large to price") from None
         return pb.PricingPodPriceResponse(price=self.provider.pod_price(requests, start, end))
 
     @_rpc

@@ -338,7 +338,7 @@ def test_dockerfile_runtime_contract() -> None:
     assert len(df.stages) >= 2, "multi-stage build expected"
     stage_names = {stage.name for stage in df.stages}
     bases = {df.resolve(stage.base) for stage in df.stages if stage.base not in stage_names}
-    # the compiled front's build stage (issue 17) is the one other base: a pinned Go image
+    # the compiled front's build stage is the one other base: a pinned Go image
     go_bases = {b for b in bases if re.fullmatch(r"golang:1\.\d+\.\d+-bookworm", b)}
     bases -= go_bases
     assert len(go_bases) <= 1, go_bases

@@ -1,4 +1,4 @@
-"""First run (issue 14, item 9): every backend runs with `--emulate` and nothing else, the shipped
+"""First run: every backend runs with `--emulate` and nothing else, the shipped
 examples work as printed, and the small surprises are gone (one listening line, a named empty
 metrics address, a YAML error with its line)."""
 

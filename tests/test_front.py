@@ -1,4 +1,4 @@
-"""The compiled front (cloudprovider_grpc/front, issue 17) over real sockets: cached answers follow
+"""The compiled front (cloudprovider_grpc/front) over real sockets: cached answers follow
 every state change, a serial caller never reads older state than a previous call showed, malformed
 bodies still reach Python, each call is counted once, shutdown and kill -9 behave, and the
 `--front` modes select the path that serves.
@@ -27,7 +27,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cloudprovider_grpc import metrics, service
+from cloudprovider_grpc import metrics, rawparse, service
 from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.errors import NotFound
 from cloudprovider_grpc.front import binary
@@ -323,7 +323,7 @@ def test_metrics_count_each_call_once_whoever_answers_it() -> None:
 
 
 def test_malformed_bodies_reach_python_every_time(monkeypatch, caplog) -> None:
-    monkeypatch.setattr(service, "_MALFORMED", service._MalformedLog())
+    monkeypatch.setattr(rawparse, "MALFORMED", rawparse.MalformedLog())
     with dial_server(Dial()) as handle, channel(handle) as ch:
         raw = ch.unary_unary(f"/{service.SERVICE_NAME}/{TARGET}")
         _, python0 = split_counts(handle, TARGET, "INVALID_ARGUMENT")

@@ -1,5 +1,5 @@
 """Request bodies that do not parse: every RPC answers INVALID_ARGUMENT with one line, logs at most
-one rate-limited warning, and never a traceback (issue 14, item 1). Over a real loopback port."""
+one rate-limited warning, and never a traceback. Over a real loopback port."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import logging
 import grpc
 import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.service import MAX_MESSAGE, SERVICE_NAME, safe_message
@@ -159,3 +161,73 @@ def test_get_options_defaults_out_of_range_are_invalid_argument(
             )
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
     assert info.value.details().startswith(f"defaults.{field} ")
+
+
+#: a body no message accepts: field 1 as a length-delimited value of 2**32-1 bytes, then nothing
+OVERLONG = bytes.fromhex("0affffffff0f00")
+HEALTH = "/grpc.health.v1.Health"
+REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+
+
+@pytest.mark.parametrize("front", ["auto", "off"])
+def test_health_and_reflection_answer_invalid_argument_to_bodies_that_do_not_parse(
+    front: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The standard services parse through the same raw-bytes path as CloudProvider: one status, one
+    rate-limited line, no traceback (grpcio's own deserializer logged one and kept the memory)."""
+    caplog.set_level(logging.DEBUG)
+    with sim_server(front=front) as handle:
+        ch = channel(handle)
+        calls = {
+            "Check": ch.unary_unary(f"{HEALTH}/Check"),
+            "ServerReflectionInfo": ch.stream_stream(REFLECTION),
+        }
+        for body in (OVERLONG, TRUNCATED):
+            with pytest.raises(grpc.RpcError) as info:
+                calls["Check"](body, timeout=5)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+            assert info.value.details().startswith("Check: the request body (")
+            with pytest.raises(grpc.RpcError) as info:
+                list(calls["ServerReflectionInfo"](iter([body]), timeout=5))
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+            watch = ch.unary_stream(f"{HEALTH}/Watch")(body, timeout=5)
+            with pytest.raises(grpc.RpcError) as info:
+                next(iter(watch))
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+        # well-formed calls still work on both services
+        ok = ch.unary_unary(
+            f"{HEALTH}/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString,
+        )(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5)
+        assert ok.status == health_pb2.HealthCheckResponse.SERVING
+        listed = list(
+            ch.stream_stream(
+                REFLECTION,
+                request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+            )(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+        )
+        assert SERVICE_NAME in [s.name for s in listed[0].list_services_response.service]
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len([r for r in caplog.records if "does not parse" in r.getMessage()]) <= 1
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        # a container requesting cpu "1e1000": parses (Go accepts it) but has no float value
+        (
+            "221a121812160a01634211120f0a0363707512080a063165313030302a060880e2cfaa0632060890fecfaa06",
+            "too large",
+        ),
+        # a container requesting cpu "1\xff": a Quantity string that is not UTF-8
+        ("2216121412120a0163420d120b0a0363707512040a0231ff2a060880e2cfaa0632060890fecfaa06", "UTF-8"),
+    ],
+)
+def test_every_pod_quantity_parses_or_is_invalid_argument(body: str, problem: str) -> None:
+    with sim_server() as handle:
+        code, details = raw_call(channel(handle), "PricingPodPrice", bytes.fromhex(body))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+    assert problem in details

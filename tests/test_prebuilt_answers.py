@@ -1,4 +1,4 @@
-"""The per-node RPCs answer from prebuilt bytes (service.Prebuilt, issue 17): over a real port, every
+"""The per-node RPCs answer from prebuilt bytes (service.Prebuilt): over a real port, every
 answer still follows the state and the request it belongs to, never a previous call's."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Secrets are stripped, checked at configuration time and masked everywhere (issue 14, item 2).
+"""Secrets are stripped, checked at configuration time and masked everywhere.
 
 The cross-backend marker scan over real server processes is in tests/probes/test_secret_scan.py."""
 

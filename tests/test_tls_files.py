@@ -1,5 +1,5 @@
 """TLS files are loaded and pair-checked by check-config, at startup and on every rotation, and the
-message names the setting at fault (issue 14, item 6). Over real sockets and real processes."""
+message names the setting at fault. Over real sockets and real processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The compiled front (issue 17): `cpg-front`, a small grpc-go program whose sources sit in this
+"""The compiled front: `cpg-front`, a small grpc-go program whose sources sit in this
 directory, owns the public gRPC port, answers NodeGroupGetOptions, NodeGroupForNode and
 NodeGroupTargetSize from a cache of Python's own answers (valid for one provider state version) and
 relays every other call to the Python server on a private unix socket.

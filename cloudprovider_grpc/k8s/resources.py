@@ -38,14 +38,22 @@ def is_pod_level_resource(name: str) -> bool:
     return name in ("cpu", "memory") or name.startswith("hugepages-")
 
 
+def _value(what: str, name: str, quantity: k8s_pb2.Quantity) -> Fraction:
+    """The exact value of one quantity; ValueError naming the field for anything Go refuses.
+
+    The Quantity message is proto2, whose strings are not checked for UTF-8 while parsing: a string
+    that is not UTF-8 comes back as bytes, and Go's decoder refuses it as well."""
+    text = quantity.string
+    try:
+        if not isinstance(text, str):
+            raise ValueError(f"invalid quantity {text!r}: not valid UTF-8")
+        return parse_quantity(text).value
+    except ValueError as exc:
+        raise ValueError(f"{what}[{name!r}]: {exc}") from None
+
+
 def _values(what: str, quantities: Mapping[str, k8s_pb2.Quantity]) -> ResourceList:
-    values: ResourceList = {}
-    for name, quantity in quantities.items():
-        try:
-            values[name] = parse_quantity(quantity.string).value
-        except ValueError as exc:
-            raise ValueError(f"{what}[{name!r}]: {exc}") from None
-    return values
+    return {name: _value(what, name, quantity) for name, quantity in quantities.items()}
 
 
 def _add(total: ResourceList, more: ResourceList) -> None:
@@ -124,9 +132,5 @@ def parse_pod(raw: bytes) -> k8s_pb2.Pod:
             lists.append((f"{what}[{i}].resources.requests", container.resources.requests))
             lists.append((f"{what}[{i}].resources.limits", container.resources.limits))
     for what, quantities in lists:
-        for name, quantity in quantities.items():
-            try:
-                _ = parse_quantity(quantity.string).value
-            except ValueError as exc:
-                raise ValueError(f"{what}[{name!r}]: {exc}") from None
+        _values(what, quantities)
     return pod

@@ -57,6 +57,7 @@ from cloudprovider_grpc.providers.contract import (
     NodeRef,
 )
 from cloudprovider_grpc.providers.driver import DriverBase, GroupConfig, Machine
+from cloudprovider_grpc.providers.gate import Write, WriteGate
 from cloudprovider_grpc.providers.jobs import JobRunner
 from cloudprovider_grpc.providers.journal import Journal
 
@@ -114,8 +115,11 @@ class GroupProvider(CloudProvider, Generic[S]):
         max_backoff: float = 60.0,
         seed: int | None = None,
         on_stop: Callable[[], None] | None = None,
+        gate: WriteGate | None = None,
     ) -> None:
         self.driver = driver
+        #: every cloud write passes it (providers/gate.py): open, dry run, or leader-only
+        self._gate = gate or WriteGate()
         self.name = driver.name
         self._clock = clock or time.monotonic
         self._lock = threading.RLock()
@@ -200,9 +204,8 @@ class GroupProvider(CloudProvider, Generic[S]):
     def start(self) -> None:
         with self._changing():
             self._started = True
-            for gid, state in self._groups.items():
-                if gid in self._unrestored:
-                    self._restore(state, self._unrestored.pop(gid))
+            if self._gate.may_persist():  # a standby or a dry run resumes nothing it may not write
+                self._resume_journal()
             self._reindex()
         self._jobs.start()
         try:
@@ -210,11 +213,33 @@ class GroupProvider(CloudProvider, Generic[S]):
         except Unavailable as exc:  # the server still starts; CA's Refresh will try again
             log.warning("initial refresh failed: %s", exc.message)
 
+    def take_over(self) -> None:
+        """Become the writer after a standby period (a new leader): read the journal as the
+        previous writer left it, resume what it holds, and list the cloud afresh, so what this
+        process acts on is what the cloud and the journal say now, not what it saw while waiting.
+        Raises Unavailable when the cloud cannot be listed (the caller retries)."""
+        with self._changing():
+            self._unrestored = self._parse_journal(self._journal.load())
+            self._resume_journal()
+            self._reindex()
+        self.refresh()
+
+    def _resume_journal(self) -> None:
+        for gid, state in self._groups.items():
+            if gid in self._unrestored:
+                self._restore(state, self._unrestored.pop(gid))
+
     def stop(self, timeout: float = 10.0) -> None:
         self._jobs.stop(timeout)
         self.driver.close()
         if self._on_stop is not None:
             self._on_stop()
+
+    def quiesce(self, timeout: float = 10.0) -> None:
+        """Stop starting background operations and wait up to `timeout` for the running ones: a
+        leader handing over calls it so that no write of its own is still on its way when the next
+        leader starts (queued operations stay in the journal for it)."""
+        self._jobs.stop(timeout)
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until no background operation is queued or running (tests, benchmarks)."""
@@ -267,7 +292,7 @@ class GroupProvider(CloudProvider, Generic[S]):
                 state = self._groups[cfg.id] = self._new_state(cfg)
                 if self._node_groups:  # not the initial set
                     log.info("node group %s discovered (min %d, max %d)", cfg.id, cfg.min_size, cfg.max_size)
-                if self._started and cfg.id in self._unrestored:
+                if self._started and cfg.id in self._unrestored and self._gate.may_persist():
                     self._restore(state, self._unrestored.pop(cfg.id))
             elif state.config != cfg:
                 state.config = cfg
@@ -548,8 +573,17 @@ class GroupProvider(CloudProvider, Generic[S]):
             self._index_changed = True
         self._by_id, self._by_name = by_id, by_name
 
+    def _admit(self, kind: str, group: str, count: int, machines: Sequence[str] = ()) -> None:
+        """Ask the write gate whether a write RPC may be recorded (it raises if not)."""
+        self._gate.admit(Write(self.name, kind, group, count, tuple(machines)))
+
+    def _allowed(self, kind: str, group: str, count: int, machines: Sequence[str] = ()) -> bool:
+        """Ask the write gate, right before a driver call that changes the cloud, whether it may
+        be made now; a refused job is dropped (the gate has logged why)."""
+        return self._gate.allows(Write(self.name, kind, group, count, tuple(machines)))
+
     def _save_journal(self) -> None:
-        if self._journal.enabled:
+        if self._journal.enabled and self._gate.may_persist():
             groups = {**self._unrestored, **self._journal_doc()}
             self._journal.save({"groups": groups})
 

@@ -131,6 +131,7 @@ class MachineProvider(GroupProvider[_GroupState]):
     def increase_size(self, group_id: str, delta: int) -> None:
         with self._changing(group_id):
             state, target = self._check_increase(group_id, delta)
+            self._admit("create", group_id, delta)
             for _ in range(delta):
                 creation = _Creation(token=secrets.token_hex(8), group=group_id)
                 state.creations[creation.token] = creation
@@ -142,6 +143,7 @@ class MachineProvider(GroupProvider[_GroupState]):
     def decrease_target_size(self, group_id: str, delta: int) -> None:
         with self._changing(group_id):
             state, target = self._check_decrease(group_id, delta)
+            self._admit("cancel", group_id, -delta)
             new = target + delta
             # cancel the requests least likely to deliver first: failed, then not yet sent, then newest
             wanted = [c for c in state.creations.values() if not c.cancelled]
@@ -170,6 +172,14 @@ class MachineProvider(GroupProvider[_GroupState]):
                 if m.id not in state.deleting and m.state != InstanceState.DELETING
             ) + sum(1 for c in creations.values() if c.status != CreationStatus.FAILED and not c.cancelled)
             self._check_min(state, reducing)
+            leaving = [
+                m.id
+                for m in machines.values()
+                if m.id not in state.deleting and m.state != InstanceState.DELETING
+            ]
+            leaving += [self._placeholder(c.token) for c in creations.values() if not c.cancelled]
+            if leaving:
+                self._admit("delete", group_id, len(leaving), leaving)
             for creation in creations.values():
                 self._cancel_creation(state, creation)
             for machine in machines.values():
@@ -350,6 +360,10 @@ class MachineProvider(GroupProvider[_GroupState]):
                     raise failed[c.group]
                 machine = next((m for m in listing if m.token == c.token), None)
             if machine is None:
+                if not self._allowed("create", c.group, 1):
+                    with self._lock:
+                        c.status = CreationStatus.UNKNOWN if c.sent else CreationStatus.QUEUED
+                    return None
                 machine = self.driver.create_machine(c.group, c.token)
         except CloudError as exc:
             return self._create_failed(c, exc)
@@ -418,6 +432,8 @@ class MachineProvider(GroupProvider[_GroupState]):
                 if state is None or machine.id not in state.deleting:
                     return None  # gone from the cloud meanwhile
             attempts[0] += 1
+            if not self._allowed("delete", machine.group, 1, (machine.id,)):
+                return None
             try:
                 self.driver.delete_machine(machine)
             except MachineGone:

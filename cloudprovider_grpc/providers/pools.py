@@ -134,6 +134,7 @@ class PoolProvider(GroupProvider[_PoolState]):
     def increase_size(self, group_id: str, delta: int) -> None:
         with self._changing(group_id):
             state, target = self._check_increase(group_id, delta)
+            self._admit("create", group_id, delta)
             state.wanted = target + delta
             state.failed = None  # a new request: try again
             self._fit_placeholders(state)
@@ -146,6 +147,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             # never below the listed machines: the cloud would delete random instances to meet it
             state, target = self._check_decrease(group_id, delta)
             new = target + delta
+            self._admit("set_size", group_id, new)
             state.wanted = new
             self._fit_placeholders(state, drop_newest=True)
             self._queue_sync(state)
@@ -176,6 +178,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             self._check_min(state, reducing)
             if not reducing:
                 return  # everything named is already gone or going: idempotent
+            self._admit("delete", group_id, reducing, [*(m.id for m in leaving), *placeholders])
             now = self._clock()
             for m in leaving:
                 state.deleting[m.id] = now
@@ -293,6 +296,9 @@ class PoolProvider(GroupProvider[_PoolState]):
             batch = list(state.removing.values())
             state.removing.clear()
         if batch:
+            if not self._allowed("remove", gid, len(batch), [m.id for m in batch]):
+                self._sync_refused(state)
+                return None
             retry = self._remove(state, batch)
             if retry is not None:
                 return retry
@@ -305,6 +311,9 @@ class PoolProvider(GroupProvider[_PoolState]):
                 state.sync_attempts = 0
                 self._save_journal()
                 return None
+        if not self._allowed("set_size", gid, size):
+            self._sync_refused(state)
+            return None
         try:
             operation = self.driver.set_size(gid, size)
         except CloudError as exc:
@@ -322,6 +331,13 @@ class PoolProvider(GroupProvider[_PoolState]):
             state.sync_queued = False
             self._save_journal()
         return None
+
+    def _sync_refused(self, state: _PoolState) -> None:
+        """The write gate refused the sync's next write: the round ends here; a later write RPC
+        queues a new one (and meets the gate again)."""
+        with self._changing(state.config.id):
+            state.sync_queued = False
+            state.sync_attempts = 0
 
     def _size_to_push(self, state: _PoolState) -> int | None:
         """The absolute size to send, or None when the cloud already has what we want. Never below

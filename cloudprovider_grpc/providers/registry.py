@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.driver import DriverBase
+from cloudprovider_grpc.providers.gate import WriteGate
 
 #: name -> module holding build()/build_emulator()
 BACKENDS: dict[str, str] = {
@@ -74,6 +75,8 @@ class ProviderContext:
     env: Mapping[str, str] = field(default_factory=dict)
     clock: Callable[[], float] | None = None
     inline_workers: bool = False
+    #: the write gate every cloud write passes (providers/gate.py); None: writes are open
+    gate: WriteGate | None = None
 
     def secret(self, name: str, *, required: bool = False, default: str = "") -> str:
         """The secret environment variable `name`: stripped, checked for header safety, and masked in
@@ -157,6 +160,7 @@ def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:
         "catalog_ttl": built.catalog_ttl,
         "seed": built.seed,
         "on_stop": built.on_stop,
+        "gate": ctx.gate,
     }
     try:
         if isinstance(built.driver, PoolDriver):

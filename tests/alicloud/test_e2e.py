@@ -2,7 +2,7 @@
 real background workers) -> AliCloud client (V3 signatures) -> the AliCloud emulator on loopback.
 
 The emulator's lifecycle runs on a manual clock, so Pending and InService are steps we take; waits
-poll Refresh with a deadline, never a fixed sleep. These are the acceptance checks of issue 11.
+poll Refresh with a deadline, never a fixed sleep. One test per promise of the AliCloud backend.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """End to end over real sockets: gRPC client -> our server -> signing client -> Exoscale emulator.
 
-One test per acceptance item of issue 10. The provider runs with real background workers (a push
+One test per promise of the Exoscale backend. The provider runs with real background workers (a push
 happens after the RPC returned); the emulator's state machines run on a manual clock so "starting"
 and "running" are steps we take. Waits poll Refresh with a deadline, never sleep a fixed time.
 """

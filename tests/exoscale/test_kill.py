@@ -1,5 +1,5 @@
 """SIGKILL with accepted changes not yet sent: a new process on the same journal carries them out,
-and the cloud ends with exactly what CA asked for (issue 10: nothing lost, nothing doubled).
+and the cloud ends with exactly what CA asked for (nothing lost, nothing doubled).
 
 Both server lives are real `cloudprovider-grpc serve` processes talking to a real emulator over HTTP;
 CA's side is a gRPC client on a real port."""

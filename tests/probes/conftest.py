@@ -1,4 +1,4 @@
-"""The probe suite: every backend in tests/support/backends.py, held to the same figures (issue 14).
+"""The probe suite: every backend in tests/support/backends.py, held to the same figures.
 
 Each probe runs real `cloudprovider-grpc serve` processes on loopback; a backend joins by being
 registered in BACKENDS. `benchmarks/robustness.py` runs the same probes at full size and prints figures.

@@ -1,4 +1,4 @@
-"""One broken pool must not break the others (issue 14, item 7): the healthy pool keeps refreshing and
+"""One broken pool must not break the others: the healthy pool keeps refreshing and
 scales up and down normally, Refresh succeeds because something could be listed, and the broken pool
 reports its error (log, errorInfo on its placeholders, metrics), end to end over real processes.
 Refresh answers UNAVAILABLE only when nothing could be listed.

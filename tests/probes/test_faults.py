@@ -1,6 +1,6 @@
 """30% of the cloud's requests fail (5xx before and after processing, 429, timeouts, dropped
 connections) while CA scales a pool up and down: the cloud ends with exactly what CA asked for,
-nothing doubled, nothing deleted that CA did not name (issue 14, "Keep probing in the project").
+nothing doubled, nothing deleted that CA did not name.
 
 Counts are relative to what the group held at the start (a VKE pool never has fewer than one node).
 In the pool shape the two deletions name their machines too: the machinery removes exactly those

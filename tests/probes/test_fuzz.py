@@ -1,5 +1,5 @@
 """Fuzzing all 15 RPCs over a real port: no UNKNOWN or INTERNAL, no traceback text in answers or logs,
-no state change, flat memory (issue 14, item 1 and "Keep probing in the project").
+no state change, flat memory.
 
 The suite sends a few thousand requests per backend; benchmarks/robustness.py sends 100,000. A leak
 like grpcio's deserialization failure path (about 19 KB per malformed request) would add more than
@@ -15,6 +15,7 @@ import pytest
 from tests.support import fuzz
 from tests.support.backends import BackendUnderTest
 from tests.support.probes import start_server
+from tests.support.servers import channel, sim_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,3 +58,30 @@ def test_fuzzing_every_rpc(backend: BackendUnderTest, tmp_path: Path) -> None:
     assert '"level": "error"' not in output and '"level": "critical"' not in output
     # one warning a minute at most about malformed bodies, however many there were
     assert output.count("does not parse") <= 2
+
+
+#: the corpus sent through both paths by the suite; benchmarks/robustness.py --probe compare sends more
+COMPARE_COUNT = 3_000
+
+
+def test_every_fuzzed_request_gets_the_same_answer_with_and_without_the_front(
+    compiled_front: Path | None,
+) -> None:
+    """The same hostile corpus against a server behind the compiled front and one without it: every
+    request gets the same status code and message from both."""
+    if compiled_front is None:
+        pytest.skip("the compiled front is not built here (Go missing); CI always builds it")
+    with sim_server(front="on") as fronted, sim_server(front="off") as alone:
+        assert fronted.front is not None and alone.front is None
+        through, direct = channel(fronted), channel(alone)
+        tallies = fuzz.Tally(), fuzz.Tally()
+        differences: list[str] = []
+        for case in fuzz.cases(seed=22, count=COMPARE_COUNT):
+            answers = [
+                fuzz.send(ch, case, tally) for ch, tally in zip((through, direct), tallies, strict=True)
+            ]
+            if answers[0] != answers[1] and len(differences) < 20:
+                differences.append(f"{case.method} ({case.kind}, {len(case.body)} bytes): {answers}")
+    assert tallies[0].requests == tallies[1].requests == COMPARE_COUNT
+    assert not differences, "\n".join(differences)
+    assert tallies[0].failures == tallies[1].failures == 0, "\n".join(tallies[0].bad + tallies[1].bad)

@@ -1,6 +1,6 @@
 """Marker secrets, each with the trailing newline `kubectl create secret --from-file` leaves, must never
 appear in any log line, metric or error message: while serving and scaling, when the cloud refuses the
-token, and when the process stops at startup (issue 14, item 2)."""
+token, and when the process stops at startup."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def test_scale_up_max_cores_limit_hit():
 
 
 def test_scale_up_counts_whole_cores_of_fractional_nodes():
-    # the same check with a 1500m template (issue 15): one 1500m node (2 cores) exists, max 5
+    # the same check with a 1500m template: one 1500m node (2 cores) exists, max 5
     # cores, three pending 1500m pods. Millicores would leave 3500m = 2 more nodes; CA counts
     # 5 - 2 = 3 cores left and 2 cores per new node, so it adds one
     g = shape("g", cpu="1500m", memory="4Gi")
@@ -132,7 +132,7 @@ def test_scale_down_empty_min_gpu_limit_hit():
 
 
 def test_simulation_keeps_the_cluster_above_min_cores():
-    # end to end through the gRPC server (issue 15): a 2-core node may not go under a 2-core
+    # end to end through the gRPC server: a 2-core node may not go under a 2-core
     # minimum, although it is empty and its group's MinSize is 0
     s = parse_scenario(
         {
@@ -169,7 +169,7 @@ def test_simulation_keeps_the_cluster_above_min_cores():
 
 
 def test_simulation_adds_one_node_for_fractional_cores():
-    # issue 15: one 1500m node, cores-total 0:5, three pending 1500m pods -> CA adds 1 node
+    # one 1500m node, cores-total 0:5, three pending 1500m pods -> CA adds 1 node
     s = parse_scenario(
         {
             "name": "fractional-cores",

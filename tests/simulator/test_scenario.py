@@ -136,7 +136,7 @@ def test_committed_schema_matches_the_model():
 
 
 def test_readme_scenario_reference_example_is_valid():
-    # the README's reference block for the concepts of issue 15, completed with name and duration
+    # the README's reference block for resource limits, completed with name and duration
     import re
     from pathlib import Path
 

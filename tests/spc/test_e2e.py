@@ -1,5 +1,5 @@
-"""End to end over real sockets: gRPC client -> our server -> SPC client -> SPC emulator (issue 12's
-acceptance list, one test each).
+"""End to end over real sockets: gRPC client -> our server -> SPC client -> SPC emulator, one test per
+promise of the SPC backend.
 
 The provider runs with real background workers (IncreaseSize returns before anything is added);
 the emulator's node states run on a manual clock, so `draft`, `building` and `running` are steps we

@@ -33,7 +33,7 @@ def go_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def go_install(package: str, version: str, binary: str, *, timeout: float = 1800) -> Path:
     """`go install package@version` into `bin/<binary>-<version>/`; a no-op when already built.
 
-    Several test sessions may ask at once (engineers and CI share the cache): one builds under a lock,
+    Several test sessions may ask at once (developers and CI share the cache): one builds under a lock,
     into a scratch directory renamed into place, so nobody ever runs a half-written binary.
     Raises RuntimeError (with Go's output) when Go is missing or the build fails."""
     dest = cache_root() / "bin" / f"{binary}-{version}"
@@ -105,7 +105,7 @@ def in_ci() -> bool:
 
 
 # Go tools the deployment tests run, pinned. helm: the newest v3 release on the module proxy when it
-# was pinned. kustomize: v5.7.1, the newest release that builds with Go 1.26 (issue 16).
+# was pinned. kustomize: v5.7.1, the newest release that builds with Go 1.26.
 HELM = ("helm.sh/helm/v3/cmd/helm", "v3.22.0", "helm")
 KUSTOMIZE = ("sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1", "kustomize")
 # ---------------------------------------------------------------- builds from a source tree

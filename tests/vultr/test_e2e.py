@@ -1,5 +1,5 @@
 """End to end over real sockets: gRPC client -> our server (pool machinery) -> Vultr client -> the
-Vultr emulator. One test per acceptance item of issue 9 for Vultr.
+Vultr emulator. One test per promise of the Vultr backend.
 
 The provider runs with real background workers (IncreaseSize returns before anything is sent); the
 emulator's provisioning runs on a manual clock so `pending` and `active` are steps we take. Waits poll

@@ -56,7 +56,7 @@ _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 #: instance listings in flight at once during a Refresh (the client's rate limit still applies)
 LISTING_CONCURRENCY = 4
 
-#: ESS LifecycleState -> what CA sees (vendor doc; issue 11)
+#: ESS LifecycleState -> what CA sees (ESS DescribeScalingInstances, vendor doc)
 _STATES = {
     "Pending": InstanceState.CREATING,
     "Pending:Wait": InstanceState.CREATING,

@@ -1,0 +1,500 @@
+"""`serve --leader-elect`: several replicas, one leader, on a coordination.k8s.io/v1 Lease.
+
+The same protocol as client-go's leader election, which cluster-autoscaler itself runs
+(k8s.io/client-go/tools/leaderelection: the Lease's holderIdentity, leaseDurationSeconds,
+acquireTime, renewTime and leaseTransitions; a record is expired when it has not *changed* for
+leaseDurationSeconds as measured on the observer's own clock, so no two clocks are compared;
+updates carry the resourceVersion they were read at, so two candidates can never both win).
+
+- **Only the leader writes.** `LeaderGate` is the write gate (providers/gate.py) of this process:
+  a write RPC on a standby answers UNAVAILABLE; a background write is checked right before its
+  driver call; the journal is written only by the leader.
+- **Fencing.** The term is valid until `renew deadline` after the start of the last successful
+  renewal, on this process's monotonic clock. Others may take over only `lease duration` after
+  they saw that renewal, which is later still; the difference (5 s by default) is the margin for a
+  write that passed the check just before the deadline. A frozen process (SIGSTOP, a stalled VM)
+  that resumes finds the deadline passed at its next write and writes nothing; losing the term
+  ends the process (as cluster-autoscaler does), and a restart rejoins as a standby.
+- **Standby.** gRPC health NOT_SERVING, /readyz 503 (so a Service sends CA to the leader only),
+  and a read-only listing of the cloud every `standby_refresh` seconds so that the answers are warm.
+- **Takeover** re-reads the journal and lists the cloud (`GroupProvider.take_over`) before the new
+  leader turns ready, then renews once at once: that renewal tells a leader handing over (below)
+  that its successor answers.
+- **Hand-over on SIGTERM.** The leader stops writing, waits for the writes in flight, releases the
+  Lease (empty holder, as client-go's ReleaseOnCancel does), waits until a successor has taken
+  over (bounded by the grace period), and only then closes its port (GOAWAY), so CA's next
+  connection reaches the new leader.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from cloudprovider_grpc.config import LeaderElection
+from cloudprovider_grpc.errors import ConfigError, Unavailable
+from cloudprovider_grpc.providers.gate import Write, WriteGate
+
+log = logging.getLogger(__name__)
+
+LEADER = Gauge("cloudprovider_grpc_leader", "1 while this replica holds the Lease and may write, else 0.")
+TRANSITIONS = Counter(
+    "cloudprovider_grpc_leader_transitions", "Times this replica became the leader or stopped being it."
+)
+SINCE_RENEW = Gauge(
+    "cloudprovider_grpc_leader_last_renew_age_seconds",
+    "Seconds since this replica last renewed the Lease (NaN while it is not the leader).",
+)
+
+#: client-go's JitterFactor for a candidate's retries (wait.JitterUntil): retry_period x [1, 1.2)
+JITTER = 0.2
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class LeaderGate(WriteGate):
+    """The write gate of a leader-elected replica: writes pass only within a valid term."""
+
+    name = "leader"
+
+    def __init__(self, renew_deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._deadline = renew_deadline
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._renewed_at: float | None = None  # clock at the start of the last successful renewal
+        self._ended = False
+        self.term = -1
+        self.holder = ""  # the current leader's identity, as last seen (for messages)
+        self._refusals_logged: set[int] = set()
+
+    # ---- the elector's side
+    def begin(self, term: int, started: float) -> None:
+        with self._lock:
+            self.term, self._renewed_at, self._ended = term, started, False
+
+    def renewed(self, started: float) -> None:
+        with self._lock:
+            if self._renewed_at is not None and not self._ended:
+                self._renewed_at = max(self._renewed_at, started)
+
+    def end(self) -> None:
+        """The term is over for good: nothing is written on it again."""
+        with self._lock:
+            self._ended = True
+
+    def valid(self) -> bool:
+        with self._lock:
+            return self._valid()
+
+    def _valid(self) -> bool:
+        return (
+            self._renewed_at is not None
+            and not self._ended
+            and self._clock() < self._renewed_at + self._deadline
+        )
+
+    def deadline(self) -> float | None:
+        with self._lock:
+            return None if self._renewed_at is None else self._renewed_at + self._deadline
+
+    def last_renew_age(self) -> float:
+        with self._lock:
+            return (
+                float("nan")
+                if not self._valid() or self._renewed_at is None
+                else self._clock() - self._renewed_at
+            )
+
+    # ---- the machinery's side
+    def admit(self, write: Write) -> None:
+        if not self.valid():
+            leader = f" (the leader is {self.holder})" if self.holder else ""
+            raise Unavailable(
+                f"this replica is not the leader{leader}; nothing was recorded: call the leader's Service"
+            )
+
+    def allows(self, write: Write) -> bool:
+        with self._lock:
+            if self._valid():
+                return True
+            term = self.term
+            first = term not in self._refusals_logged
+            self._refusals_logged.add(term)
+        if first:  # once per term: a backlog of dropped jobs is one line, not hundreds
+            log.warning(
+                "leader election: not writing (%s and everything after it): the leadership term %d is over",
+                write.describe(),
+                term,
+            )
+        return False
+
+    def may_persist(self) -> bool:
+        return self.valid()
+
+
+@dataclass
+class _Observed:
+    """The Lease record as last seen, and when (this process's clock) it last changed."""
+
+    holder: str
+    renew_time: object
+    transitions: int
+    duration: float
+    at: float
+
+
+class LeaseLock:
+    """Reads and writes one Lease through the official client, with optimistic concurrency."""
+
+    def __init__(self, api: Any, namespace: str, name: str, timeout: float) -> None:
+        self.api, self.namespace, self.name, self.timeout = api, namespace, name, timeout
+
+    def get(self) -> Any | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, spec: Any) -> Any:
+        from kubernetes import client
+
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace), spec=spec
+        )
+        return self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
+
+    def replace(self, lease: Any) -> Any:
+        return self.api.replace_namespaced_lease(
+            self.name, self.namespace, lease, _request_timeout=self.timeout
+        )
+
+
+def _api_problem(exc: BaseException) -> str:
+    """One line about a failed Lease call, without response bodies or headers."""
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    if status:
+        return f"HTTP {status} {reason or ''}".strip()
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}".rstrip(": ")
+
+
+def default_identity(configured: str) -> str:
+    return configured or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def default_namespace(configured: str) -> str:
+    if configured:
+        return configured
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def coordination_api(kubeconfig: Path | None) -> Any:
+    """The coordination/v1 API: from `kubeconfig`, else the pod's service account (in-cluster)."""
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig is not None:
+            api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        else:
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+            api_client = client.ApiClient(cfg)
+    except config.ConfigException as exc:
+        where = str(kubeconfig) if kubeconfig else "the in-cluster service account"
+        raise ConfigError("leader_elect", f"no Kubernetes API configuration from {where}: {exc}") from None
+    return client.CoordinationV1Api(api_client)
+
+
+class Elector:
+    """Runs the election for one replica; see the module docstring.
+
+    `on_leading(ready)` is told when this replica starts (True) or stops (False) answering as the
+    leader; `on_lost()` when a term ended without a hand-over (the process should end)."""
+
+    def __init__(
+        self,
+        settings: LeaderElection,
+        lock: LeaseLock,
+        identity: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.lock = lock
+        self.identity = identity
+        self.gate = LeaderGate(settings.renew_deadline, clock)
+        self._clock = clock
+        self._observed: _Observed | None = None
+        self._stop = threading.Event()
+        self._handing_over = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._provider: Any = None
+        self._on_leading: Callable[[bool], None] = lambda ready: None
+        self._on_lost: Callable[[], None] = lambda: None
+        self._ready = False
+        self._last_warm = clock()
+        self._rng = random.Random()
+        self.lost = False
+        SINCE_RENEW.set_function(self.gate.last_renew_age)
+        LEADER.set(0)
+
+    @property
+    def ready(self) -> bool:
+        """Ready for a Service: the leader, taken over, within its term."""
+        return self._ready and self.gate.valid()
+
+    def start(self, provider: Any, on_leading: Callable[[bool], None], on_lost: Callable[[], None]) -> None:
+        self._provider, self._on_leading, self._on_lost = provider, on_leading, on_lost
+        log.info(
+            "leader election: %s is a candidate for Lease %s/%s (lease %gs, renew deadline %gs, retry %gs)",
+            self.identity,
+            self.lock.namespace,
+            self.lock.name,
+            self.settings.lease_duration,
+            self.settings.renew_deadline,
+            self.settings.retry_period,
+        )
+        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = self._clock()
+            try:
+                won = self._try_acquire_or_renew(started)
+            except Exception as exc:  # the API server unreachable, a timeout, a 409: next period
+                log.warning(
+                    "leader election: Lease %s/%s: %s", self.lock.namespace, self.lock.name, _api_problem(exc)
+                )
+                won = False
+            if self._stop.is_set():
+                return
+            if self.gate.term >= 0:  # leader, now or before: renew, or end for good
+                if not self.gate.valid():
+                    self._lose("the Lease was not renewed within the renew deadline")
+                    return
+                if won:
+                    self.gate.renewed(started)
+            elif won:
+                self._became_leader(started)
+            else:
+                self._stay_warm()
+            period = self.settings.retry_period
+            self._stop.wait(period if self.gate.valid() else period * (1 + JITTER * self._rng.random()))
+
+    def _try_acquire_or_renew(self, started: float) -> bool:
+        from kubernetes import client
+
+        now = datetime.now(UTC)
+        lease = self.lock.get()
+        duration = max(1, round(self.settings.lease_duration))
+        if lease is None:
+            spec = client.V1LeaseSpec(
+                holder_identity=self.identity,
+                lease_duration_seconds=duration,
+                acquire_time=now,
+                renew_time=now,
+                lease_transitions=0,
+            )
+            self._remember(self.lock.create(spec).spec, started)
+            return True
+        spec = lease.spec or client.V1LeaseSpec()
+        self._remember(spec, self._clock())
+        holder = spec.holder_identity or ""
+        observed = self._observed
+        assert observed is not None
+        self.gate.holder = holder
+        if holder and holder != self.identity and self._clock() < observed.at + observed.duration:
+            return False  # held by another, and not expired by our clock
+        if self._handing_over.is_set():
+            return False
+        if holder == self.identity and self.gate.valid():
+            spec.renew_time = now
+        else:  # take it: free, released, or expired
+            spec.holder_identity = self.identity
+            spec.acquire_time = now
+            spec.renew_time = now
+            spec.lease_duration_seconds = duration
+            spec.lease_transitions = (spec.lease_transitions or 0) + (1 if holder != self.identity else 0)
+        lease.spec = spec
+        self._remember(self.lock.replace(lease).spec, started)  # a 409 (someone was faster) raises
+        return True
+
+    def _remember(self, spec: Any, at: float) -> None:
+        record = (spec.holder_identity or "", spec.renew_time, spec.lease_transitions or 0)
+        old = self._observed
+        if old is None or (old.holder, old.renew_time, old.transitions) != record:
+            self._observed = _Observed(*record, float(spec.lease_duration_seconds or 0), at)
+
+    def _became_leader(self, started: float) -> None:
+        term = self._observed.transitions if self._observed is not None else 0
+        self.gate.begin(term, started)
+        self.gate.holder = self.identity
+        LEADER.set(1)
+        TRANSITIONS.inc()
+        log.info(
+            "leader election: %s became the leader (term %d of Lease %s/%s); taking over",
+            self.identity,
+            term,
+            self.lock.namespace,
+            self.lock.name,
+        )
+        threading.Thread(target=self._take_over, args=(term,), name="take-over", daemon=True).start()
+
+    def _take_over(self, term: int) -> None:
+        """Journal and a fresh listing before answering; retried while the term lasts."""
+        while self.gate.valid() and self.gate.term == term and not self._stop.is_set():
+            try:
+                self._provider.take_over()
+            except Unavailable as exc:
+                log.warning("leader election: taking over failed, retrying: %s", exc.message)
+                self._stop.wait(self.settings.retry_period)
+                continue
+            if not self.gate.valid():
+                return
+            self._ready = True
+            self._on_leading(True)
+            log.info("leader election: %s answers as the leader (term %d)", self.identity, term)
+            self._confirm(term)
+            return
+
+    def _confirm(self, term: int) -> None:
+        """Renew once now: a leader handing over watches for this renewal of its successor."""
+        started = self._clock()
+        try:
+            if self._try_acquire_or_renew(started) and self.gate.term == term:
+                self.gate.renewed(started)
+        except Exception as exc:
+            log.warning("leader election: renewing after the takeover: %s", _api_problem(exc))
+
+    def _lose(self, why: str) -> None:
+        term = self.gate.term
+        self.gate.end()
+        self._ready = False
+        self.lost = True
+        LEADER.set(0)
+        TRANSITIONS.inc()
+        self._on_leading(False)
+        log.error(
+            "leader election: %s lost the leadership (term %d): %s; no cloud write is made on this term "
+            "again, and the process ends so that a restart rejoins as a standby",
+            self.identity,
+            term,
+            why,
+        )
+        self._on_lost()
+
+    def _stay_warm(self) -> None:
+        """A standby lists the cloud now and then (read only), so a takeover answers from memory."""
+        if self._clock() - self._last_warm < self.settings.standby_refresh or self._provider is None:
+            return
+        self._last_warm = self._clock()
+        try:
+            self._provider.refresh()
+        except Unavailable as exc:
+            log.warning("standby listing failed: %s", exc.message)
+
+    # ------------------------------------------------------------------ hand-over
+    def hand_over(self, deadline: float) -> None:
+        """At shutdown: stop writing, let the writes in flight finish, release the Lease, and wait
+        (until the monotonic `deadline`) for a successor to answer. A standby just stops."""
+        self._handing_over.set()
+        was_leader = self.gate.valid()
+        term = self.gate.term
+        self.gate.end()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(max(0.0, min(deadline - self._clock(), self.lock.timeout * 2)))
+        if not was_leader:
+            return
+        quiesce = getattr(self._provider, "quiesce", None)
+        if quiesce is not None:
+            quiesce(max(0.0, (deadline - self._clock()) / 2))
+        released = self._release()
+        LEADER.set(0)
+        TRANSITIONS.inc()
+        if released:
+            log.info(
+                "leader election: %s released the Lease (term %d) and waits for the next leader",
+                self.identity,
+                term,
+            )
+            self._wait_for_successor(deadline)
+        self._ready = False
+        self._on_leading(False)
+
+    def _release(self) -> bool:
+        from kubernetes import client
+
+        try:
+            lease = self.lock.get()
+            if lease is None or (lease.spec.holder_identity or "") != self.identity:
+                return False
+            now = datetime.now(UTC)
+            lease.spec = client.V1LeaseSpec(
+                holder_identity=None,
+                lease_duration_seconds=1,
+                acquire_time=now,
+                renew_time=now,
+                lease_transitions=lease.spec.lease_transitions,
+            )
+            self.lock.replace(lease)
+            return True
+        except Exception as exc:
+            log.warning(
+                "leader election: releasing the Lease failed (%s); it expires instead", _api_problem(exc)
+            )
+            return False
+
+    def _wait_for_successor(self, deadline: float) -> None:
+        """Until another holder has renewed after acquiring (it has taken over and answers)."""
+        while self._clock() < deadline:
+            try:
+                lease = self.lock.get()
+            except Exception:
+                lease = None
+            spec = lease.spec if lease is not None else None
+            if (
+                spec is not None
+                and spec.holder_identity
+                and spec.holder_identity != self.identity
+                and spec.renew_time != spec.acquire_time
+            ):
+                log.info("leader election: %s answers as the leader now", spec.holder_identity)
+                return
+            time.sleep(0.05)
+        log.warning("leader election: no successor answered within the grace period")
+
+
+def build_elector(settings: LeaderElection) -> Elector:
+    namespace = default_namespace(settings.resource_namespace)
+    api = coordination_api(settings.kubeconfig)
+    timeout = max(1.0, settings.retry_period)
+    return Elector(
+        settings,
+        LeaseLock(api, namespace, settings.resource_name, timeout),
+        default_identity(settings.identity),
+    )
+
+
+__all__ = ["LEADER", "SINCE_RENEW", "TRANSITIONS", "Elector", "LeaderGate", "LeaseLock", "build_elector"]

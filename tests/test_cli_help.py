@@ -1,0 +1,69 @@
+"""What `--help` and a mistyped flag tell a new user, read in-process from the real parser."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cloudprovider_grpc import cli
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def help_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_an_unknown_flag_shows_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", "--port", "21086"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cloudprovider-grpc serve "), err
+    assert "unrecognized arguments: --port 21086" in err
+
+
+def test_top_level_help_names_every_command_and_the_python_version(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = " ".join(help_of(capsys).split())
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert commands
+    description = parser.description or ""
+    for name in commands:
+        assert name in description, name
+        assert name in text
+    assert "Python 3.11" in text
+
+
+def test_serve_help_names_the_environment_scheme_and_every_clouds_credentials(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = " ".join(help_of(capsys, "serve").split())
+    assert "CLOUDPROVIDER_GRPC_<KEY>" in text and "CLOUDPROVIDER_GRPC_SECRETS_DIR" in text
+    from cloudprovider_grpc.providers.registry import BACKENDS
+
+    for backend, variables in cli.CREDENTIAL_VARIABLES.items():
+        assert backend in BACKENDS, backend
+        source = "".join(
+            p.read_text() for p in (ROOT / "cloudprovider_grpc/providers" / backend).glob("*.py")
+        )
+        for var in variables:
+            assert var in text, var
+            assert f'"{var}"' in source, f"{backend} does not read {var}"
+    assert set(cli.CREDENTIAL_VARIABLES) == set(BACKENDS) - {"sim"}
+
+
+def test_every_server_flag_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    text = help_of(capsys, "serve")
+    for flag in ("--log-level", "--log-format"):
+        m = re.search(rf"^\s+{flag} \{{[^}}]+\}}\s*\n?\s+(\S.*)$", text, re.M)
+        assert m, (flag, text)
