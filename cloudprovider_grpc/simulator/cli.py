@@ -1,32 +1,128 @@
-"""`cloudprovider-grpc simulate SCENARIO.yaml`: the simulator's command line.
+"""`cloudprovider-grpc simulate`: the simulator's command line.
 
 The main CLI registers this subcommand through `add_arguments` and `run_cli`. Exit codes: 0 done,
-1 the run failed (server unreachable, an RPC the loop cannot do without failed), 2 bad scenario
-or configuration.
+1 the run failed (server unreachable, an RPC the loop cannot do without failed), 2 bad scenario,
+dump or configuration.
+
+A run starts from a scenario file, or from a cluster (`--from-dump`, `--from-cluster`) whose node
+groups come from the gRPC API; what-if edits apply on top; `--compare` runs several CA settings
+on the same cluster and workload.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+EPILOG = """\
+examples:
+  simulate examples/scenarios/burst.yaml --out out/burst
+  simulate --from-dump cluster.json --provider vultr --emulate --scale deployment/web=2x
+  simulate --from-cluster --context prod --server localhost:8086 --write-scenario prod.yaml
+  simulate prod.yaml --compare fast.yaml slow.yaml --executor dask://scheduler:8786
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
-        "scenario", type=Path, metavar="SCENARIO.yaml", help="scenario file (see examples/scenarios)"
+        "scenario",
+        type=Path,
+        nargs="?",
+        metavar="SCENARIO.yaml",
+        help="scenario file (see examples/scenarios), or none with --from-dump/--from-cluster",
     )
+    src = parser.add_argument_group("starting from a cluster")
+    src.add_argument(
+        "--from-dump",
+        type=Path,
+        metavar="FILE",
+        help="the output of `kubectl get nodes,pods,daemonsets,pdb,priorityclasses,configmaps -A -o json`",
+    )
+    src.add_argument("--from-cluster", action="store_true", help="read the same objects from a live cluster")
+    src.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig for --from-cluster (default: the usual)"
+    )
+    src.add_argument("--context", metavar="NAME", help="kubeconfig context for --from-cluster")
+    src.add_argument(
+        "--autoscaler-flags",
+        metavar="FLAGS|FILE",
+        help="cluster-autoscaler's command-line flags (as in its Deployment's args), inline or a file",
+    )
+    src.add_argument("--duration", default="2h", help="how long to simulate a cluster snapshot (default 2h)")
+    src.add_argument("--name", default="my-cluster", help="the scenario name of a cluster snapshot")
+    src.add_argument(
+        "--write-scenario", type=Path, metavar="FILE", help="save the scenario (after what-if edits) to edit"
+    )
+    what = parser.add_argument_group("what if")
+    what.add_argument(
+        "--scale",
+        action="append",
+        default=[],
+        metavar="[NS/][KIND/]NAME=Nx|=N",
+        help="scale a workload, e.g. deployment/web=2x (repeatable)",
+    )
+    what.add_argument(
+        "--add-workload",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE.yaml",
+        help="add workloads: Kubernetes manifests or scenario workload entries (repeatable)",
+    )
+    what.add_argument(
+        "--drain-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="drain every node of a node group at the start (cordon, evict) (repeatable)",
+    )
+    what.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="set any scenario key, e.g. autoscaler.scale-down-unneeded-time=5m (repeatable)",
+    )
+    cmp = parser.add_argument_group("comparing settings")
+    cmp.add_argument(
+        "--compare",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="VARIANT.yaml",
+        help="run the same cluster and workload once per file, each merged over the scenario",
+    )
+    cmp.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="a variant given by --set edits instead of a file (repeatable)",
+    )
+    cmp.add_argument(
+        "--executor",
+        default="local",
+        metavar="local|dask://HOST:PORT",
+        help="where variants run: local worker processes (default) or an existing Dask cluster",
+    )
+    cmp.add_argument("--workers", type=int, default=0, help="local worker processes (default: one per CPU)")
     parser.add_argument(
         "--server",
         metavar="HOST:PORT",
-        help="talk to a running externalgrpc server instead of starting ours in-process",
+        help="talk to a running externalgrpc server instead of starting ours in-process "
+        "(with --from-dump/--from-cluster: only read its node groups, and simulate a twin of them)",
     )
     parser.add_argument(
         "--out",
         type=Path,
         default=Path("simulation"),
         metavar="DIR",
-        help="where report.json and timeline.png go (default ./simulation)",
+        help="where report.json, report.html and timeline.png go (default ./simulation)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for the random expander (default 0)")
     parser.add_argument(
@@ -44,53 +140,228 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="do not print the per-loop decision log")
 
 
+def _fail(message: str, code: int = 2) -> int:
+    print(f"cloudprovider-grpc simulate: {message}", file=sys.stderr)
+    return code
+
+
 def run_cli(args: argparse.Namespace) -> int:
+    from cloudprovider_grpc import logs
     from cloudprovider_grpc.errors import ConfigError
     from cloudprovider_grpc.simulator.client import RpcError
-    from cloudprovider_grpc.simulator.runner import run
-    from cloudprovider_grpc.simulator.scenario import ScenarioError, load_scenario
+    from cloudprovider_grpc.simulator.scenario import ScenarioError
 
-    try:
-        scenario = load_scenario(args.scenario)
-    except ScenarioError as exc:
-        print(f"cloudprovider-grpc simulate: {exc}", file=sys.stderr)
-        return 2
-    echo = None if args.quiet else (lambda line: print(line, flush=True))
     # The in-process server's own log lines (a simulated stockout is an ERROR there) would interleave
     # with the decision log; the decision log already reports them in CA's terms, so only
     # critical server problems are shown.
-    from cloudprovider_grpc import logs
-
     logs.setup("critical" if args.server is None else "warning", "text")
+    sources = [args.scenario is not None, args.from_dump is not None, bool(args.from_cluster)]
+    if sum(sources) != 1:
+        return _fail("give one of SCENARIO.yaml, --from-dump FILE and --from-cluster")
     try:
+        data, notes, twin = _base(args)
+        from cloudprovider_grpc.simulator import whatif
+
+        whatif.apply(data, scales=args.scale, add=args.add_workload, drain=args.drain_group, sets=args.set)
+        scenario = _validate(data, args)
+        if args.write_scenario is not None:
+            write_scenario(args.write_scenario, data, notes)
+            print(f"wrote {args.write_scenario}")
+        variants = _variants(args, data)
+    except ScenarioError as exc:
+        return _fail(str(exc))
+    except ConfigError as exc:
+        return _fail(str(exc))
+    except RpcError as exc:
+        return _fail(f"RPC to {args.server or 'the in-process server'} failed: {exc}", 1)
+    # a twin of a running server's groups runs in-process: a what-if never touches the live cloud
+    server = None if twin else args.server
+    provider = None if twin else args.provider
+    try:
+        if variants:
+            return _compare(args, variants, notes, server, provider)
+        from cloudprovider_grpc.simulator.runner import run
+
+        echo = None if args.quiet else (lambda line: print(line, flush=True))
         report = run(
-            scenario,
-            server=args.server,
-            seed=args.seed,
-            provider=args.provider,
-            emulate=args.emulate,
-            echo=echo,
+            scenario, server=server, seed=args.seed, provider=provider, emulate=args.emulate, echo=echo
         )
     except ConfigError as exc:
-        backend = args.provider or scenario.provider
+        backend = provider or scenario.provider
         hint = ""
-        if args.server is None and not args.emulate and backend != "sim":
+        if server is None and not args.emulate and backend != "sim":
             # a first run has no cloud account: every backend runs against its bundled emulator
             hint = f" (to run it against the bundled {backend} API emulator, add --emulate)"
-        print(f"cloudprovider-grpc simulate: {exc}{hint}", file=sys.stderr)
-        return 2
+        return _fail(f"{exc}{hint}")
     except RpcError as exc:
-        where = args.server or "the in-process server"
-        print(f"cloudprovider-grpc simulate: RPC to {where} failed: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"RPC to {server or 'the in-process server'} failed: {exc}", 1)
+    report.notes = [*notes, *report.notes]
     for note in report.write(args.out):
         print(note)
+    for note in report.notes:
+        print(f"note: {note}")
     s = report.summary
-    cost = (
-        f", estimated cost {report.cost['total']:.2f}" if report.cost else ", cost unavailable (no pricing)"
-    )
+    cost = f", estimated cost {_money(report.cost)}" if report.cost else ", cost unavailable (no pricing)"
     print(
         f"{scenario.name}: {s['loops']} loops, {s['nodes_added']} node(s) added, "
         f"{s['nodes_removed']} removed, max {s['max_pending_pods']} pending pods{cost}"
     )
+    return 0
+
+
+def _money(cost: dict[str, Any]) -> str:
+    return f"{cost['total']:.2f} {cost.get('unit', '')}".rstrip()
+
+
+def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
+    """The scenario mapping before edits, the notes about it, and whether it is a `sim` twin."""
+    import yaml
+
+    from cloudprovider_grpc.simulator.scenario import ScenarioError
+
+    if args.scenario is not None:
+        try:
+            data = yaml.safe_load(args.scenario.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ScenarioError(f"{args.scenario}: cannot read: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            from cloudprovider_grpc.config import yaml_problem
+
+            raise ScenarioError(yaml_problem(args.scenario, exc)) from None
+        if not isinstance(data, dict):
+            raise ScenarioError(f"{args.scenario}: a scenario must be a mapping at the top level")
+        if args.autoscaler_flags:
+            from cloudprovider_grpc.simulator.flags import parse_flags, read_flag_text
+
+            options, notes = parse_flags(read_flag_text(args.autoscaler_flags))
+            data.setdefault("autoscaler", {}).update(options)
+            return data, notes, False
+        return data, [], False
+    from cloudprovider_grpc.simulator.flags import read_flag_text
+    from cloudprovider_grpc.simulator.snapshot import build_scenario, load_dump, read_cluster
+
+    if args.server is None and args.provider is None:
+        raise ScenarioError("a cluster snapshot needs its node groups: give --server or --provider")
+    objects = load_dump(args.from_dump) if args.from_dump else read_cluster(args.kubeconfig, args.context)
+    flags = read_flag_text(args.autoscaler_flags) if args.autoscaler_flags else []
+    with group_source(args.server, args.provider, args.emulate) as client:
+        snap = build_scenario(
+            objects,
+            client,
+            provider=None if args.server else args.provider,
+            name=args.name,
+            duration=args.duration,
+            flags=flags,
+        )
+    return snap.scenario, snap.notes, args.server is not None
+
+
+class group_source:
+    """A CAClient on a running server, or on an in-process backend, for reading node groups."""
+
+    def __init__(self, server: str | None, provider: str | None, emulate: bool) -> None:
+        self.server, self.provider, self.emulate = server, provider, emulate
+        self._close: list[Any] = []
+
+    def __enter__(self) -> Any:
+        from cloudprovider_grpc.simulator.client import CAClient, GrpcTransport, InProcessTransport
+
+        if self.server is not None:
+            transport = GrpcTransport(self.server)
+            self._close.append(transport.close)
+            transport.wait_ready()
+            return CAClient(transport)
+        from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+        from cloudprovider_grpc.service import CloudProviderServicer
+        from cloudprovider_grpc.simulator.clock import VirtualClock
+
+        clock = VirtualClock(datetime(2026, 1, 1, tzinfo=UTC))
+        ctx = ProviderContext(options={}, clock=clock.now, inline_workers=True, emulate=self.emulate)
+        cloud = build_provider(str(self.provider), ctx)
+        cloud.start()
+        self._close.append(lambda: cloud.stop(timeout=1.0))
+        return CAClient(InProcessTransport(CloudProviderServicer(cloud)))
+
+    def __exit__(self, *exc: object) -> None:
+        for close in reversed(self._close):
+            close()
+
+
+def _validate(data: dict[str, Any], args: argparse.Namespace) -> Any:
+    from cloudprovider_grpc.simulator.scenario import parse_scenario
+
+    source = str(args.scenario or args.from_dump or "the cluster")
+    return parse_scenario(data, source)
+
+
+def write_scenario(path: Path, data: dict[str, Any], notes: list[str]) -> None:
+    """An ordinary scenario file; what could not be modelled heads it as comments."""
+    import yaml
+
+    head = "".join(f"# {line}\n" for line in ["Written by `cloudprovider-grpc simulate`.", *notes])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def _variants(args: argparse.Namespace, base: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, scenario mapping) per variant: files merged over the base, or --variant edits."""
+    import copy
+
+    import yaml
+
+    from cloudprovider_grpc.simulator import whatif
+    from cloudprovider_grpc.simulator.scenario import ScenarioError, parse_scenario
+
+    out: list[tuple[str, dict[str, Any]]] = []
+    for path in args.compare:
+        try:
+            overlay = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ScenarioError(f"{path}: cannot read: {exc}") from None
+        if not isinstance(overlay, dict):
+            raise ScenarioError(f"{path}: a variant must be a mapping (e.g. autoscaler: {{...}})")
+        out.append((path.stem, deep_merge(copy.deepcopy(base), overlay)))
+    for spec in args.variant:
+        name, colon, edits = spec.partition(":")
+        if not colon or not name:
+            raise ScenarioError(f"--variant {spec!r}: expected NAME:KEY=VALUE[,KEY=VALUE]")
+        data = copy.deepcopy(base)
+        for edit in edits.split(","):
+            whatif.set_value(data, edit)
+        out.append((name, data))
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise ScenarioError(f"variant names must be unique: {', '.join(names)}")
+    for name, data in out:
+        parse_scenario(data, f"variant {name}")
+    return out
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    for k, v in overlay.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            deep_merge(base[k], v)
+        else:
+            base[k] = v
+    return base
+
+
+def _compare(
+    args: argparse.Namespace,
+    variants: list[tuple[str, dict[str, Any]]],
+    notes: list[str],
+    server: str | None,
+    provider: str | None,
+) -> int:
+    from cloudprovider_grpc.simulator.compare import Job, run_jobs, table
+
+    if server is not None:
+        return _fail("--compare runs in-process backends only (a running server holds one cluster)")
+    jobs = [Job(name, data, args.seed, provider, args.emulate, notes) for name, data in variants]
+    results = run_jobs(jobs, args.executor, args.workers)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for job, result in zip(jobs, results, strict=True):
+        for note in result.write(args.out / job.name):
+            print(note)
+    print(table(jobs, results))
     return 0

@@ -8,7 +8,6 @@ figures are kept out on purpose; benchmarks print them instead).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -45,6 +44,8 @@ class Report:
     rpc_counts: dict[str, dict[str, int]] = field(default_factory=dict)
     cost: dict[str, Any] | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    #: what a scenario built from a cluster could not carry over, and model caveats of this run
+    notes: list[str] = field(default_factory=list)
 
     def of_kind(self, kind: str) -> list[Decision]:
         return [d for d in self.decisions if d.kind == kind]
@@ -62,17 +63,22 @@ class Report:
             "rpc_counts": self.rpc_counts,
             "cost": self.cost,
             "log": self.log,
+            **({"notes": self.notes} if self.notes else {}),
         }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
 
     def write(self, out_dir: str | Path, plot: bool = True) -> list[str]:
-        """Write report.json (and timeline.png when matplotlib is installed); returns notes."""
+        """Write report.json, report.html (and timeline.png when matplotlib is installed); returns
+        notes."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(self.to_json(), encoding="utf-8")
         notes = [f"wrote {out / 'report.json'}"]
+        from cloudprovider_grpc.simulator.html import write_html
+
+        notes.append(write_html(self.to_dict(), out / "report.html"))
         if plot:
             notes.append(write_timeline(self, out / "timeline.png"))
         return notes
@@ -133,22 +139,29 @@ def tick_step(duration: float) -> float:
     return 86400.0
 
 
-def marker_events(decisions: list[Decision]) -> dict[str, list[tuple[float, str, str]]]:
+def marker_events(decisions: list[Decision], window: float = 0.0) -> dict[str, list[tuple[float, str, str]]]:
     """Per group: (time, kind, label) with decisions of one kind at one time merged, so ten empty
-    nodes removed together give one marker reading "-10 (general-0 … general-9)"."""
+    nodes removed together give one marker reading "-10: general-0, general-1, general-2 +7 more".
+    With a `window`, decisions of one kind up to that many seconds after the first of a run of
+    them merge into it too (one label for removals a few loops apart)."""
     merged: dict[tuple[str, float, str], list[Decision]] = {}
-    for d in decisions:
+    first: dict[tuple[str, str], float] = {}
+    for d in sorted(decisions, key=lambda d: d.t):
         if d.kind in MARKERS and d.group:
-            merged.setdefault((d.group, d.t, d.kind), []).append(d)
+            start = first.get((d.group, d.kind))
+            if start is None or d.t - start > window:
+                start = first[(d.group, d.kind)] = d.t
+            merged.setdefault((d.group, start, d.kind), []).append(d)
     out: dict[str, list[tuple[float, str, str]]] = {}
     for (group, t, kind), ds in sorted(merged.items()):
         if kind == "scale-up":
             label = f"+{sum(d.delta for d in ds)}"
         elif kind in ("scale-down", "delete-unregistered"):
+            # names listed, never "a … b": node names are not ordered, so that reads as a range
             names = [_short(d.node) for d in ds if d.node]
             label = f"-{len(ds)}"
             if names:
-                label += f" ({names[0]})" if len(names) == 1 else f" ({names[0]} … {names[-1]})"
+                label += ": " + ", ".join(names[:3]) + (f" +{len(names) - 3} more" if len(names) > 3 else "")
         elif kind == "fix-node-group-size":
             label = f"{sum(d.delta for d in ds)} (size fixed)"
         elif kind == "scale-up-failed":
@@ -157,6 +170,26 @@ def marker_events(decisions: list[Decision]) -> dict[str, list[tuple[float, str,
             label = kind.removeprefix("scale-up-")
         out.setdefault(group, []).append((t, kind, label))
     return out
+
+
+def backoff_spans(decisions: list[Decision]) -> dict[str, list[tuple[float, float]]]:
+    """Per group: (from, until) of every back-off a failed, timed-out or refused scale-up started."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for d in decisions:
+        until = d.inputs.get("backoff_until")
+        if d.kind.startswith("scale-up-") and d.group and isinstance(until, int | float):
+            out.setdefault(d.group, []).append((d.t, float(until)))
+    return out
+
+
+def workload_marks(workloads: list[dict[str, Any]], end: float) -> list[tuple[float, str]]:
+    """(time, "web starts"/"web ends") inside the run; a start at 0 is the run's own start."""
+    marks = []
+    for w in workloads:
+        for t, what in ((w.get("start"), "starts"), (w.get("end"), "ends")):
+            if t is not None and 0 < t <= end:
+                marks.append((float(t), f"{w['name']} {what}"))
+    return sorted(marks)
 
 
 def _short(name: str, limit: int = 22) -> str:
@@ -187,6 +220,8 @@ def write_timeline(report: Report, path: Path) -> str:
     bounds: dict[str, dict[str, int]] = tl.get("groups", {})
     groups = sorted(set(nodes) | set(bounds))
     events = marker_events(report.decisions)
+    labels = marker_events(report.decisions, window=0.03 * (ts[-1] if ts else 0.0))
+    backoffs = backoff_spans(report.decisions)
     shared = len(groups) > MAX_PANELS
     rows = (1 if shared else max(1, len(groups))) + 1
     heights = [2.0] * (rows - 1) + [1.4]
@@ -214,23 +249,38 @@ def write_timeline(report: Report, path: Path) -> str:
                 top = max(top, b["max_size"])
             else:
                 off_scale = " above the scale"
-        near = max(end, 1.0) * 0.04  # labels closer than this in time are stacked upwards
-        last_t, stack = -math.inf, 0
-        for t, kind, label in events.get(group, []):
-            stack = stack + 1 if t - last_t < near else 0
-            last_t = t
+
+        def level_at(t: float, target: list[float] = target, ready: list[int] = ready) -> float:
+            k = min(range(len(ts)), key=lambda j: abs(ts[j] - t)) if ts else 0
+            return target[k] if ts and target[k] == target[k] else (ready[k] if ts else 0)
+
+        for t0, until in backoffs.get(group, []):
+            ax.axvspan(t0, min(until, end), color="tab:red", alpha=0.1, linewidth=0)
+            seen_kinds.setdefault("back-off", ("s", "#f4c7c7"))
+        for t, kind, _ in events.get(group, []):
             marker, colour, legend = MARKERS[kind]
             seen_kinds[legend] = (marker, colour)
-            k = min(range(len(ts)), key=lambda j: abs(ts[j] - t)) if ts else 0
-            y = target[k] if ts and target[k] == target[k] else (ready[k] if ts else 0)
-            ax.plot([t], [y], marker=marker, color=colour, markersize=9, linestyle="none", zorder=5)
+            ax.plot([t], [level_at(t)], marker=marker, color=colour, markersize=9, linestyle="none", zorder=5)
+        # one label per run of decisions (within 3% of the run's length); each takes the lowest
+        # level where it overlaps no label already placed, a label spanning about 6 px per
+        # character of the panel's ~1000 px, converted to time
+        per_char = max(end, 1.0) * 6.0 / 1000.0
+        placed: list[tuple[float, float, int]] = []
+        for t, kind, label in labels.get(group, []):
+            marker, colour, _ = MARKERS[kind]
             right_half = t > 0.55 * max(end, 1.0)  # labels there grow leftwards, inside the panel
+            width = per_char * (len(label) + 2)
+            lo, hi = (t - width, t) if right_half else (t, t + width)
+            stack = 0
+            while any(a < hi and lo < b and lvl == stack for a, b, lvl in placed):
+                stack += 1
+            placed.append((lo, hi, stack))
             ax.annotate(
                 label,
-                (t, y),
+                (t, level_at(t)),
                 ha="right" if right_half else "left",
                 # failures below their marker, everything else above; close ones stacked
-                xytext=((-5 if right_half else 5), (-14 - 10 * stack) if marker == "X" else (5 + 10 * stack)),
+                xytext=((-5 if right_half else 5), (-14 - 11 * stack) if marker == "X" else (5 + 11 * stack)),
                 textcoords="offset points",
                 fontsize=8,
                 color=colour,
@@ -239,7 +289,8 @@ def write_timeline(report: Report, path: Path) -> str:
         ax.yaxis.set_major_locator(MultipleLocator(max(1, round(top / 4))))
         size = f"  (min {b['min_size']}, max {b['max_size']}{off_scale})" if b is not None else ""
         # the group's name above its panel: long ids (UUIDs, ASG ids) would squeeze a side label
-        ax.set_title(f"{group}{size}", loc="left", fontsize=9, pad=3)
+        name = b.get("name") if b is not None else None
+        ax.set_title(f"{name} ({group}){size}" if name else f"{group}{size}", loc="left", fontsize=9, pad=3)
         ax.set_ylabel("nodes", fontsize=8)
         ax.grid(axis="x", color="0.9")
     if shared:
@@ -256,7 +307,18 @@ def write_timeline(report: Report, path: Path) -> str:
     pend = axes[-1]
     pend.step(ts, tl.get("pending", []), where="post", color="tab:red")
     pend.fill_between(ts, tl.get("pending", []), step="post", color="tab:red", alpha=0.15)
-    pend.set_title("pending pods", loc="left", fontsize=9, pad=3)
+    for k, (t, label) in enumerate(workload_marks(tl.get("workloads", []), end)):
+        pend.axvline(t, color="0.3", linestyle="--", linewidth=0.8)
+        pend.annotate(
+            label,
+            (t, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -10 - 9 * (k % 3)),
+            textcoords="offset points",
+            fontsize=7,
+            color="0.3",
+        )
+    pend.set_title("pending pods (dashed: workloads start and end)", loc="left", fontsize=9, pad=3)
     pend.set_ylabel("pods", fontsize=8)
     pend.grid(axis="x", color="0.9")
     step = tick_step(end)
@@ -277,9 +339,13 @@ def write_timeline(report: Report, path: Path) -> str:
         for label, (m, c) in seen_kinds.items()
     ]
     start = report.start_time.strftime("%Y-%m-%d %H:%M UTC")
+    cost = report.cost
+    priced = f", estimated cost {cost['total']:.2f} {cost.get('unit', '')}".rstrip() if cost else ""
     # title and legend take a fixed band of 0.5 in at the top, above every panel
     fig.suptitle(
-        f"{report.scenario} (seed {report.seed}, {report.provider}), from {start}", fontsize=11, y=0.995
+        f"{report.scenario} (seed {report.seed}, {report.provider}), from {start}{priced}",
+        fontsize=11,
+        y=0.995,
     )
     if handles:
         fig.legend(

@@ -279,17 +279,27 @@ class StaticNode(_Strict):
 
 class NodeEvent(_Strict):
     """Something that happens to a registered node at `at` (or as soon as it registers after
-    that): it turns NotReady or Ready again, gets annotations or taints, or someone else (an
-    operator, a previous CA instance) starts deleting it through the cloud. Node names are
+    that): it turns NotReady or Ready again, gets annotations or taints, is drained, or someone
+    else (an operator, a previous CA instance) starts deleting it through the cloud. Node names are
     the ones the simulator gives registered machines (`general-0`, ...) or static node names."""
 
     at: Duration = 0.0
-    node: str = Field(min_length=1)
+    node: str = ""
+    #: instead of `node`: every node of this node group registered when the event is due
+    group: str = ""
     ready: bool | None = None
     annotations: dict[str, str] = Field(default_factory=dict)
     taints: list[NodeTaint] = Field(default_factory=list)
     remove_taints: list[str] = Field(default_factory=list)
     delete: bool = False
+    #: `kubectl drain`: cordon the node and evict its pods (DaemonSet pods stay)
+    drain: bool = False
+
+    @model_validator(mode="after")
+    def _one_target(self) -> NodeEvent:
+        if bool(self.node) == bool(self.group):
+            raise ValueError("give exactly one of 'node' and 'group'")
+        return self
 
 
 EXPANDERS = ("random", "most-pods", "least-waste", "least-nodes", "price", "priority")
@@ -340,6 +350,13 @@ class AutoscalerOptions(_Strict):
     scale_down_unready_enabled: bool = Field(True, alias="scale-down-unready-enabled")
     max_total_unready_percentage: float = Field(45.0, ge=0, le=100, alias="max-total-unready-percentage")
     ok_total_unready_count: int = Field(3, ge=0, alias="ok-total-unready-count")
+    #: the cluster-autoscaler release modelled (MAJOR.MINOR): behaviours that changed between
+    #: releases follow it (from 1.35, a group answering GetOptions has no node startup grace)
+    version: str = Field("1.34", pattern=r"^1\.\d+$", alias="version")
+
+    def release(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")
+        return int(major), int(minor)
 
     @field_validator("expander")
     @classmethod
@@ -405,6 +422,9 @@ class Scenario(_Strict):
     node_ready_delay: Duration = 0.0
     static_nodes: list[StaticNode] = Field(default_factory=list)
     node_events: list[NodeEvent] = Field(default_factory=list)
+    #: the currency or unit of the backend's PricingNodePrice answers, shown with the cost
+    #: (default: what the backend is known to price in, else "price units")
+    cost_unit: str = ""
 
     @model_validator(mode="after")
     def _checks(self) -> Scenario:

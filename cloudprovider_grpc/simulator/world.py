@@ -129,6 +129,7 @@ class World:
         self._owner: dict[int, _Controller] = {id(c.shape): c for c in self.controllers}
         self._fits = fit.StaticFitCache()
         self.completed = 0
+        self.waits: list[float] = []  # how long each bound pod was pending, in bind order
 
     # ---- controllers
     def _new_pod(self, c: _Controller, now: float) -> Pod:
@@ -231,6 +232,19 @@ class World:
                 recreated.append(self._new_pod(owner, now))
         return recreated
 
+    def evict(self, name: str, now: float) -> int:
+        """`kubectl drain`'s evictions: every pod but DaemonSet pods leaves the node; controller
+        pods are recreated pending, bare pods are gone. Returns how many pods left."""
+        node = self.nodes[name]
+        gone = 0
+        for pod in [p for p in node.pods.values() if not p.shape.is_daemonset]:
+            self._delete_pod(pod)
+            gone += 1
+            owner = self._owner.get(id(pod.shape))
+            if owner is not None and pod.shape.controlled and owner.workload.kind != "Job":
+                self._new_pod(owner, now)
+        return gone
+
     # ---- kube-scheduler
     def schedule(self, now: float) -> int:
         """Bind what fits; returns the number of pods bound."""
@@ -265,6 +279,7 @@ class World:
                 view.add_pod(best.name, pod.shape)
             best.bind(pod)
             pod.started = now
+            self.waits.append(now - pod.created)
             del self.pending[pod.name]
             bound += 1
         return bound

@@ -410,4 +410,4 @@ def test_marker_labels_merge_nodes_removed_together(reports):
 
     events = marker_events(reports("burst").decisions)
     assert (60.0, "scale-up", "+7") in events["general"]
-    assert (1500.0, "scale-down", "-7 (general-0 … general-6)") in events["general"]
+    assert (1500.0, "scale-down", "-7: general-0, general-1, general-2 +4 more") in events["general"]

@@ -26,19 +26,47 @@ from cloudprovider_grpc.protos import k8s_pb2
 from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
 from cloudprovider_grpc.simulator.engine.state import CREATING, DELETING, RUNNING, EngineState
 from cloudprovider_grpc.simulator.model import TO_BE_DELETED_TAINT, Node, NodeShape, Taint, node_name_for
+from cloudprovider_grpc.simulator.scenario import NodeEvent, NodeTaint
 
 INSTANCES_CACHE_REFRESH = 120.0  # node_instances_cache.go background refresh interval
 ERROR_CLASS = {1: "OutOfResource", 99: "OtherError"}
 MAX_NODE_STARTUP_TIME = 900.0  # clusterstate.go MaxNodeStartupTime
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # what a cordon adds
 
 
 class ClusterStatePhase(EngineState):
     """Listing, registration, readiness, templates and the cluster-state checks of one loop."""
 
     def _not_started(self, node: Node, t: float) -> bool:
-        """clusterstate.go updateReadinessStats: NotReady and registered less than
-        MaxNodeStartupTime (15m) ago."""
-        return not node.ready and t - node.registered < MAX_NODE_STARTUP_TIME
+        """clusterstate.go updateReadinessStats: NotReady and registered less than the group's
+        MaxNodeStartupTime ago."""
+        return not node.ready and t - node.registered < self._startup_time(node.group)
+
+    def _startup_time(self, gid: str) -> float:
+        """MaxNodeStartupTime of a group: 15m, except that from CA 1.35 a group whose GetOptions
+        answers gets 0, because the externalgrpc client never fills that field from the answer
+        (kubernetes/autoscaler#10245): its booting nodes count as unready at once."""
+        if not gid or self.o.release() < (1, 35):
+            return MAX_NODE_STARTUP_TIME
+        answers = self._answers_options.get(gid)
+        if answers is None:
+            try:
+                answers = self.client.options(gid, self._defaults()) is not None
+            except RpcError:
+                answers = False
+            self._answers_options[gid] = answers
+            if answers:
+                self.rec.line(
+                    f"Node group {gid} answers GetOptions: CA {self.o.version} reads its "
+                    "MaxNodeStartupTime as 0, so its booting nodes count as unready"
+                )
+                self.rec.decide(
+                    "startup-time-zero",
+                    group=gid,
+                    reason="GetOptions answers, and CA >= 1.35 takes MaxNodeStartupTime 0 from it",
+                    inputs={"version": self.o.version},
+                )
+        return 0.0 if answers else MAX_NODE_STARTUP_TIME
 
     def _readiness(self, t: float) -> None:
         """Kubelets turn Ready `node_ready_delay` after registering, unless an event decides."""
@@ -51,29 +79,45 @@ class ClusterStatePhase(EngineState):
                 self.rec.line(f"world: node {node.name} is {'Ready' if ready else 'NotReady'}")
 
     def _node_events(self, t: float) -> None:
-        """Apply the scenario's due node events to nodes that exist (later ones wait for theirs)."""
+        """Apply the scenario's due node events to nodes that exist (later ones wait for theirs);
+        a group event applies to every node of the group registered when it first finds one."""
         for i, ev in enumerate(self._events):
             if ev.at > t:
                 break
-            if i in self._events_done or ev.node not in self.world.nodes:
+            if i in self._events_done:
+                continue
+            if ev.group:
+                targets = [n for n in self.world.nodes.values() if n.group == ev.group]
+            else:
+                targets = [self.world.nodes[ev.node]] if ev.node in self.world.nodes else []
+            if not targets:
                 continue
             self._events_done.add(i)
-            node = self.world.nodes[ev.node]
-            if ev.ready is not None:
-                node.ready_override = ev.ready
-            if ev.annotations:
-                node.annotations.update(ev.annotations)
-                self.rec.line(f"world: node {node.name} annotated {dict(sorted(ev.annotations.items()))}")
-            if ev.taints or ev.remove_taints:
-                drop = set(ev.remove_taints) | {x.key for x in ev.taints}
-                kept = tuple(x for x in node.shape.taints if x.key not in drop)
-                added = tuple(Taint(x.key, x.value, x.effect) for x in ev.taints)
-                node.shape = dataclasses.replace(node.shape, taints=kept + added)
-                node.version += 1
-                node.to_be_deleted = any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints)
-                self.rec.line(f"world: node {node.name} taints now {[x.key for x in node.shape.taints]}")
-            if ev.delete:
-                self._outside_delete(node)
+            for node in targets:
+                self._node_event(ev, node, t)
+
+    def _node_event(self, ev: NodeEvent, node: Node, t: float) -> None:
+        if ev.ready is not None:
+            node.ready_override = ev.ready
+        if ev.annotations:
+            node.annotations.update(ev.annotations)
+            self.rec.line(f"world: node {node.name} annotated {dict(sorted(ev.annotations.items()))}")
+        taints = list(ev.taints)
+        if ev.drain:
+            taints.append(NodeTaint(key=UNSCHEDULABLE_TAINT, effect="NoSchedule"))
+        if taints or ev.remove_taints:
+            drop = set(ev.remove_taints) | {x.key for x in taints}
+            kept = tuple(x for x in node.shape.taints if x.key not in drop)
+            added = tuple(Taint(x.key, x.value, x.effect) for x in taints)
+            node.shape = dataclasses.replace(node.shape, taints=kept + added)
+            node.version += 1
+            node.to_be_deleted = any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints)
+            self.rec.line(f"world: node {node.name} taints now {[x.key for x in node.shape.taints]}")
+        if ev.drain:
+            gone = self.world.evict(node.name, t)
+            self.rec.line(f"world: node {node.name} drained ({gone} pods evicted)")
+        if ev.delete:
+            self._outside_delete(node)
 
     def _outside_delete(self, node: Node) -> None:
         """Someone else (an operator, a CA that died mid-deletion) deletes the node's machine through
@@ -121,7 +165,11 @@ class ClusterStatePhase(EngineState):
         if healthy != self._healthy:
             self._healthy = healthy
             if not healthy:
-                self.rec.line("Cluster is not ready for autoscaling")
+                self.rec.line(
+                    f"Cluster is not ready for autoscaling: {unready} unready nodes "
+                    f"(ok-total-unready-count {self.o.ok_total_unready_count}, "
+                    f"max-total-unready-percentage {self.o.max_total_unready_percentage:g})"
+                )
                 self.rec.decide(
                     "cluster-unhealthy",
                     reason=f"{unready} of {len(self.world.nodes)} nodes unready",

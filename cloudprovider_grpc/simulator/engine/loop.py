@@ -15,6 +15,8 @@ Known simplifications: see README "Not modelled".
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -24,6 +26,51 @@ from cloudprovider_grpc.simulator.engine.cluster_state import ClusterStatePhase
 from cloudprovider_grpc.simulator.engine.scale_down import ScaleDownPhase
 from cloudprovider_grpc.simulator.engine.scale_up import ScaleUpPhase
 from cloudprovider_grpc.simulator.report import Report
+
+_NAMED = re.compile(r"\b(?:pool|nodepool|group)\s+([^\s(),]+)")
+
+
+def display_name(gid: str, debug: str) -> str:
+    """The name a person knows a group by, where the cloud has one: clouds whose group ids are
+    UUIDs (VKE pools, SKS nodepools, Instance Pools) name the group in NodeGroup.debug
+    ("vultr pool general (…)"); otherwise the id is the name."""
+    if debug and " " not in debug.strip():
+        return debug.strip()
+    m = _NAMED.search(debug or "")
+    return m.group(1) if m else gid
+
+
+#: what a backend's PricingNodePrice is in, when its cloud's price list says (Vultr: USD per plan)
+KNOWN_UNITS = {"vultr": "USD"}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: every figure is one a pod really had)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def pending_stats(waits: list[float]) -> dict[str, float | int]:
+    """How long pods waited between creation and binding; pods still pending at the end count
+    with their wait so far."""
+    if not waits:
+        return {"pods": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    return {
+        "pods": len(waits),
+        "p50": round(percentile(waits, 50), 3),
+        "p99": round(percentile(waits, 99), 3),
+        "max": round(max(waits), 3),
+    }
+
+
+def node_hours(tl: dict[str, Any]) -> float:
+    """Group nodes times time, from the timeline: each sample holds until the next one."""
+    ts = tl["t"]
+    total = 0.0
+    for series in tl["nodes"].values():
+        for i in range(len(ts) - 1):
+            total += series[i] * (ts[i + 1] - ts[i])
+    return round(total / 3600.0, 4)
 
 
 class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
@@ -59,6 +106,9 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
         self._group_ids = [g.id for g in groups]
         for g in groups:
             self._bounds[g.id] = {"min_size": g.min_size, "max_size": g.max_size}
+            name = display_name(g.id, g.debug)
+            if name != g.id:
+                self._bounds[g.id]["name"] = name
         # CA reads these to recognise GPU nodes; its client caches them after the first success
         self.client.gpu_label()
         self.client.gpu_types()
@@ -116,6 +166,9 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
             series.append(counts.get(gid, 0))
             target = tl["target"].setdefault(gid, [None] * (cols - 1))
             target.append(self._seen_targets.get(gid))
+        unready = Counter(node.group for node in self.world.nodes.values() if not node.ready)
+        for gid in tl["nodes"]:
+            tl.setdefault("unready", {}).setdefault(gid, [0] * (cols - 1)).append(unready.get(gid, 0))
         tl["pending"].append(len(self.world.pending))
         tl["groups"] = {gid: dict(b) for gid, b in sorted(self._bounds.items())}
 
@@ -128,6 +181,7 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
             "total": round(sum(self.costs.values()), 6),
             "per_group": {k: round(v, 6) for k, v in sorted(self.costs.items())},
             "basis": "PricingNodePrice over each node's registered lifetime",
+            "unit": self.s.cost_unit or KNOWN_UNITS.get(self.provider, "price units"),
         }
 
     def _report(self) -> Report:
@@ -136,9 +190,8 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
         for i, ev in enumerate(self._events):
             if i not in self._events_done and ev.at <= end:
                 # a typo in a node name must not pass silently as "nothing happened"
-                self.rec.line(
-                    f"node event for {ev.node} at {self.rec.stamp(ev.at)} never applied: no such node"
-                )
+                what = ev.node or f"group {ev.group}"
+                self.rec.line(f"node event for {what} at {self.rec.stamp(ev.at)} never applied: no such node")
         decisions = self.rec.decisions
         kinds = Counter(d.kind for d in decisions)
         summary = {
@@ -150,8 +203,26 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
             "max_pending_pods": max(self.tl["pending"], default=0),
             "final_nodes": {g: s[-1] for g, s in sorted(self.tl["nodes"].items()) if s},
             "jobs_completed": self.world.completed,
+            "pod_pending_seconds": pending_stats(
+                [*self.world.waits, *(end - p.created for p in self.world.pending.values())]
+            ),
+            "node_hours": node_hours(self.tl),
         }
+        self.tl["workloads"] = [
+            {"name": w.name, "start": w.start, "end": w.end, "kind": w.kind} for w in self.s.workloads
+        ]
+        notes = []
+        zero = sorted(d.group for d in decisions if d.kind == "startup-time-zero")
+        if zero:
+            notes.append(
+                f"CA {self.o.version} with node groups that answer GetOptions ({', '.join(zero)}): "
+                "MaxNodeStartupTime is 0 for them, so a booting node counts as unready at once and "
+                "enough of them stop autoscaling (max-total-unready-percentage "
+                f"{self.o.max_total_unready_percentage:g}%, ok-total-unready-count "
+                f"{self.o.ok_total_unready_count})"
+            )
         return Report(
+            notes=notes,
             scenario=self.s.name,
             seed=self.seed,
             provider=self.provider,

@@ -100,7 +100,7 @@ class EngineState:
         self._last_cooldown = ""
         self._skip_logged: set[tuple[str, str]] = set()
         self._group_ids: list[str] = []
-        self._bounds: dict[str, dict[str, int]] = {}
+        self._bounds: dict[str, dict[str, Any]] = {}
         self._seen_targets: dict[str, int] = {}  # target sizes as CA last knew them, for the timeline
         self._unknown_overrides: set[str] = set()
         self._kubelet_listing: dict[
@@ -110,6 +110,7 @@ class EngineState:
         self._events_done: set[int] = set()
         self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
         self._healthy = True
+        self._answers_options: dict[str, bool] = {}  # per group, asked once (for the startup time)
         self._options_seen: dict[str, GroupOptions] = {}  # the last NodeGroupGetOptions answer per group
         self._interpod = any(c.shape.interpod for c in self.world.controllers)
         for sn in scenario.static_nodes:
