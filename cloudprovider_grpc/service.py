@@ -47,7 +47,7 @@ V = TypeVar("V")
 class _Timer:
     """Pre-resolved metric tallies per (method, code): label lookups are the costliest part of
     recording a metric, and these RPCs must stay well under a millisecond. Keyed by the status enum
-    itself: reading `code.name` on every call cost more than the dictionary lookup (issue 17)."""
+    itself: reading `code.name` on every call cost more than the dictionary lookup."""
 
     def __init__(self) -> None:
         self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
@@ -88,7 +88,7 @@ class Prebuilt:
     object every time.
 
     Why: CA asks NodeGroupGetOptions, NodeGroupForNode and NodeGroupTargetSize per node, several
-    times a loop (issue 17: ~5,000 calls per loop at 1,000 nodes); building and encoding the answer
+    times a loop (~5,000 calls per loop at 1,000 nodes); building and encoding the answer
     was most of our own per-call work (GetOptions: 34 us in-process, of which converting and encoding
     the options was ~27 us)."""
 
@@ -219,7 +219,7 @@ def _rpc(fn: Callable[..., R]) -> Callable[..., R]:
     return wrapper
 
 
-#: the RPCs CA asks per node, which the compiled front answers from its cache (issue 17)
+#: the RPCs CA asks per node, which the compiled front answers from its cache
 CACHEABLE = ("NodeGroupGetOptions", "NodeGroupForNode", "NodeGroupTargetSize")
 #: the trailer carrying the provider's state version to the front (stripped there, never seen by CA)
 VERSION_TRAILER = "cpg-state-version"

@@ -1,4 +1,4 @@
-"""The compiled front (cloudprovider_grpc/front, issue 17) over real sockets: cached answers follow
+"""The compiled front (cloudprovider_grpc/front) over real sockets: cached answers follow
 every state change, a serial caller never reads older state than a previous call showed, malformed
 bodies still reach Python, each call is counted once, shutdown and kill -9 behave, and the
 `--front` modes select the path that serves.

@@ -1,5 +1,5 @@
 """Request bodies that do not parse: every RPC answers INVALID_ARGUMENT with one line, logs at most
-one rate-limited warning, and never a traceback (issue 14, item 1). Over a real loopback port."""
+one rate-limited warning, and never a traceback. Over a real loopback port."""
 
 from __future__ import annotations
 

@@ -209,7 +209,7 @@ class EmulatorServer:
         )
         self._thread.start()
         # debug: `emulate` prints its own listening line on stdout, and `serve --emulate` names the
-        # emulator in its serving line; two lines for one event confused users (issue 14)
+        # emulator in its serving line; two lines for one event confused users
         log.debug("%s emulator listening on %s", self.name, self.base_url)
         return self
 

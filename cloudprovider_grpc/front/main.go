@@ -3,7 +3,7 @@
 // NodeGroupTargetSize) from a cache of the Python server's own answers, valid for one state version
 // of the provider; every other call is relayed to the Python server on a private unix socket.
 //
-// Why (issue 17): CA calls those three RPCs about 5,000 times a loop at 1,000 nodes, serially, and on
+// Why: CA calls those three RPCs about 5,000 times a loop at 1,000 nodes, serially, and on
 // a node CA shares with us the server's CPU per call is loop time. grpcio alone costs 200-430 us of
 // CPU per call on the development VM, a canned-reply grpc-go server 70-145 us; our Python handlers
 // cost 3-21 us of that. No change on the Python side could come near grpc-go's floor, so the calls

@@ -1,4 +1,4 @@
-"""SIGTERM (issue 14, item 8): the grace period bounds the exit even with handler threads blocked on
+"""SIGTERM: the grace period bounds the exit even with handler threads blocked on
 the cloud or an open health Watch stream, and no RPC in transit at the signal ends CANCELLED: the
 ones admitted finish, later ones are answered UNAVAILABLE without being executed.
 

@@ -328,7 +328,7 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
     for spec in ctx.nodes:
         bounds[spec.name] = (spec.min_size, spec.max_size, "--nodes")
     if ctx.emulate:
-        # a demo that needs nothing else: `serve --provider cherry --emulate` (issue 14, item 9)
+        # a demo that needs nothing else: `serve --provider cherry --emulate`
         base = _Raw(
             {**{k: ([v], f"--emulate default {k}") for k, v in EMULATE_DEFAULTS.items()}, **base.values}
         )
