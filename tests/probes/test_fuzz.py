@@ -1,4 +1,5 @@
-"""Fuzzing all 15 RPCs, health and reflection over a real port: no UNKNOWN or INTERNAL, no traceback text in answers or logs,
+"""Fuzzing all 15 RPCs, health and reflection over a real port: no UNKNOWN or INTERNAL, no traceback
+text in answers or logs,
 no state change, flat memory.
 
 The suite sends a few thousand requests per backend; benchmarks/robustness.py sends 100,000. A leak
