@@ -254,8 +254,11 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
 class group_source:
     """A CAClient on a running server, or on an in-process backend, for reading node groups."""
 
-    def __init__(self, server: str | None, provider: str | None, emulate: bool) -> None:
+    def __init__(
+        self, server: str | None, provider: str | None, emulate: bool, options: dict[str, Any] | None = None
+    ) -> None:
         self.server, self.provider, self.emulate = server, provider, emulate
+        self.options = dict(options or {})
         self._close: list[Any] = []
 
     def __enter__(self) -> Any:
@@ -271,7 +274,9 @@ class group_source:
         from cloudprovider_grpc.simulator.clock import VirtualClock
 
         clock = VirtualClock(datetime(2026, 1, 1, tzinfo=UTC))
-        ctx = ProviderContext(options={}, clock=clock.now, inline_workers=True, emulate=self.emulate)
+        ctx = ProviderContext(
+            options=self.options, clock=clock.now, inline_workers=True, emulate=self.emulate
+        )
         cloud = build_provider(str(self.provider), ctx)
         cloud.start()
         self._close.append(lambda: cloud.stop(timeout=1.0))
