@@ -146,7 +146,8 @@ class ObjectConverter:
         if ann:
             w["annotations"] = ann
         labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != "pod-template-hash"}
-        w["labels"] = labels or {"app": "none"}
+        if labels:  # without labels the scenario's default ({app: <name>}) applies
+            w["labels"] = labels
         volumes = [v for v in spec.get("volumes") or [] if isinstance(v, Mapping)]
         if any("emptyDir" in v and (v["emptyDir"] or {}).get("medium") != "Memory" for v in volumes):
             w["local_storage"] = True
@@ -275,7 +276,7 @@ class ObjectConverter:
                     "the first is used"
                 )
             entry: dict[str, Any] = {"name": wname, "kind": scenario_kind, "replicas": len(pods), **w}
-            pdb = self._pdb(pdbs, ns, w["labels"], len(pods), where)
+            pdb = self._pdb(pdbs, ns, w.get("labels", {}), len(pods), where)
             if pdb is not None:
                 entry["pdb"] = pdb
             out.append(entry)
