@@ -2,7 +2,10 @@
 #
 # Container image for cloudprovider-grpc: the external gRPC cloud provider for cluster-autoscaler.
 #
-#   docker build -t cloudprovider-grpc:0.1.0 .
+#   docker build -t ghcr.io/cloudprovider-grpc/cloudprovider-grpc:0.1.0 .
+#
+# Released images are built from this file by .github/workflows/release.yml for linux/amd64 and
+# linux/arm64, with VERSION and REVISION passed as build arguments.
 #
 # Three stages: the first builds a virtualenv with the package installed exactly as the README's
 # setup command does (`pip install .`); the second builds the compiled front with Go; the last copies
@@ -15,8 +18,8 @@
 # port's /healthz (see manifests/), and a Docker HEALTHCHECK would only run a second prober.
 
 ARG PYTHON_IMAGE=python:3.11.17-slim-bookworm
-# The compiled front (cloudprovider_grpc/front) is built with Go in its own stage; only the
-# static binary reaches the image.
+# The compiled front (cloudprovider_grpc/front) is built with Go in its own stage; only the static
+# binary reaches the image.
 ARG GO_IMAGE=golang:1.26.8-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -29,8 +32,8 @@ WORKDIR /src
 RUN python -m venv /opt/venv
 
 # Only what `pip install .` needs: the build config, the README it declares as long description,
-# and the package itself (generated protobuf code and package data included).
-COPY pyproject.toml README.md ./
+# the LICENSE the wheel carries, and the package (generated protobuf code and package data included).
+COPY pyproject.toml README.md LICENSE ./
 COPY cloudprovider_grpc ./cloudprovider_grpc
 
 # Same package spec as the README's setup command 1; tests/test_deploy.py keeps the two in step.

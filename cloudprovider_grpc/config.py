@@ -126,12 +126,22 @@ class LeaderElection(BaseModel):
     kubeconfig: Path | None = None
     #: how often a standby lists the cloud to stay warm (read only)
     standby_refresh: float = 30.0
+    #: at a hand-over, how long the old leader still answers reads after its successor answers:
+    #: the time a Service needs to see the new leader ready (one readiness-probe period)
+    handover_linger: float = 2.0
 
-    @field_validator("lease_duration", "renew_deadline", "retry_period", "standby_refresh", mode="before")
+    @field_validator(
+        "lease_duration",
+        "renew_deadline",
+        "retry_period",
+        "standby_refresh",
+        "handover_linger",
+        mode="before",
+    )
     @classmethod
-    def _duration(cls, v: Any) -> float:
+    def _duration(cls, v: Any, info: Any) -> float:
         seconds = parse_duration(v)
-        if seconds <= 0:
+        if seconds < 0 or (seconds == 0 and info.field_name != "handover_linger"):
             raise ValueError("must be positive")
         return seconds
 

@@ -60,3 +60,27 @@ class ConfigError(Exception):
         super().__init__(f"invalid configuration: {key}: {problem}")
         self.key = key
         self.problem = problem
+
+
+class ServerStartError(Exception):
+    """The server could not start (port in use, unreadable certificates); importable from
+    cloudprovider_grpc.server as well."""
+
+
+class ConfigErrors(ConfigError):
+    """Several independent problems found in one pass, reported together in one line, so a first
+    run is not a loop of fixing one setting and being told about the next."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        listed = "; ".join(f"{p.key}: {p.problem}" for p in problems)
+        super().__init__(problems[0].key, f"{len(problems)} problems: {listed}")
+        self.problems = problems
+        self.args = (f"invalid configuration: {len(problems)} problems: {listed}",)
+
+
+def raise_all(problems: list[ConfigError]) -> None:
+    """Raise the one problem found, or all of them together; nothing when the list is empty."""
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ConfigErrors(problems)

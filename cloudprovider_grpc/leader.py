@@ -73,14 +73,22 @@ class LeaderGate(WriteGate):
         self._lock = threading.Lock()
         self._renewed_at: float | None = None  # clock at the start of the last successful renewal
         self._ended = False
+        self._answering = False  # taken over: write RPCs may be recorded
         self.term = -1
         self.holder = ""  # the current leader's identity, as last seen (for messages)
+        self.handing_over = False
         self._refusals_logged: set[int] = set()
 
     # ---- the elector's side
     def begin(self, term: int, started: float) -> None:
         with self._lock:
             self.term, self._renewed_at, self._ended = term, started, False
+
+    def answer(self, answering: bool) -> None:
+        """Write RPCs are recorded only once the takeover (journal, listing) is done: one recorded
+        before would be saved over the journal the previous leader left."""
+        with self._lock:
+            self._answering = answering
 
     def renewed(self, started: float) -> None:
         with self._lock:
@@ -91,6 +99,7 @@ class LeaderGate(WriteGate):
         """The term is over for good: nothing is written on it again."""
         with self._lock:
             self._ended = True
+            self._answering = False
 
     def valid(self) -> bool:
         with self._lock:
@@ -117,7 +126,15 @@ class LeaderGate(WriteGate):
 
     # ---- the machinery's side
     def admit(self, write: Write) -> None:
-        if not self.valid():
+        with self._lock:
+            answering = self._answering and self._valid()
+            handing_over = self.handing_over
+        if handing_over:
+            raise Unavailable(
+                "this replica is handing the leadership over to the next leader (shutting down); "
+                "nothing was recorded: call again"
+            )
+        if not answering:
             leader = f" (the leader is {self.holder})" if self.holder else ""
             raise Unavailable(
                 f"this replica is not the leader{leader}; nothing was recorded: call the leader's Service"
@@ -245,6 +262,8 @@ class Elector:
         self._clock = clock
         self._observed: _Observed | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the Lease changed (seen by the watch), or stopping
+        self._observed_lock = threading.Lock()
         self._handing_over = threading.Event()
         self._thread: threading.Thread | None = None
         self._provider: Any = None
@@ -275,6 +294,7 @@ class Elector:
         )
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
@@ -299,8 +319,60 @@ class Elector:
                 self._became_leader(started)
             else:
                 self._stay_warm()
-            period = self.settings.retry_period
-            self._stop.wait(period if self.gate.valid() else period * (1 + JITTER * self._rng.random()))
+            self._pause()
+
+    def _pause(self) -> None:
+        """The leader renews every retry period. A candidate tries again after a jittered retry
+        period, at the moment the Lease it watches expires if that comes first, or at once when the
+        watch sees the Lease change (a release)."""
+        period = self.settings.retry_period
+        if self.gate.term >= 0:
+            self._stop.wait(period)
+            return
+        timeout = period * (1 + JITTER * self._rng.random())
+        with self._observed_lock:
+            observed = self._observed
+        if observed is not None and observed.holder:
+            timeout = min(timeout, max(0.0, observed.at + observed.duration - self._clock()) + 0.01)
+        self._wake.wait(timeout)
+        self._wake.clear()
+
+    def _watch(self) -> None:
+        """Watch the Lease, so that a candidate notes each renewal the moment it happens (its
+        expiry then counts from the true renewal, not from the next poll) and takes a released
+        Lease at once. Without the right to watch, polling every retry period alone works too."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self.lock.api.list_namespaced_lease,
+                    self.lock.namespace,
+                    field_selector=f"metadata.name={self.lock.name}",
+                    timeout_seconds=60,
+                    _request_timeout=75,
+                ):
+                    if self._stop.is_set():
+                        stream.stop()
+                        return
+                    spec = getattr(event.get("object"), "spec", None)
+                    if spec is not None:
+                        self._remember(spec, self._clock())
+                    self._wake.set()
+            except ApiException as exc:
+                if exc.status in (401, 403, 404, 405):
+                    log.info(
+                        "leader election: cannot watch Lease %s/%s (%s); polling every retry period",
+                        self.lock.namespace,
+                        self.lock.name,
+                        _api_problem(exc),
+                    )
+                    return
+                self._stop.wait(self.settings.retry_period)
+            except Exception:  # the connection dropped: watch again after a pause
+                self._stop.wait(self.settings.retry_period)
 
     def _try_acquire_or_renew(self, started: float) -> bool:
         from kubernetes import client
@@ -326,8 +398,8 @@ class Elector:
         self.gate.holder = holder
         if holder and holder != self.identity and self._clock() < observed.at + observed.duration:
             return False  # held by another, and not expired by our clock
-        if self._handing_over.is_set():
-            return False
+        if self._handing_over.is_set() or (self.gate.term >= 0 and not self.gate.valid()):
+            return False  # handing over, or a term that is over: never write the Lease again
         if holder == self.identity and self.gate.valid():
             spec.renew_time = now
         else:  # take it: free, released, or expired
@@ -342,9 +414,10 @@ class Elector:
 
     def _remember(self, spec: Any, at: float) -> None:
         record = (spec.holder_identity or "", spec.renew_time, spec.lease_transitions or 0)
-        old = self._observed
-        if old is None or (old.holder, old.renew_time, old.transitions) != record:
-            self._observed = _Observed(*record, float(spec.lease_duration_seconds or 0), at)
+        with self._observed_lock:
+            old = self._observed
+            if old is None or (old.holder, old.renew_time, old.transitions) != record:
+                self._observed = _Observed(*record, float(spec.lease_duration_seconds or 0), at)
 
     def _became_leader(self, started: float) -> None:
         term = self._observed.transitions if self._observed is not None else 0
@@ -372,6 +445,7 @@ class Elector:
                 continue
             if not self.gate.valid():
                 return
+            self.gate.answer(True)
             self._ready = True
             self._on_leading(True)
             log.info("leader election: %s answers as the leader (term %d)", self.identity, term)
@@ -419,10 +493,12 @@ class Elector:
         """At shutdown: stop writing, let the writes in flight finish, release the Lease, and wait
         (until the monotonic `deadline`) for a successor to answer. A standby just stops."""
         self._handing_over.set()
+        self.gate.handing_over = True
         was_leader = self.gate.valid()
         term = self.gate.term
         self.gate.end()
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(max(0.0, min(deadline - self._clock(), self.lock.timeout * 2)))
         if not was_leader:
@@ -481,6 +557,9 @@ class Elector:
                 and spec.renew_time != spec.acquire_time
             ):
                 log.info("leader election: %s answers as the leader now", spec.holder_identity)
+                # reads are still answered here while a Service moves its endpoint to the successor
+                linger = min(self.settings.handover_linger, max(0.0, deadline - self._clock()))
+                time.sleep(linger)
                 return
             time.sleep(0.05)
         log.warning("leader election: no successor answered within the grace period")

@@ -7,16 +7,22 @@ values never contain secrets: backends, operation names, status codes and group 
 from __future__ import annotations
 
 import bisect
+import platform
 import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
+import google.protobuf
 import grpc
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info, disable_created_metrics
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
+
+from cloudprovider_grpc import __version__
+
+# A `*_created` series per labelled child doubles the exposition and tells an operator nothing a
+# restart (process_start_time_seconds) does not.
+disable_created_metrics()
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1, 2.5, 5)
 
@@ -29,14 +35,13 @@ RPC_LATENCY_HELP = "Time spent handling externalgrpc RPCs, by method and gRPC st
 class _Tally:
     """Count, sum and per-bucket counts (not cumulative; +Inf last) of one (method, code)."""
 
-    __slots__ = ("buckets", "count", "created", "lock", "total")
+    __slots__ = ("buckets", "count", "lock", "total")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.count = 0
         self.total = 0.0
         self.buckets = [0] * (len(_LATENCY_BUCKETS) + 1)
-        self.created = time.time()
 
     def observe(self, seconds: float) -> None:
         # bisect_left: a duration equal to a bound falls in that bound's bucket (le = "<=")
@@ -95,20 +100,19 @@ class RpcMetrics:
         with self._lock:
             self._sources = [s for s in self._sources if s is not source]
 
-    def _snapshot(self) -> dict[tuple[str, str], tuple[int, float, list[int], float]]:
+    def _snapshot(self) -> dict[tuple[str, str], tuple[int, float, list[int]]]:
         with self._lock:
             tallies, sources = list(self._tallies.items()), list(self._sources)
-        merged: dict[tuple[str, str], tuple[int, float, list[int], float]] = {}
+        merged: dict[tuple[str, str], tuple[int, float, list[int]]] = {}
         for key, t in tallies:
             with t.lock:
-                merged[key] = (t.count, t.total, list(t.buckets), t.created)
-        now = time.time()
+                merged[key] = (t.count, t.total, list(t.buckets))
         for source in sources:
             for method, code, count, total, buckets in source.read():
                 key = (method, code.name)
-                c0, s0, b0, created = merged.get(key, (0, 0.0, [0] * len(buckets), now))
+                c0, s0, b0 = merged.get(key, (0, 0.0, [0] * len(buckets)))
                 summed = [a + b for a, b in zip(b0, buckets, strict=True)]
-                merged[key] = (c0 + count, s0 + total, summed, created)
+                merged[key] = (c0 + count, s0 + total, summed)
         return merged
 
     def collect(self) -> Iterator[Metric]:
@@ -116,16 +120,13 @@ class RpcMetrics:
         requests = CounterMetricFamily(RPC_REQUESTS_NAME, RPC_REQUESTS_HELP, labels=["method", "code"])
         latency = HistogramMetricFamily(RPC_LATENCY_NAME, RPC_LATENCY_HELP, labels=["method", "code"])
         bounds = [*(floatToGoString(b) for b in _LATENCY_BUCKETS), "+Inf"]
-        for (method, code), (count, total, buckets, created) in sorted(data.items()):
-            requests.add_metric([method, code], count, created=created)
+        for (method, code), (count, total, buckets) in sorted(data.items()):
+            requests.add_metric([method, code], count)
             cumulative, running = [], 0
             for bound, n in zip(bounds, buckets, strict=True):
                 running += n
                 cumulative.append((bound, float(running)))
             latency.add_metric([method, code], cumulative, total)
-            latency.samples.append(
-                Sample(RPC_LATENCY_NAME + "_created", {"method": method, "code": code}, created)
-            )
         yield requests
         yield latency
 
@@ -148,10 +149,19 @@ GROUP_TARGET_SIZE = Gauge(
     "Target size of each node group as reported to cluster-autoscaler.",
     ["backend", "group"],
 )
-GROUP_REGISTERED_SIZE = Gauge(
-    "cloudprovider_grpc_node_group_registered_size",
-    "Machines the cloud holds for each node group (running or booting).",
+# Named for what the server can see: the cloud's machines, booting or running. Whether they joined
+# Kubernetes as nodes only CA knows (it compares its target with the registered nodes).
+GROUP_MACHINES = Gauge(
+    "cloudprovider_grpc_node_group_machines",
+    "Machines the cloud lists for each node group, booting or running (registered as nodes or not).",
     ["backend", "group"],
+)
+# The join key from a group's id (a UUID on Vultr and Exoscale) to the name the cloud shows for it:
+# `* on (backend, group) group_left (name) cloudprovider_grpc_node_group_info`.
+GROUP_INFO = Gauge(
+    "cloudprovider_grpc_node_group_info",
+    "Always 1: each node group's id and the cloud's name for it (a pool label), to join on.",
+    ["backend", "group", "name"],
 )
 OPERATIONS = Counter(
     "cloudprovider_grpc_machine_operations_total",
@@ -167,4 +177,16 @@ SIZE_PUSHES = Counter(
     "cloudprovider_grpc_pool_size_pushes_total",
     "Absolute size changes sent to cloud-owned pools, by backend, group and result.",
     ["backend", "group", "result"],
+)
+BUILD_INFO = Info(
+    "cloudprovider_grpc_build",
+    "The running version: cloudprovider-grpc, Python, grpcio and protobuf (value 1).",
+)
+BUILD_INFO.info(
+    {
+        "version": __version__,
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "protobuf": google.protobuf.__version__,
+    }
 )

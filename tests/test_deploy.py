@@ -33,7 +33,6 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from cloudprovider_grpc import __version__
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.registry import BACKENDS as REGISTERED_BACKENDS
@@ -82,6 +82,7 @@ from tests.deploy_support.tools import (
     helm_template,
     helm_template_error,
     kustomize_build,
+    parse_stream,
     run,
     tool,
 )
@@ -158,7 +159,12 @@ Objects = list[dict[str, Any]]
 
 
 def project_version() -> str:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    """The one version (cloudprovider_grpc/__init__.py) the package, image and chart share."""
+    return __version__
+
+
+#: Where the release workflow pushes the image; every layout defaults to it.
+IMAGE = "ghcr.io/cloudprovider-grpc/cloudprovider-grpc"
 
 
 @functools.cache
@@ -197,6 +203,22 @@ def our_args(objects: Objects) -> list[str]:
     args = list(container(our_workload(objects), OUR_CONTAINER).get("args") or [])
     assert args[0] == "serve", "the container must run `serve` (the image's CMD, spelled out)"
     return args[1:]
+
+
+def leader_elected(objects: Objects) -> bool:
+    """Whether our server runs `--leader-elect` (a flag, or the setting's environment variable)."""
+    ours = container(our_workload(objects), OUR_CONTAINER)
+    env = {v["name"]: v.get("value") for v in ours.get("env") or []}
+    return (
+        "--leader-elect" in our_args(objects) or env.get("CLOUDPROVIDER_GRPC_LEADER_ELECT__ENABLED") == "true"
+    )
+
+
+def lease_name(objects: Objects) -> str:
+    ours = container(our_workload(objects), OUR_CONTAINER)
+    env = {v["name"]: v.get("value") for v in ours.get("env") or []}
+    name = flag_value(our_args(objects), "--leader-elect-resource-name")
+    return name or env.get("CLOUDPROVIDER_GRPC_LEADER_ELECT__RESOURCE_NAME") or "cloudprovider-grpc"
 
 
 def ca_cloud_config(objects: Objects) -> tuple[ContainerView, dict[str, Any], str]:
@@ -544,7 +566,7 @@ def test_images_are_pinned(layout: str) -> None:
     assert m, f"cluster-autoscaler image must be a pinned upstream release, got {ca['image']}"
     assert (int(m.group(1)), int(m.group(2))) >= FIRST_EXTERNALGRPC_CA
     ours = container(our_workload(objects), OUR_CONTAINER)
-    assert ours["image"] == f"cloudprovider-grpc:{project_version()}"
+    assert ours["image"] == f"{IMAGE}:{project_version()}"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -697,7 +719,8 @@ def test_pods_are_locked_down(layout: str) -> None:
                 assert {"cpu", "memory"} <= set(c["resources"][kind]), where
             assert c.get("imagePullPolicy") == "IfNotPresent", where
         if any(c["name"] == OUR_CONTAINER for c in pod_containers(workload)) and layout in STANDALONES:
-            assert pod.get("automountServiceAccountToken") is False, "our server never calls the API"
+            # the token is mounted only for the leader-election Lease
+            assert pod.get("automountServiceAccountToken") is leader_elected(rendered(layout))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -784,6 +807,14 @@ def test_our_chart_lints_strictly() -> None:
         run([tool(HELM), "lint", "--strict", OUR_CHART, "--values", values])
 
 
+def test_our_chart_renders_with_helms_own_default_cluster_version() -> None:
+    """`helm template` exactly as the docs print it, without --kube-version: a helm built with `go
+    install` (no release ldflags) assumes Kubernetes v1.20 and must still render the chart."""
+    out = run([tool(HELM), "template", OUR_RELEASE, OUR_CHART, "--namespace", NAMESPACE])
+    kinds = {doc["kind"] for doc in parse_stream(out)}
+    assert {"Deployment", "Service", "NetworkPolicy"} <= kinds, kinds
+
+
 def test_our_chart_values_schema_accepts_the_defaults() -> None:
     schema = json.loads((OUR_CHART / "values.schema.json").read_text())
     jsonschema.Draft7Validator.check_schema(schema)
@@ -817,7 +848,7 @@ def test_our_chart_readme_documents_every_value() -> None:
         ("tls.certManager.duration=90d", "duration"),
         ("backends.cherry.env[0].secret=Not_A_Name", "secret"),
         ("networkPolicy.enabled=maybe", "enabled"),
-        ("replicas=2", "replicas"),
+        ("replicas=0", "replicas"),
         ("logLevel=verbose", "logLevel"),
         ("image.digest=sha256:abc", "digest"),
     ],
@@ -879,6 +910,68 @@ def test_our_chart_release_name_follows_through() -> None:
     )
     assert "edge-cloudprovider-grpc.autoscaling.svc" in server["spec"]["dnsNames"]
     assert all(o["metadata"].get("namespace") in (None, "autoscaling") for o in objects)
+
+
+# ---------------------------------------------------------------------------------------------
+# High availability: the standalone layouts run two replicas, one leader on a Lease
+
+
+@pytest.mark.parametrize("layout", STANDALONES)
+def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
+    objects = rendered(layout)
+    workload = our_workload(objects)
+    spec, pod = workload["spec"], pod_spec(workload) or {}
+    assert spec["replicas"] == 2 and leader_elected(objects)
+    # an upgrade starts the new pod first: the old leader hands over to it
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    ours = container(workload, OUR_CONTAINER)
+    assert ours["readinessProbe"]["httpGet"]["path"] == "/readyz"  # only the leader is ready
+    identity = {v["name"]: v.get("valueFrom") for v in ours["env"]}["POD_NAME"]
+    assert identity == {"fieldRef": {"fieldPath": "metadata.name"}}
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    labels = spec["template"]["metadata"]["labels"]
+    assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    (pdb,) = [
+        o
+        for o in objects
+        if o["kind"] == "PodDisruptionBudget"
+        and o["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # RBAC: the pod's ServiceAccount may get, update and watch its one Lease, and create it
+    account = pod["serviceAccountName"]
+    bound = {
+        b["roleRef"]["name"]
+        for b in objects
+        if b["kind"] == "RoleBinding"
+        and any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"])
+    }
+    rules = [r for o in objects if o["kind"] == "Role" and o["metadata"]["name"] in bound for r in o["rules"]]
+    assert sorted((r["verbs"], r.get("resourceNames")) for r in rules) == [
+        (["create"], None),
+        (["get", "update", "watch"], [lease_name(objects)]),
+    ]
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"] for r in rules)
+
+
+@pytest.mark.parametrize("layout", SIDECARS)
+def test_sidecar_layout_has_no_leader_election(layout: str) -> None:
+    assert not leader_elected(rendered(layout))
+
+
+def test_our_chart_refuses_replicas_without_a_leader() -> None:
+    error = helm_template_error(OUR_CHART, set_values=["replicas=2", "leaderElection.enabled=false"])
+    assert "leaderElection.enabled" in error
+    one = render_ours("replicas=1", "leaderElection.enabled=false")
+    workload = our_workload(one)
+    assert workload["spec"]["strategy"] == {"type": "Recreate"} and not leader_elected(one)
+    assert (pod_spec(workload) or {})["automountServiceAccountToken"] is False
+    assert not [o for o in one if o["kind"] in ("Role", "RoleBinding")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1021,9 +1114,9 @@ def test_sidecar_serves_cluster_autoscaler_over_loopback(layout: str, tmp_path: 
         with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
             groups = pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
         assert groups.nodeGroups, "the sim backend serves its demo groups"
-    # The log line the README tells the reader to look for (the port is the test's).
+    # The log line the deployment guide tells the reader to look for (the port is the test's).
     promised = re.search(r"our log says\s+`([^`]+)`", " ".join(deploying_section().split()))
-    assert promised, "README Deploying no longer says what our log shows"
+    assert promised, "docs/deploying.md no longer says what our log shows"
     assert promised.group(1).replace(":8086", f":{server.grpc_port}") in server.output, server.output
 
 
@@ -1045,7 +1138,10 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
         return (ca_pod.mounts[mount["mountPath"]] / rel).read_bytes()
 
     host, _ = split_host_port(config["address"])
-    with running_server(mat.args, mat.env, tmp_path) as server:
+    # the layout elects a leader on a Lease, which needs an API server: that is held to account in
+    # tests/test_leader_election.py; here the wiring of TLS is, on one replica
+    assert leader_elected(objects)
+    with running_server([*mat.args, "--leader-elect=false"], mat.env, tmp_path) as server:
         grpc_port = server.grpc_port
         creds = grpc.ssl_channel_credentials(ca_file("cacert"), ca_file("key"), ca_file("cert"))
         options = [("grpc.ssl_target_name_override", host)]
@@ -1063,14 +1159,12 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
 
 
 # ---------------------------------------------------------------------------------------------
-# README
+# The deployment guide
 
 
 def deploying_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    m = re.search(r"^## Deploying\n(.*?)(?=^## |\Z)", readme, re.M | re.S)
-    assert m, "README has no '## Deploying' section"
-    return m.group(1)
+    """The user's deployment guide (docs/deploying.md), whose commands these tests hold to the layouts."""
+    return (ROOT / "docs" / "deploying.md").read_text()
 
 
 def test_readme_deploying_commands_name_real_paths() -> None:
@@ -1082,11 +1176,11 @@ def test_readme_deploying_commands_name_real_paths() -> None:
     build = re.search(r"docker build -t (\S+) \.", section)
     assert build and build.group(1).endswith(f"cloudprovider-grpc:{project_version()}")
     ca_image = container(find(rendered("sidecar"), "Deployment", CA_DEPLOYMENT), CA_CONTAINER)["image"]
-    assert ca_image in section, "the README names the pinned cluster-autoscaler image"
+    assert ca_image in section, "the deployment guide names the pinned cluster-autoscaler image"
 
 
 def readme_helm_commands() -> list[list[str]]:
-    """Every `helm install`/`helm upgrade` the Deploying section tells a reader to run."""
+    """Every `helm install`/`helm upgrade` the deployment guide tells a reader to run."""
     section = deploying_section().replace("\\\n", " ")
     return [
         shlex.split(line.strip())
@@ -1096,11 +1190,11 @@ def readme_helm_commands() -> list[list[str]]:
 
 
 def test_readme_helm_commands_are_the_tested_ones() -> None:
-    """Each Helm command of the README installs exactly a layout the tests render and check: the
+    """Each Helm command of the deployment guide installs exactly a layout the tests render and check: the
     official chart at the tested version with one of our values files, or our chart with the settings
     the standalone layouts use; release names and namespace as in the tests."""
     commands = readme_helm_commands()
-    assert commands, "README Deploying has no helm install command"
+    assert commands, "docs/deploying.md has no helm install command"
     chart_version = yaml.safe_load((OFFICIAL_CHART / "Chart.yaml").read_text())["version"]
     values_seen, providers_seen = set(), set()
     for argv in commands:

@@ -554,8 +554,8 @@ def test_front_modes_choose_the_path_that_serves(tmp_path: Path, mode: str, cach
     assert proc.returncode == 0
     assert line in err
     assert has_front == (line == "front: compiled")
-    if cache == "empty":
-        assert "compiled front not used (no compiled front built for this version" in err
+    if cache == "empty":  # the optional build is not news on every start (debug only)
+        assert "build-front" not in err and "compiled front not used" not in err
 
 
 def test_front_on_without_a_binary_refuses_to_start(tmp_path: Path) -> None:

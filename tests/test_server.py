@@ -70,7 +70,7 @@ def test_health_service_and_metrics_endpoint() -> None:
             'cloudprovider_grpc_rpc_duration_seconds_bucket{code="OK",le="0.001",method="NodeGroups"}' in text
         )
         assert 'cloudprovider_grpc_node_group_target_size{backend="sim",group="general"} 1.0' in text
-        assert 'cloudprovider_grpc_node_group_registered_size{backend="sim",group="general"} 1.0' in text
+        assert 'cloudprovider_grpc_node_group_machines{backend="sim",group="general"} 1.0' in text
         assert http_get(base + "/nope")[0] == 404
     # after shutdown the port no longer answers
     with pytest.raises(urllib.error.URLError):

@@ -57,6 +57,7 @@ from cloudprovider_grpc.providers.vultr import make_client as make_vultr_client
 from cloudprovider_grpc.providers.vultr.config import EmulatorPool
 from cloudprovider_grpc.providers.vultr.config import load_config as load_vultr
 from cloudprovider_grpc.providers.vultr.driver import LABEL_NODE_ID, LABEL_POOL, VultrDriver
+from tests.support import refresh_race
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.integration
@@ -89,8 +90,16 @@ class World:
         default_factory=dict
     )
     emulator: EmulatorServer | None = None
+    #: a Refresh of a second caller, listed but not applied yet (see HeldRefresh)
+    held: list[HeldRefresh] = field(default_factory=list)
+    #: where that Refresh pauses: after its listing, or before it where the driver's listing itself
+    #: replaces what the label fallbacks read (the version moves when the listing is applied, a few
+    #: lines later; a pause in between would show answers changed under an unchanged version)
+    hold_after_listing: bool = True
 
     def stop(self) -> None:
+        while self.held:
+            self.held.pop().release()
         self.provider.stop(1.0)
         if self.emulator is not None:
             self.emulator.stop()
@@ -161,6 +170,51 @@ def _before(before: dict[Key, object], key: Key) -> object:
     return before[(kind, NEVER)]
 
 
+class HeldRefresh:
+    """A Refresh by a second caller, on its own thread, paused between its listing and applying it:
+    what two concurrent Refresh callers do when the older listing comes back last. `release()`
+    lets it apply and waits for it."""
+
+    def __init__(self, provider: GroupProvider[Any], *, after_listing: bool = True) -> None:
+        self.listed = threading.Event()
+        self._go = threading.Event()
+        self.error: BaseException | None = None
+        method = "list_machines" if isinstance(provider, MachineProvider) else "list_pools"
+        driver = provider.driver
+        original = getattr(driver, method)
+
+        def held() -> Any:
+            setattr(driver, method, original)  # only this caller's listing is held
+            if not after_listing:  # numbered (as started) now, listed at release: newer data, older number
+                self.listed.set()
+                self._go.wait(30)
+                return original()
+            try:
+                return original()
+            finally:
+                self.listed.set()
+                self._go.wait(30)
+
+        setattr(driver, method, held)
+        self._thread = threading.Thread(target=self._run, args=(provider,), daemon=True)
+        self._thread.start()
+        if not self.listed.wait(30):
+            raise AssertionError("the held Refresh never listed")
+
+    def _run(self, provider: GroupProvider[Any]) -> None:
+        try:
+            provider.refresh()
+        except ProviderError as exc:
+            self.error = exc
+        finally:
+            self.listed.set()  # a Refresh that failed before listing
+
+    def release(self) -> None:
+        self._go.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the held Refresh did not finish"
+
+
 # ---------------------------------------------------------------------------------- the model check
 
 
@@ -194,6 +248,16 @@ def _rpc_actions(world: World) -> dict[str, Callable[[random.Random], None]]:
     def refresh(rng: random.Random) -> None:
         p.refresh()
 
+    held: list[HeldRefresh] = world.held
+
+    def concurrent_refresh(rng: random.Random) -> None:
+        """A second Refresh caller: its listing is taken now and applied at a later step, after
+        whatever ran meanwhile (other Refreshes included)."""
+        if held:
+            held.pop().release()
+        else:
+            held.append(HeldRefresh(p, after_listing=world.hold_after_listing))
+
     def jobs(rng: random.Random) -> None:
         p._jobs.run_due()  # background steps without a Refresh
 
@@ -206,6 +270,7 @@ def _rpc_actions(world: World) -> dict[str, Callable[[random.Random], None]]:
         "delete": delete,
         "refresh": refresh,
         "refresh2": refresh,
+        "concurrent-refresh": concurrent_refresh,
         "jobs": jobs,
         "time": time_passes,
         "time2": time_passes,
@@ -521,6 +586,7 @@ def vultr_world(seed: int, *, threaded: bool = False) -> World:
         provider,
         clock,
         {"resize": resize, "vanish": vanish, "relabel": relabel, "autoscaler": autoscaler, "faults": faults},
+        hold_after_listing=False,
         label_probes={
             # nodes CA sends without a providerID: matched by the VKE node-id label, then the pool label
             "vultr-node-id": (node_ids, lambda v: NodeRef("", f"n-{v}", labels={LABEL_NODE_ID: v})),
@@ -615,6 +681,7 @@ def spc_world(seed: int) -> World:
             "faults": faults,
             "failed-build": failed_build,
         },
+        hold_after_listing=False,
         label_probes={
             "spc-instance-id": (instance_ids, lambda v: NodeRef("", "", labels={INSTANCE_ID_LABEL: v})),
             "spc-node-group": (group_ids, lambda v: NodeRef("", "", labels={NODE_GROUP_LABEL: v})),
@@ -843,3 +910,35 @@ class _Closing:
 
     def close(self) -> None:
         self.world.stop()
+
+
+@pytest.mark.parametrize("shape", ["machines", "pools"])
+def test_a_listing_older_than_the_last_one_applied_changes_nothing(shape: str) -> None:
+    """Two Refresh callers: the one that listed first comes back last. Applied, its listing (taken
+    before an accepted IncreaseSize whose machines the newer listing shows) would drop them, and the
+    target CA reads would fall back below what it was just told."""
+    with world(f"sim-{shape}", 3) as w:
+        p = w.provider
+        p.start()
+        target = p.target_size("a")
+        older = HeldRefresh(p)
+        p.increase_size("a", 3)
+        p._jobs.run_due()  # the creations (or the resize) reach the cloud
+        p.refresh()  # the newer listing shows them
+        assert p.target_size("a") == target + 3
+        version = p.state_version()
+        older.release()
+        assert older.error is None
+        assert p.target_size("a") == target + 3
+        assert p.state_version() == version  # nothing was applied
+        p.refresh()  # a listing started after the last applied one is applied again
+        assert p.target_size("a") == target + 3
+
+
+@pytest.mark.parametrize("shape", ["machines", "pools"])
+def test_two_concurrent_refresh_callers_never_lower_an_accepted_increase(shape: str) -> None:
+    """Real threads: two Refresh callers throughout, and the target read right after every accepted
+    IncreaseSize(3) includes it. benchmarks/concurrent_refresh.py runs 10,000 tries per shape."""
+    result = refresh_race.run(shape, tries=500)
+    assert result.refreshes > 2  # the two callers really ran meanwhile
+    assert result.low == 0, f"{result.low} of {result.tries} targets read low"

@@ -90,6 +90,9 @@ def test_a_term_that_ends_with_work_queued_writes_nothing(shape: str, tmp_path: 
         provider.increase_size("g", 1)  # a standby records nothing
     gate.begin(term=3, started=clock())
     provider.start()
+    with pytest.raises(Unavailable, match="not the leader"):
+        provider.increase_size("g", 1)  # not before the takeover is done
+    gate.answer(True)
     provider.increase_size("g", 4)
     saved = journal.read_text()
     clock.advance(10.5)  # frozen past the renew deadline, as a SIGSTOPped leader would be
@@ -110,6 +113,7 @@ def test_a_term_that_ends_with_work_queued_writes_nothing(shape: str, tmp_path: 
     assert _alive(cloud) == []
     gate2.begin(term=4, started=clock())
     successor.take_over()
+    gate2.answer(True)
     for _ in range(5):
         successor.refresh()
         successor.wait_idle(5)

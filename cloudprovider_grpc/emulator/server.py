@@ -323,8 +323,14 @@ class EmulatorServer:
 
     def _serve_one(self, h: BaseHTTPRequestHandler) -> None:
         split = urlsplit(h.path)
-        length = int(h.headers.get("Content-Length") or 0)
-        body = h.rfile.read(length) if length else b""
+        try:
+            body = _read_body(h)
+        except ValueError as exc:
+            # framing we cannot follow: the rest of the connection cannot be read as requests either
+            h.close_connection = True
+            req = Request(h.command, split.path, {}, h.headers, b"", h.client_address[0])
+            self._reply(h, req, Response(400, self.error_body(400, f"Bad Request: {exc}")), None)
+            return
         req = Request(h.command, split.path, parse_qs(split.query), h.headers, body, h.client_address[0])
         req.raw_query = split.query
         fault = self.faults.choose(req.method)
@@ -398,3 +404,41 @@ class EmulatorServer:
         except (BrokenPipeError, ConnectionResetError):
             # the client gave up (its read timeout fired during a slow answer)
             h.close_connection = True
+
+
+#: the largest request body read (chunked or not): the emulators' requests are small JSON documents
+MAX_BODY = 16 << 20
+
+
+def _read_body(h: BaseHTTPRequestHandler) -> bytes:
+    """The request body as framed by Content-Length or by chunked transfer coding (RFC 9112 §7.1:
+    hex size lines, optional extensions after ';', a zero-size last chunk, optional trailers).
+    Unframed leftovers would otherwise be parsed as the next request on the connection. Raises
+    ValueError for framing that does not parse."""
+    if "chunked" in (h.headers.get("Transfer-Encoding") or "").lower():
+        body = bytearray()
+        while True:
+            line = h.rfile.readline(1024)
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise ValueError("malformed chunk size") from None
+            if size < 0 or len(body) + size > MAX_BODY:
+                raise ValueError("chunked body too large")
+            if size == 0:
+                break
+            body += h.rfile.read(size)
+            if h.rfile.readline(4) not in (b"\r\n", b"\n"):
+                raise ValueError("chunk not followed by CRLF")
+        while h.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
+            pass  # trailer fields: none of the emulated APIs reads them
+        return bytes(body)
+    text = h.headers.get("Content-Length") or "0"
+    try:
+        length = int(text)
+    except ValueError:
+        raise ValueError("malformed Content-Length") from None
+    if not 0 <= length <= MAX_BODY:
+        raise ValueError("Content-Length out of range")
+    return h.rfile.read(length) if length else b""

@@ -20,6 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// entryOverhead is what one entry costs beyond its bytes: the map slot, the key's string header, the
+// answer struct and its status; so that maxBytes bounds what the process really holds.
+const entryOverhead = 256
+
 type cacheKey struct {
 	method  string
 	request string
@@ -81,7 +85,7 @@ func (c *cache) close() {
 
 // put stores an answer computed at version v, only while v is still current.
 func (c *cache) put(k cacheKey, v int64, a *answer) {
-	size := len(k.method) + len(k.request) + len(a.body) + 64
+	size := len(k.method) + len(k.request) + len(a.body) + entryOverhead
 	if a.err != nil {
 		size += len(a.err.Message())
 	}

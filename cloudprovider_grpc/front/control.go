@@ -12,29 +12,26 @@ import (
 	"io"
 	"os"
 	"sync"
-	"time"
 )
 
 // command is one line from Python. Which fields are set depends on Op.
 type command struct {
-	Op string `json:"op"` // start, version, closing, stop, tls
+	Op string `json:"op"` // start, version, closing, stop
 
 	// start
-	Listen    string             `json:"listen"`       // public address, as Go's net.Listen takes it
-	Backend   string             `json:"backend"`      // unix socket path of the Python gRPC server
-	Counters  string             `json:"counters"`     // path of the shared counters file
-	Methods   []string           `json:"methods"`      // cacheable full method names, in counter-slot order
-	Unary     string             `json:"unary_prefix"` // "/pkg.Service/" whose methods are all unary
-	Maps      map[string][][]int `json:"maps"`         // per cacheable method: field-number paths of its map fields
-	Buckets   []float64          `json:"buckets"`      // histogram upper bounds, seconds
-	MaxEntry  int                `json:"max_entries"`
-	MaxBytes  int                `json:"max_bytes"`
-	TLSFiles  []string           `json:"tls_files"` // cert, key[, ca]: stat()ed on every handshake
-	TLSCert   string             `json:"tls_cert"`  // PEM (start and tls replies)
-	TLSKey    string             `json:"tls_key"`
-	TLSCA     string             `json:"tls_ca"`
-	TLSChange bool               `json:"changed"` // tls reply: a new pair was loaded (false: keep the old one)
-	ID        int64              `json:"id"`      // tls reply: the request it answers
+	Listen      string             `json:"listen"`       // public address, as Go's net.Listen takes it
+	Backend     string             `json:"backend"`      // unix socket path of the Python gRPC server
+	Dir         string             `json:"dir"`          // the private directory shared with Python (see read)
+	Counters    string             `json:"counters"`     // path of the shared counters file
+	Methods     []string           `json:"methods"`      // cacheable full method names, in counter-slot order
+	Unary       string             `json:"unary_prefix"` // "/pkg.Service/" whose methods are all unary
+	Maps        map[string][][]int `json:"maps"`         // per cacheable method: field-number paths of its map fields
+	Buckets     []float64          `json:"buckets"`      // histogram upper bounds, seconds
+	MaxEntry    int                `json:"max_entries"`
+	MaxBytes    int                `json:"max_bytes"`
+	MaxKey      int                `json:"max_key"`      // requests longer than this are never cached
+	MemoryLimit int64              `json:"memory_limit"` // the Go runtime's soft memory limit, bytes
+	TLSFiles    []string           `json:"tls_files"`    // cert, key[, ca]: loaded here, re-read when they change
 
 	// version: the provider's state version; null = cannot tell (never cache)
 	Version *int64 `json:"version"`
@@ -45,26 +42,25 @@ type command struct {
 
 // event is one line to Python.
 type event struct {
-	Ev      string `json:"ev"` // ready, error, log, tls, stopped
+	Ev      string `json:"ev"` // ready, error, log, backend, stopped
 	Port    int    `json:"port,omitempty"`
 	Kind    string `json:"kind,omitempty"`  // error: listen, config
 	Level   string `json:"level,omitempty"` // log: info, warning, error
 	Message string `json:"message,omitempty"`
-	ID      int64  `json:"id,omitempty"` // tls: answer with a tls command carrying this id
+	Up      bool   `json:"up,omitempty"` // backend: whether the front reaches Python's socket
 }
 
 type control struct {
 	in  *bufio.Reader
 	out io.Writer
 	mu  sync.Mutex // serialises writes: events come from many goroutines
-
-	askMu   sync.Mutex
-	nextID  int64
-	waiting map[int64]chan command
+	// dir is removed when Python is gone (EOF): the temporary directory is removed by whichever
+	// process outlives the other (Python removes it after a stop or when the front died)
+	dir string
 }
 
 func newControl(in io.Reader, out io.Writer) *control {
-	return &control{in: bufio.NewReaderSize(in, 1<<16), out: out, waiting: map[int64]chan command{}}
+	return &control{in: bufio.NewReaderSize(in, 1<<16), out: out}
 }
 
 func (c *control) send(e event) {
@@ -83,7 +79,12 @@ func (c *control) read() command {
 	for {
 		line, err := c.in.ReadBytes('\n')
 		if err != nil {
-			os.Exit(0) // EOF or a broken pipe: the Python process is gone, release the port now
+			// EOF or a broken pipe: the Python process is gone (even after kill -9), release the
+			// port now and remove what the two shared
+			if c.dir != "" {
+				_ = os.RemoveAll(c.dir)
+			}
+			os.Exit(0)
 		}
 		var cmd command
 		if json.Unmarshal(line, &cmd) != nil {
@@ -91,39 +92,5 @@ func (c *control) read() command {
 			continue
 		}
 		return cmd
-	}
-}
-
-// ask sends a request event and waits up to `limit` for Python's reply (a command with the same id);
-// ok is false when no reply came in time.
-func (c *control) ask(e event, limit time.Duration) (command, bool) {
-	c.askMu.Lock()
-	c.nextID++
-	id := c.nextID
-	reply := make(chan command, 1)
-	c.waiting[id] = reply
-	c.askMu.Unlock()
-	defer func() {
-		c.askMu.Lock()
-		delete(c.waiting, id)
-		c.askMu.Unlock()
-	}()
-	e.ID = id
-	c.send(e)
-	select {
-	case cmd := <-reply:
-		return cmd, true
-	case <-time.After(limit):
-		return command{}, false
-	}
-}
-
-// answer routes a reply command to the ask() waiting for it (late replies are dropped).
-func (c *control) answer(cmd command) {
-	c.askMu.Lock()
-	reply, ok := c.waiting[cmd.ID]
-	c.askMu.Unlock()
-	if ok {
-		reply <- cmd
 	}
 }

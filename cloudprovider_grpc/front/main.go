@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -45,6 +46,12 @@ func main() {
 	signal.Ignore(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	ctl := newControl(os.Stdin, os.Stdout)
 	start := ctl.read()
+	ctl.dir = start.Dir
+	if start.MemoryLimit > 0 {
+		// the cache's own bound counts what it holds; this makes the collector return the garbage
+		// that requests and answers leave (without it the heap may grow to twice the live bytes)
+		debug.SetMemoryLimit(start.MemoryLimit)
+	}
 	if start.Op != "start" {
 		ctl.send(event{Ev: "error", Kind: "config", Message: "the first control line must be start"})
 		os.Exit(2)
@@ -72,6 +79,8 @@ func main() {
 	backend.Connect()
 	f := &front{
 		backend:   backend,
+		watch:     watchBackend(backend, ctl),
+		maxKey:    start.MaxKey,
 		cache:     newCache(start.MaxEntry, start.MaxBytes),
 		counters:  counters,
 		cacheable: map[string]int{},
@@ -88,8 +97,8 @@ func main() {
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.MaxRecvMsgSize(maxRequest),
 	}
-	if start.TLSCert != "" {
-		c, err := newCerts(ctl, start)
+	if len(start.TLSFiles) > 0 {
+		c, err := newCerts(ctl, start.TLSFiles)
 		if err != nil {
 			ctl.send(event{Ev: "error", Kind: "config", Message: "TLS: " + err.Error()})
 			os.Exit(2)
@@ -117,8 +126,6 @@ func main() {
 			}
 		case "closing":
 			f.cache.close()
-		case "tls":
-			ctl.answer(cmd)
 		case "stop":
 			f.cache.close()
 			stop(server, time.Duration(cmd.Grace*float64(time.Second)))

@@ -4,15 +4,16 @@ The front (main.go) owns the public gRPC port; the Python gRPC server listens on
 private temporary directory (mode 0700) and stays the authority for every answer. Over the front's
 stdin and stdout, as JSON lines:
 
-- Python -> front: `start` (addresses, counters file, cacheable methods, TLS material), `version`
-  (the provider's state version after every change, pushed from whichever thread made it), `closing`
-  (shutdown began: forward everything, so Python's gate answers UNAVAILABLE exactly as before),
-  `stop` (the grace left), and `tls` replies.
+- Python -> front: `start` (addresses, the private directory, counters file, cacheable methods,
+  memory bounds, the TLS file paths), `version` (the provider's state version after every change,
+  pushed from whichever thread made it), `closing` (shutdown began: forward everything, so Python's
+  gate answers UNAVAILABLE exactly as before) and `stop` (the grace left).
 - front -> Python: `ready` (the bound port) or `error`, `log` (logged here through the logger
-  `cloudprovider_grpc.front`, so format and secret redaction are unchanged), `tls` (the certificate
-  files changed: load them now, the handshake waits) and `stopped`.
+  `cloudprovider_grpc.front`, so format and secret redaction are unchanged), `backend` (the front
+  lost or regained its connection to Python's socket) and `stopped`.
 
-EOF on the front's stdin means Python is gone (even after kill -9): the front exits at once.
+EOF on the front's stdin means Python is gone (even after kill -9): the front removes the private
+directory and exits at once.
 """
 
 from __future__ import annotations
@@ -29,12 +30,20 @@ from typing import IO, Any
 from google.protobuf.descriptor import Descriptor
 
 from cloudprovider_grpc.front.counters import FrontCounters
-from cloudprovider_grpc.tlsfiles import TLSFiles
 
 log = logging.getLogger("cloudprovider_grpc.front")
 
 #: how long the front may take to bind its port and report
 START_TIMEOUT = 15.0
+#: the front's memory bounds. The cache holds at most MAX_CACHE_BYTES of keys and answers (entries
+#: counted with their overhead); requests longer than MAX_KEY are relayed but never cached (CA's are
+#: a few hundred bytes; a 4 MiB id is hostile); MEMORY_LIMIT is the Go runtime's soft limit, which
+#: makes the collector hand back what requests in flight leave behind. Together they keep the
+#: process's resident memory under FRONT_RSS_BOUND (see docs/front.md and benchmarks/front_supervision.py).
+MAX_CACHE_BYTES = 16 << 20
+MAX_KEY = 64 << 10
+MEMORY_LIMIT = 40 << 20
+FRONT_RSS_BOUND = 64 << 20
 
 
 class FrontStartError(Exception):
@@ -60,16 +69,19 @@ class FrontProcess:
         cacheable: list[str],
         unary_prefix: str = "",
         maps: dict[str, list[list[int]]] | None = None,
-        tls: TLSFiles | None = None,
+        directory: Path | None = None,
         tls_paths: list[Path] | None = None,
-        reload_tls: Callable[[], TLSFiles | None] | None = None,
         max_entries: int = 100_000,
-        max_bytes: int = 64 << 20,
+        max_bytes: int = MAX_CACHE_BYTES,
+        max_key: int = MAX_KEY,
+        memory_limit: int = MEMORY_LIMIT,
         on_exit: Callable[[], None] | None = None,
+        on_backend: Callable[[bool, str], None] | None = None,
     ) -> None:
-        self._reload_tls = reload_tls
         #: called once when the front exits on its own (not through stop or kill)
         self.on_exit = on_exit
+        #: called when the front loses (False) or regains (True) its connection to Python's socket
+        self.on_backend = on_backend
         self._write_lock = threading.Lock()
         self._ready = threading.Event()
         self._stopped = threading.Event()
@@ -89,9 +101,11 @@ class FrontProcess:
             "buckets": list(counters.buckets),
             "max_entries": max_entries,
             "max_bytes": max_bytes,
+            "max_key": max_key,
+            "memory_limit": memory_limit,
+            "dir": str(directory) if directory is not None else "",
+            "tls_files": [str(p) for p in tls_paths or []],
         }
-        if tls is not None:
-            start.update(_tls_fields(tls), tls_files=[str(p) for p in tls_paths or []])
         # stdout is the control channel; stderr is inherited for what only a crash prints. An empty
         # environment: the front needs none, and the cloud credentials in ours stay out of its /proc
         self.proc = subprocess.Popen(
@@ -186,8 +200,8 @@ class FrontProcess:
                 self._ready.set()
             elif kind == "log":
                 log.log(_LEVELS.get(event.get("level", ""), logging.WARNING), "%s", event.get("message", ""))
-            elif kind == "tls":
-                self._answer_tls(int(event.get("id", 0)))
+            elif kind == "backend" and self.on_backend is not None:
+                self.on_backend(bool(event.get("up")), str(event.get("message", "")))
         code = self.proc.wait()
         self._ready.set()
         self._close()
@@ -195,13 +209,6 @@ class FrontProcess:
             log.error("the compiled front exited unexpectedly (status %s); the gRPC port is closed", code)
             if self.on_exit is not None:
                 self.on_exit()
-
-    def _answer_tls(self, request: int) -> None:
-        files = self._reload_tls() if self._reload_tls is not None else None
-        reply: dict[str, Any] = {"op": "tls", "id": request, "changed": files is not None}
-        if files is not None:
-            reply.update(_tls_fields(files))
-        self._send(reply)
 
 
 def map_field_paths(message: Descriptor, prefix: tuple[int, ...] = (), depth: int = 4) -> list[list[int]]:
@@ -217,11 +224,3 @@ def map_field_paths(message: Descriptor, prefix: tuple[int, ...] = (), depth: in
         elif not field.is_repeated and depth > 0:
             paths += map_field_paths(field.message_type, path, depth - 1)
     return paths
-
-
-def _tls_fields(files: TLSFiles) -> dict[str, str]:
-    return {
-        "tls_cert": files.cert.decode(),
-        "tls_key": files.key.decode(),
-        "tls_ca": files.ca.decode() if files.ca else "",
-    }

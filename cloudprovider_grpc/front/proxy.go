@@ -33,6 +33,8 @@ func (rawCodec) Name() string { return "proto" }
 
 type front struct {
 	backend   *grpc.ClientConn
+	watch     *backendWatch
+	maxKey    int // requests longer than this are forwarded, never cached (CA's are a few hundred bytes)
 	cache     *cache
 	counters  *counters
 	cacheable map[string]int       // full method name -> counter slot
@@ -50,6 +52,9 @@ func cacheableCode(c codes.Code) bool {
 
 func (f *front) handle(_ any, stream grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(stream)
+	if f.watch.isDown() && strings.HasPrefix(method, healthPrefix) {
+		return f.notServing(method, stream)
+	}
 	if slot, ok := f.cacheable[method]; ok {
 		return f.unary(method, slot, stream)
 	}
@@ -101,7 +106,13 @@ func (f *front) unary(method string, slot int, stream grpc.ServerStream) error {
 	start := time.Now()
 	var req []byte
 	if err := stream.RecvMsg(&req); err != nil {
+		if errors.Is(err, io.EOF) { // a unary call without its request message: as grpcio answers it
+			return status.Error(codes.Unimplemented, zeroMessages)
+		}
 		return err
+	}
+	if len(req) > f.maxKey {
+		slot = -1 // a hostile size: never held in the cache (its counter slot counts cached answers only)
 	}
 	var key cacheKey
 	if slot >= 0 {
@@ -119,9 +130,9 @@ func (f *front) unary(method string, slot int, stream grpc.ServerStream) error {
 	}
 	var resp []byte
 	var trailer metadata.MD
-	err := f.backend.Invoke(outgoing(stream.Context()), method, &req, &resp, grpc.Trailer(&trailer))
+	err := f.backend.Invoke(outgoing(stream.Context()), method, &req, &resp, f.callOptions(grpc.Trailer(&trailer))...)
 	version, known := f.observe(trailer)
-	st := status.Convert(err)
+	st := fromBackend(err)
 	if known && slot >= 0 && cacheableCode(st.Code()) {
 		a := &answer{code: st.Code()}
 		if err != nil {
@@ -146,9 +157,9 @@ var streamDesc = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 func (f *front) relay(method string, ss grpc.ServerStream) error {
 	ctx, cancel := context.WithCancel(outgoing(ss.Context()))
 	defer cancel()
-	cs, err := f.backend.NewStream(ctx, streamDesc, method)
+	cs, err := f.backend.NewStream(ctx, streamDesc, method, f.callOptions()...)
 	if err != nil {
-		return status.Convert(err).Err()
+		return fromBackend(err).Err()
 	}
 	go func() { // caller -> Python
 		for {
@@ -182,7 +193,7 @@ func (f *front) relay(method string, ss grpc.ServerStream) error {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return status.Convert(err).Err()
+			return fromBackend(err).Err()
 		}
 		if !headerSent {
 			headerSent = true
@@ -196,4 +207,68 @@ func (f *front) relay(method string, ss grpc.ServerStream) error {
 			return err
 		}
 	}
+}
+
+// zeroMessages is grpcio's answer to a unary call that ends without its request message.
+const zeroMessages = `"b''" requires exactly one request message.`
+
+// maxMetadata is grpcio's hard limit on a request's metadata (its "absolute max metadata size"),
+// which Python's server advertises to the front as its header list limit.
+const maxMetadata = 16384
+
+// callOptions: once the connection to Python has failed, calls fail at once (UNAVAILABLE) instead of
+// waiting out their deadline for a socket that may never come back.
+func (f *front) callOptions(more ...grpc.CallOption) []grpc.CallOption {
+	if f.watch.isDown() {
+		return append(more, grpc.WaitForReady(false))
+	}
+	return more
+}
+
+// fromBackend is the status to give the caller for a call Python's server did not complete. Metadata
+// over grpcio's hard limit is refused by grpc-go before it is sent (INTERNAL, "header list size to
+// send violates the maximum size"); Python alone answers that request RESOURCE_EXHAUSTED, so the
+// caller gets that here too.
+func fromBackend(err error) *status.Status {
+	st := status.Convert(err)
+	if st.Code() == codes.Internal && strings.Contains(st.Message(), "header list size to send violates") {
+		return status.New(codes.ResourceExhausted,
+			"received metadata size exceeds hard limit ("+strconv.Itoa(maxMetadata)+" bytes)")
+	}
+	return st
+}
+
+const healthPrefix = "/grpc.health.v1.Health/"
+
+// notServingBody is grpc.health.v1.HealthCheckResponse{status: NOT_SERVING} (field 1, varint 2).
+var notServingBody = []byte{0x08, 0x02}
+
+// notServing answers the health service while Python cannot be reached: Check says NOT_SERVING;
+// Watch says it once and ends with UNAVAILABLE when Python is reachable again (the client watches anew
+// and hears Python's own status) or when the caller leaves.
+func (f *front) notServing(method string, stream grpc.ServerStream) error {
+	var req []byte
+	if err := stream.RecvMsg(&req); err != nil {
+		if errors.Is(err, io.EOF) {
+			return status.Error(codes.Unimplemented, zeroMessages)
+		}
+		return err
+	}
+	body := notServingBody
+	if err := stream.SendMsg(&body); err != nil {
+		return err
+	}
+	if !strings.HasSuffix(method, "/Watch") {
+		return nil
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for f.watch.isDown() {
+		select {
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-tick.C:
+		}
+	}
+	return status.Error(codes.Unavailable, "the server is reachable again; watch again")
 }

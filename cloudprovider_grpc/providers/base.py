@@ -80,6 +80,7 @@ class GroupStateBase:
     tombstones: dict[str, float] = field(default_factory=dict)  # id -> clock when it left the cloud
     listing_error: InstanceError | None = None  # this group could not be listed on the last Refresh
     listed_once: bool = False  # a listing of this group has been applied since start
+    listed_up_to: int = 0  # when the listing last applied here returned, on the listing clock (refresh)
 
     def live_machines(self) -> list[Machine]:
         """Listed machines that are neither terminating nor being deleted by us."""
@@ -95,6 +96,23 @@ class GroupStateBase:
 
 
 S = TypeVar("S", bound=GroupStateBase)
+
+
+@dataclass(frozen=True, slots=True)
+class ListingSpan:
+    """When one listing ran, on the provider's listing clock (a counter that ticks as each listing
+    starts and as it returns). The cloud took its snapshot somewhere in between, so a listing surely
+    shows a later cloud than another only if it started after the other returned; one that
+    overlapped it might hold the older snapshot, and is not applied over it. Concurrent Refresh
+    callers cannot starve each other: a listing started after the last applied one returned is
+    always applied, and CA's own serial Refreshes are always such listings."""
+
+    started: int
+    returned: int
+
+    def follows(self, returned: int) -> bool:
+        """Whether this listing started after a listing that returned at `returned`."""
+        return self.started > returned
 
 
 class GroupProvider(CloudProvider, Generic[S]):
@@ -142,6 +160,10 @@ class GroupProvider(CloudProvider, Generic[S]):
         self._by_id: dict[str, str] = {}  # providerID or placeholder -> group
         self._by_name: dict[str, str] = {}  # machine name -> group
         self._started = False
+        # the listing clock ticks when a listing starts and when it returns; a listing applies to a
+        # group only if it started after the one last applied there had returned (ListingSpan)
+        self._listing_clock = 0
+        self._groups_listed_up_to = 0
         # the state version and what it was last published for (see _publish)
         self._version = 0
         self._watchers: list[Callable[[int], None]] = []
@@ -178,8 +200,18 @@ class GroupProvider(CloudProvider, Generic[S]):
         return self.driver.groups()
 
     @abc.abstractmethod
-    def _apply(self, listing: Any, started: float) -> None:
-        """Fold a listing into the group states (under the lock)."""
+    def _apply(self, listing: Any, started: float, span: ListingSpan) -> None:
+        """Fold a listing into the group states (under the lock), skipping every group for which
+        `_takes_listing(state, span)` is false."""
+
+    @staticmethod
+    def _takes_listing(state: S, span: ListingSpan) -> bool:
+        """Whether this listing surely shows the cloud later than the one last applied to the group
+        (if so, it becomes the last one applied). Any other listing leaves the group as it is."""
+        if not span.follows(state.listed_up_to):
+            return False
+        state.listed_up_to = span.returned
+        return True
 
     def _expire(self, now: float) -> None:
         for state in self._groups.values():
@@ -251,6 +283,9 @@ class GroupProvider(CloudProvider, Generic[S]):
         # a catalogue reload changes templates only (not versioned); if it moved the driver's
         # fallback version, the publish below sees it
         self._refresh_catalog()
+        with self._lock:
+            self._listing_clock += 1
+            first = self._listing_clock
         started = self._clock()
         try:
             listing = self._list()
@@ -258,8 +293,14 @@ class GroupProvider(CloudProvider, Generic[S]):
             with self._changing():  # a failed listing may have changed the driver's fallbacks
                 raise
         with self._changing():
-            self._sync_groups(self._configs(listing))
-            self._apply(listing, started)
+            self._listing_clock += 1
+            span = ListingSpan(first, self._listing_clock)
+            # with concurrent Refresh callers, a listing that started earlier may come back later:
+            # applied after a newer one it would drop machines it never saw (CA would scale up again)
+            if span.follows(self._groups_listed_up_to):
+                self._groups_listed_up_to = span.returned
+                self._sync_groups(self._configs(listing))
+            self._apply(listing, started, span)
             self._expire(self._clock())
             self._reindex()
             self._save_journal()
@@ -291,14 +332,19 @@ class GroupProvider(CloudProvider, Generic[S]):
             if state is None:
                 state = self._groups[cfg.id] = self._new_state(cfg)
                 if self._node_groups:  # not the initial set
-                    log.info("node group %s discovered (min %d, max %d)", cfg.id, cfg.min_size, cfg.max_size)
+                    log.info(
+                        "node group %s discovered (min %d, max %d)",
+                        self._shown(cfg.id),
+                        cfg.min_size,
+                        cfg.max_size,
+                    )
                 if self._started and cfg.id in self._unrestored and self._gate.may_persist():
                     self._restore(state, self._unrestored.pop(cfg.id))
             elif state.config != cfg:
                 state.config = cfg
                 self._templates.pop(cfg.id, None)
         for gone in set(self._groups) - seen:
-            log.info("node group %s is no longer offered by the cloud; forgetting it", gone)
+            log.info("node group %s is no longer offered by the cloud; forgetting it", self._shown(gone))
             del self._groups[gone]
             self._templates.pop(gone, None)
         groups = tuple(
@@ -309,10 +355,20 @@ class GroupProvider(CloudProvider, Generic[S]):
             self._node_groups = groups
             self._group_objs = {g.id: g for g in groups}
 
+    def _shown(self, gid: str) -> str:
+        """A group as log lines show it: its id, and the cloud's name for it when that differs (a
+        Vultr or Exoscale pool's id is a UUID; its label is what the user recognises)."""
+        state = self._groups.get(gid)
+        name = state.config.name if state is not None else ""
+        return f"{gid} ({name})" if name and name != gid else gid
+
     def _publish_sizes(self) -> None:
         for gid, sizes in self.sizes().items():
             metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(sizes.target)
-            metrics.GROUP_REGISTERED_SIZE.labels(self.name, gid).set(sizes.registered)
+            metrics.GROUP_MACHINES.labels(self.name, gid).set(sizes.registered)
+            state = self._groups.get(gid)
+            name = (state.config.name if state is not None else "") or gid
+            metrics.GROUP_INFO.labels(self.name, gid, name).set(1)
 
     def _note_listing_error(self, state: S, error: CloudError | None) -> None:
         """Record (or clear) a group's listing failure: logged once per change, counted, and shown
@@ -320,11 +376,13 @@ class GroupProvider(CloudProvider, Generic[S]):
         gid = state.config.id
         if error is None:
             if state.listing_error is not None:
-                log.info("node group %s: listing works again", gid)
+                log.info("node group %s: listing works again", self._shown(gid))
             state.listing_error = None
             return
         if state.listing_error is None or state.listing_error.message != error.message:
-            log.error("node group %s: listing failed, keeping what was known: %s", gid, error.message)
+            log.error(
+                "node group %s: listing failed, keeping what was known: %s", self._shown(gid), error.message
+            )
         metrics.GROUP_LISTING_FAILURES.labels(self.name, gid).inc()
         state.listing_error = error.as_instance_error()
 

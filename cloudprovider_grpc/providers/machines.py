@@ -39,7 +39,7 @@ from typing import Any
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
 from cloudprovider_grpc.errors import Unavailable
-from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
+from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase, ListingSpan
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, MachineListing
 
@@ -138,7 +138,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                 self._index_node(self._placeholder(creation.token), group_id)
                 self._submit_create(creation)
             self._save_journal()
-        log.info("node group %s: target %d -> %d", group_id, target, target + delta)
+        log.info("node group %s: target %d -> %d", self._shown(group_id), target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
         with self._changing(group_id):
@@ -151,7 +151,7 @@ class MachineProvider(GroupProvider[_GroupState]):
             for creation in wanted[:-delta]:
                 self._cancel_creation(state, creation)
             self._save_journal()
-        log.info("node group %s: target %d -> %d (decrease)", group_id, target, new)
+        log.info("node group %s: target %d -> %d (decrease)", self._shown(group_id), target, new)
 
     def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
         with self._changing(group_id):
@@ -191,7 +191,7 @@ class MachineProvider(GroupProvider[_GroupState]):
         if machines or creations:
             log.info(
                 "node group %s: deleting %s",
-                group_id,
+                self._shown(group_id),
                 ", ".join([*machines, *map(self._placeholder, creations)]),
             )
 
@@ -203,13 +203,15 @@ class MachineProvider(GroupProvider[_GroupState]):
             raise Unavailable(f"{self.name}: listing machines failed: {exc.message}") from exc
         return listing if isinstance(listing, MachineListing) else MachineListing(listing)
 
-    def _apply(self, listing: MachineListing, started: float) -> None:
+    def _apply(self, listing: MachineListing, started: float, span: ListingSpan) -> None:
         listed: dict[str, dict[str, Machine]] = {gid: {} for gid in self._groups}
         for m in listing:
             if m.group in listed:
                 listed[m.group][m.id] = m
         now = self._clock()
         for gid, state in self._groups.items():
+            if not self._takes_listing(state, span):
+                continue
             failure = listing.failed.get(gid)
             self._note_listing_error(state, failure)
             if failure is not None:
@@ -270,7 +272,7 @@ class MachineProvider(GroupProvider[_GroupState]):
         for creation, machine in zip(waiting, newcomers, strict=False):
             log.info(
                 "node group %s: adopting %s for the create whose outcome was unknown",
-                state.config.id,
+                self._shown(state.config.id),
                 machine.id,
             )
             self._resolve_creation(state, creation, machine, now)
@@ -297,7 +299,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                     continue
                 log.warning(
                     "node group %s: %s duplicates %s (creation token %s); deleting it",
-                    state.config.id,
+                    self._shown(state.config.id),
                     extra.id,
                     keeper.id,
                     token,
@@ -320,9 +322,13 @@ class MachineProvider(GroupProvider[_GroupState]):
                         f"no new machine appeared within {self._failed_ttl:.0f}s of a create "
                         "whose answer was lost",
                     )
-                    log.error("node group %s: %s", c.group, c.error.message)
+                    log.error("node group %s: %s", self._shown(c.group), c.error.message)
                 if c.status == CreationStatus.FAILED and now - c.failed_at >= self._failed_ttl:
-                    log.info("node group %s: dropping failed creation %s", c.group, self._placeholder(token))
+                    log.info(
+                        "node group %s: dropping failed creation %s",
+                        self._shown(c.group),
+                        self._placeholder(token),
+                    )
                     del state.creations[token]
                     state.tombstones[self._placeholder(token)] = now
             state.resolved = {
@@ -382,7 +388,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                 state.created_locally[machine.id] = self._clock()
                 self._index_node(machine.id, c.group, machine.name)
             self._save_journal()
-        log.info("node group %s: created %s", c.group, machine.id)
+        log.info("node group %s: created %s", self._shown(c.group), machine.id)
         return None
 
     def _create_failed(self, c: _Creation, exc: CloudError) -> float | None:
@@ -394,7 +400,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                 metrics.OPERATIONS.labels(self.name, "create", "unknown").inc()
                 log.warning(
                     "node group %s: create outcome unknown (%s); waiting for the machine to be listed",
-                    c.group,
+                    self._shown(c.group),
                     exc.message,
                 )
                 self._save_journal()
@@ -406,7 +412,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                 delay = self._backoff(c.attempts)
                 log.warning(
                     "node group %s: create attempt %d failed (%s); retrying in %.1fs",
-                    c.group,
+                    self._shown(c.group),
                     c.attempts,
                     exc.message,
                     delay,
@@ -420,7 +426,7 @@ class MachineProvider(GroupProvider[_GroupState]):
             c.error = error
             metrics.OPERATIONS.labels(self.name, "create", "failed").inc()
             self._save_journal()
-        log.error("node group %s: creating a machine failed: %s", c.group, exc.message)
+        log.error("node group %s: creating a machine failed: %s", self._shown(c.group), exc.message)
         return None
 
     def _submit_delete(self, machine: Machine) -> None:
@@ -443,7 +449,12 @@ class MachineProvider(GroupProvider[_GroupState]):
                     metrics.OPERATIONS.labels(self.name, "delete", "retry").inc()
                     return self._backoff(attempts[0])
                 metrics.OPERATIONS.labels(self.name, "delete", "failed").inc()
-                log.error("node group %s: deleting %s failed: %s", machine.group, machine.id, exc.message)
+                log.error(
+                    "node group %s: deleting %s failed: %s",
+                    self._shown(machine.group),
+                    machine.id,
+                    exc.message,
+                )
                 with self._changing(machine.group):
                     state = self._groups.get(machine.group)
                     if state is not None:
@@ -451,7 +462,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                     self._save_journal()
                 return None
             metrics.OPERATIONS.labels(self.name, "delete", "ok").inc()
-            log.info("node group %s: deleted %s", machine.group, machine.id)
+            log.info("node group %s: deleted %s", self._shown(machine.group), machine.id)
             return None
 
         self._jobs.submit(attempt)

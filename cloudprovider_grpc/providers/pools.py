@@ -41,7 +41,7 @@ from typing import Any
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.errors import Unavailable
-from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase
+from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase, ListingSpan
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (
     GroupConfig,
@@ -140,7 +140,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             self._fit_placeholders(state)
             self._queue_sync(state)
             self._save_journal()
-        log.info("node group %s: target %d -> %d", group_id, target, target + delta)
+        log.info("node group %s: target %d -> %d", self._shown(group_id), target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
         with self._changing(group_id):
@@ -152,7 +152,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             self._fit_placeholders(state, drop_newest=True)
             self._queue_sync(state)
             self._save_journal()
-        log.info("node group %s: target %d -> %d (decrease)", group_id, target, new)
+        log.info("node group %s: target %d -> %d (decrease)", self._shown(group_id), target, new)
 
     def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
         with self._changing(group_id):
@@ -192,7 +192,11 @@ class PoolProvider(GroupProvider[_PoolState]):
                 state.failed = None  # CA has taken the failed instances away: nothing left to show
             self._queue_sync(state)
             self._save_journal()
-        log.info("node group %s: deleting %s", group_id, ", ".join([*(m.id for m in leaving), *placeholders]))
+        log.info(
+            "node group %s: deleting %s",
+            self._shown(group_id),
+            ", ".join([*(m.id for m in leaving), *placeholders]),
+        )
 
     # ------------------------------------------------------------------ refresh (cloud I/O)
     def _list(self) -> list[Pool]:
@@ -204,11 +208,11 @@ class PoolProvider(GroupProvider[_PoolState]):
     def _configs(self, listing: list[Pool]) -> list[GroupConfig]:
         return [pool.config for pool in listing]
 
-    def _apply(self, listing: list[Pool], started: float) -> None:
+    def _apply(self, listing: list[Pool], started: float, span: ListingSpan) -> None:
         now = self._clock()
         for pool in listing:
             state = self._groups.get(pool.config.id)
-            if state is None:
+            if state is None or not self._takes_listing(state, span):
                 continue
             self._note_listing_error(state, pool.listing_error)
             if pool.listing_error is not None:
@@ -243,7 +247,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         elif state.failed is None:
             log.info(
                 "node group %s: the cloud's desired size is %d, not the %d we set; following the cloud",
-                state.config.id,
+                self._shown(state.config.id),
                 state.desired,
                 state.wanted,
             )
@@ -254,7 +258,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             if state.failed is not None and now - state.failed_at >= self._failed_ttl:
                 log.info(
                     "node group %s: dropping the failed scale-up shown since %.0fs",
-                    state.config.id,
+                    self._shown(state.config.id),
                     now - state.failed_at,
                 )
                 state.failed = None
@@ -319,7 +323,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         except CloudError as exc:
             return self._push_failed(state, size, exc)
         metrics.SIZE_PUSHES.labels(self.name, gid, "ok").inc()
-        log.info("node group %s: cloud desired size set to %d", gid, size)
+        log.info("node group %s: cloud desired size set to %d", self._shown(gid), size)
         with self._changing(gid):
             state.expected = size
             state.acked_at = self._clock()
@@ -364,7 +368,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                     delay = self._backoff(state.sync_attempts)
                     log.warning(
                         "node group %s: removing %d machine(s) failed (%s); retrying in %.1fs",
-                        gid,
+                        self._shown(gid),
                         len(batch),
                         exc.message,
                         delay,
@@ -393,7 +397,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                 retry_in = self._backoff(state.sync_attempts)
                 log.warning(
                     "node group %s: the cloud cannot remove %s yet (%s); retrying in %.1fs",
-                    gid,
+                    self._shown(gid),
                     ", ".join(sorted(retry)),
                     outcome.failed[min(retry)].message,
                     retry_in,
@@ -403,7 +407,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                 if self.driver.remove_lowers_size:
                     state.expected = state.base_size() - len(removed)
                 state.acked_at = self._clock()
-                log.info("node group %s: removed %s", gid, ", ".join(m.id for m in removed))
+                log.info("node group %s: removed %s", self._shown(gid), ", ".join(m.id for m in removed))
             if outcome.operation is not None:
                 self._track(state, outcome.operation)
             if retry_in is None:
@@ -414,7 +418,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         """Machines the cloud refused to remove stay: they count again, and so does the size."""
         for mid, exc in failed.items():
             metrics.OPERATIONS.labels(self.name, "remove", "failed").inc()
-            log.error("node group %s: removing %s failed: %s", state.config.id, mid, exc.message)
+            log.error("node group %s: removing %s failed: %s", self._shown(state.config.id), mid, exc.message)
             if state.deleting.pop(mid, None) is not None and state.wanted is not None:
                 state.wanted += 1
         self._fit_placeholders(state)
@@ -429,7 +433,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                 delay = self._backoff(state.sync_attempts)
                 log.warning(
                     "node group %s: setting size %d failed (%s); retrying in %.1fs",
-                    gid,
+                    self._shown(gid),
                     size,
                     exc.message,
                     delay,
@@ -449,7 +453,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         return None
 
     def _fail(self, state: _PoolState, error: InstanceError) -> None:
-        log.error("node group %s: scaling failed: %s", state.config.id, error.message)
+        log.error("node group %s: scaling failed: %s", self._shown(state.config.id), error.message)
         state.failed, state.failed_at = error, self._clock()
         self._fit_placeholders(state)
         self._save_journal()
@@ -471,7 +475,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                 if not exc.transient:
                     log.warning(
                         "node group %s: polling operation %s failed: %s",
-                        operation.group,
+                        self._shown(operation.group),
                         operation.ref,
                         exc.message,
                     )
@@ -483,7 +487,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                 if self._clock() - started >= OPERATION_GIVE_UP:
                     log.warning(
                         "node group %s: operation %s still pending after %.0fs; no longer polled",
-                        operation.group,
+                        self._shown(operation.group),
                         operation.ref,
                         OPERATION_GIVE_UP,
                     )

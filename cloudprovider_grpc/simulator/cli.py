@@ -187,7 +187,12 @@ def run_cli(args: argparse.Namespace) -> int:
             scenario, server=server, seed=args.seed, provider=provider, emulate=args.emulate, echo=echo
         )
     except ConfigError as exc:
-        return _fail(str(exc))
+        backend = provider or scenario.provider
+        hint = ""
+        if server is None and not args.emulate and backend != "sim":
+            # a first run has no cloud account: every backend runs against its bundled emulator
+            hint = f" (to run it against the bundled {backend} API emulator, add --emulate)"
+        return _fail(f"{exc}{hint}")
     except RpcError as exc:
         return _fail(f"RPC to {server or 'the in-process server'} failed: {exc}", 1)
     report.notes = [*notes, *report.notes]

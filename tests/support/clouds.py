@@ -184,7 +184,7 @@ class VultrCloud(_Emulated):
     cluster = "0d5c3e6a-2b7f-4c1d-8e9a-3f4b5c6d7e8f"
     broken_status = "400"
 
-    def __init__(self, tmp: Path, state_file: Path | None = None) -> None:
+    def __init__(self, tmp: Path, state_file: Path | None = None, pool1_max: int = 12) -> None:
         from cloudprovider_grpc.providers.vultr import VultrEmulator
         from cloudprovider_grpc.providers.vultr.config import EmulatorPool
 
@@ -193,7 +193,7 @@ class VultrCloud(_Emulated):
             tokens=[self.token], provision_seconds=0.5, rate_limit_per_s=None, state_file=state_file
         )
         pools = (
-            EmulatorPool(label="pool1", plan="vc2-4c-8gb", node_quantity=1, min_nodes=1, max_nodes=12),
+            EmulatorPool(label="pool1", plan="vc2-4c-8gb", node_quantity=1, min_nodes=1, max_nodes=pool1_max),
             EmulatorPool(label="pool2", plan="vc2-2c-4gb", node_quantity=1, min_nodes=1, max_nodes=5),
         )
         ids = emu.add_cluster(self.cluster, pools)
@@ -225,7 +225,7 @@ class ExoscaleCloud(_Emulated):
     zone = "de-fra-1"
     broken_status = "403"
 
-    def __init__(self, tmp: Path, state_file: Path | None = None) -> None:
+    def __init__(self, tmp: Path, state_file: Path | None = None, pool1_max: int = 10) -> None:
         from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 
         self.tmp = tmp
@@ -237,7 +237,7 @@ class ExoscaleCloud(_Emulated):
             state_file=state_file,
         )
         cid = emu.add_cluster("probe")
-        bounds = {"pool1": (0, 10), "pool2": (0, 5)}
+        bounds = {"pool1": (0, pool1_max), "pool2": (0, 5)}
         self.nodepools: dict[str, str] = {}  # group (instance pool id) -> nodepool id
         self.groups = {}
         for name, (lo, hi) in bounds.items():

@@ -193,6 +193,13 @@ def test_plans_with_type_filter_and_gpu_fields(emulator: VultrEmulator) -> None:
     assert {p["type"] for p in gpu["plans"]} == {"vcg"}
 
 
+def test_plans_need_no_api_key(emulator: VultrEmulator) -> None:
+    r = requests.get(f"{emulator.base_url}plans", timeout=5)
+    assert r.status_code == 200 and r.json()["plans"], r.text
+    # the rest of the API still wants one
+    assert requests.get(pools_url(emulator), timeout=5).status_code == 401
+
+
 def test_state_file_survives_restart(tmp_path: Path, emu_clock: ManualClock) -> None:
     state = tmp_path / "vultr.json"
     with new_emulator(emu_clock, state_file=state) as emu:

@@ -19,6 +19,7 @@ naming the missing variable (in-tree silently fell through to the next mode).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
+
+log = logging.getLogger(__name__)
 
 #: AK/SK and region used with --emulate when the environment names no credentials
 EMULATOR_ACCESS_KEY_ID = "LTAI5tEmulatorAccessKey"
@@ -321,7 +324,7 @@ def load_config(ctx: ProviderContext) -> AliConfig:
     if policy not in REMOVE_POLICIES:
         raise ConfigError("alicloud.remove-policy", f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
     reserved = read_reserved(opts.get("reserved"), "alicloud.reserved")
-    return AliConfig(
+    config = AliConfig(
         groups=tuple(groups),
         credentials=creds,
         region=region,
@@ -337,6 +340,17 @@ def load_config(ctx: ProviderContext) -> AliConfig:
         demo_groups=demo,
         discovery_tags=discovery,
     )
+    if creds.mode == "ecs-ram-role":
+        # the last resort, chosen silently in-tree: say so, or a Refresh failing against the metadata
+        # server off ECS is the first sign of missing credentials
+        log.warning(
+            "alicloud: no AccessKey (ACCESS_KEY_ID, ACCESS_KEY_SECRET) or RRSA "
+            "(ALIBABA_CLOUD_OIDC_PROVIDER_ARN, ALIBABA_CLOUD_OIDC_TOKEN_FILE, ALIBABA_CLOUD_ROLE_ARN) "
+            "credentials found; using the ECS RAM role from the metadata server at %s, which answers "
+            "only on an ECS instance with a RAM role attached",
+            metadata,
+        )
+    return config
 
 
 _TAG_KEY_RE = re.compile(r"^[^\s=,][^=,]{0,127}$")

@@ -805,6 +805,15 @@ class AliCloudEmulator(EmulatorServer):
             and (not params.get("StatusCode") or a["StatusCode"] == params["StatusCode"])
         ]
         page = [self._activity_json(a) for a in acts[(number - 1) * size : number * size]]
+        if version == "2014-08-28":
+            # the 2014 API wraps these lists too, as alibaba-cloud-sdk-go's ess.ScalingActivity
+            # models them ({"CreatedInstances": {"CreatedInstance": [...]}}); 2022-02-22 does not
+            for a in page:
+                for name, inner in (
+                    ("CreatedInstances", "CreatedInstance"),
+                    ("DestroyedInstances", "DestroyedInstance"),
+                ):
+                    a[name] = {inner: a.get(name, [])}
         body = self._wrap(version, "ScalingActivities", "ScalingActivity", page)
         body.update({"TotalCount": len(acts), "PageNumber": number, "PageSize": size})
         return body

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.errors import ConfigError, raise_all
 from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
 from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS, GroupConfig
@@ -62,6 +62,8 @@ POOL_KEYS = (
     "cloudinit",
     "hostname-pattern",
     "os-partition-size",
+    "gpu-count",
+    "gpu-type",
 )
 BOUND_KEYS = ("min-size", "max-size")
 _MULTI = frozenset({"ssh-key-ids"})
@@ -94,6 +96,11 @@ class PoolSpec:
     cloudinit: GoTemplate | None = None
     hostname_pattern: GoTemplate | None = None
     os_partition_size: int = 0
+    #: GPUs per server of this pool, from the config: Cherry's plan specs carry no GPU entry (cherrygo's
+    #: Specs and the API's plan schema list cpus, memory, storage, raid, nics, bandwidth only)
+    gpu_count: int = 0
+    #: the GPU type the template's GPU label carries (default: the plan's slug)
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -277,7 +284,8 @@ def _stock(value: Any, where: str) -> dict[str, dict[str, int]]:
 
 
 def load_config(ctx: ProviderContext) -> CherryConfig:
-    """Validate every input and build the configuration; raise ConfigError on the first problem."""
+    """Validate every input and build the configuration; raise ConfigError naming the problem (the
+    missing node groups, pool definition and token all at once)."""
     options = dict(ctx.options or {})
     opts = {norm_key(k): v for k, v in options.items()}
     for key in opts:
@@ -328,23 +336,34 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
         cluster_flag = cluster_flag or EMULATE_CLUSTER
         if not bounds:
             bounds = {name: (lo, hi, "--emulate default") for name, lo, hi in EMULATE_POOLS}
+    # the three inputs a first run is most likely to lack are checked together and reported at once
+    problems: list[ConfigError] = []
     if not bounds:
-        raise ConfigError(
-            "nodes", "no node groups: give --nodes=MIN:MAX:POOL or pools with min-size/max-size"
+        problems.append(
+            ConfigError("nodes", "no node groups: give --nodes=MIN:MAX:POOL or pools with min-size/max-size")
         )
-
     if not any(
         k in base.values for k in ("cluster-name", "cloudinit", "region", "plan", "project-id")
     ) and not any(name in file_pools for name in bounds):
-        raise ConfigError(
-            "cloud-config",
-            'no "default" or [global] pool definition was found (set project-id, plan, region, ...)',
+        where = "cloud-config" if ctx.cloud_config is not None else "--cloud-config"
+        problems.append(
+            ConfigError(
+                where,
+                'no [global] or [nodegroupdef "default"] pool definition (project-id, plan, region, ...): '
+                "give the in-tree cloud-config file with --cloud-config, or a cherry: section in --config",
+            )
         )
-
     # secrets: stripped (a Secret made with --from-file ends in a newline), header-safe, masked in logs
-    token = ctx.secret(
-        "CHERRY_AUTH_TOKEN", required=not ctx.emulate, default=EMULATOR_DEFAULT_TOKEN if ctx.emulate else ""
-    )
+    token = ""
+    try:
+        token = ctx.secret(
+            "CHERRY_AUTH_TOKEN",
+            required=not ctx.emulate,
+            default=EMULATOR_DEFAULT_TOKEN if ctx.emulate else "",
+        )
+    except ConfigError as exc:
+        problems.append(exc)
+    raise_all(problems)
     boot_id = ctx.secret("BOOTSTRAP_TOKEN_ID")
     boot_secret = ctx.secret("BOOTSTRAP_TOKEN_SECRET")
 
@@ -464,4 +483,6 @@ def _pool_spec(
         cloudinit=cloudinit,
         hostname_pattern=hostname,
         os_partition_size=_int(raw, "os-partition-size", 0),
+        gpu_count=_int(raw, "gpu-count", 0),
+        gpu_type=_str(raw, "gpu-type"),
     )

@@ -90,16 +90,12 @@ def plan_memory(plan: Mapping[str, Any]) -> str | None:
     return f"{int(total)}{suffix}" if suffix else str(int(total))
 
 
-def plan_gpus(plan: Mapping[str, Any]) -> tuple[int, str]:
-    """(count, type) of GPUs. The documented plan specs have no GPU entry; GPU plans are read from
-    `specs.gpus` {count, name} when present (our assumption, mirroring `specs.cpus`)."""
-    gpus = (plan.get("specs") or {}).get("gpus") or {}
-    if isinstance(gpus, list):
-        gpus = gpus[0] if gpus else {}
-    count = gpus.get("count") if isinstance(gpus, Mapping) else None
-    if not isinstance(count, int) or count <= 0:
+def pool_gpus(pool: PoolSpec) -> tuple[int, str]:
+    """(count, type) of a pool's GPUs, as configured (`gpu-count`, `gpu-type`). Not read from the plan:
+    the API's plan specs have no GPU entry that a template could rely on."""
+    if pool.gpu_count <= 0:
         return 0, ""
-    return count, _label_value(str(gpus.get("name") or "gpu"))
+    return pool.gpu_count, _label_value(pool.gpu_type or pool.plan) or "gpu"
 
 
 def plan_hourly_price(plan: Mapping[str, Any]) -> float | None:
@@ -288,7 +284,7 @@ class CherryDriver(MachineDriver):
             return None
         capacity = {"cpu": str(cores), "memory": memory}
         labels = {"pool": group}
-        gpu_count, gpu_type = plan_gpus(plan)
+        gpu_count, gpu_type = pool_gpus(pool)
         if gpu_count:
             capacity[GPU_RESOURCE] = str(gpu_count)
             labels[GPU_LABEL] = gpu_type
@@ -306,9 +302,7 @@ class CherryDriver(MachineDriver):
         return plan_hourly_price(found[1]) if found else None
 
     def gpu_types(self) -> list[str]:
-        with self._lock:
-            plans = [self._plans.get(p.plan) for p in self.config.pools.values()]
-        return sorted({t for plan in plans if plan for n, t in [plan_gpus(plan)] if n})
+        return sorted({t for n, t in map(pool_gpus, self.config.pools.values()) if n})
 
     def close(self) -> None:
         self.client.close()

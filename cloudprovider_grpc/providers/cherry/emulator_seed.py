@@ -3,7 +3,8 @@
 Shapes follow the official SDK's fixtures (cherryservers-sdk-python tests/unit/plans/conftest.py and
 servers/conftest.py) and cherrygo's types. Figures are illustrative, not a live price list. Plan
 `e5_1620v4` carries id 113 so the in-tree example cloud-config (`plan=113`) works against the
-emulator. The GPU plan's `specs.gpus` entry is our assumption (no stored source documents GPU specs).
+emulator. Like the API's, plan specs carry no GPU entry: a pool's GPUs come from its config
+(`gpu-count`, `gpu-type`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _plan(
     memory_gb: int,
     hourly: float,
     disk_gb: int,
-    gpus: tuple[int, str] | None = None,
+    gpu: bool = False,
 ) -> dict[str, Any]:
     specs: dict[str, Any] = {
         "cpus": {"count": 1, "name": name, "cores": cores, "frequency": 3.4, "unit": "GHz"},
@@ -68,8 +69,6 @@ def _plan(
         "nics": {"name": "1Gbps"},
         "bandwidth": {"name": "30TB"},
     }
-    if gpus:
-        specs["gpus"] = {"count": gpus[0], "name": gpus[1]}
     return {
         "id": pid,
         "href": f"/plans/{slug}",
@@ -77,7 +76,7 @@ def _plan(
         "slug": slug,
         "title": name,
         "type": kind,
-        "category": "gpu" if gpus else ("Shared resources" if kind == "vps" else "lightweight"),
+        "category": "gpu" if gpu else ("Shared resources" if kind == "vps" else "lightweight"),
         "specs": specs,
         "pricing": [
             {"id": 3, "unit": "Monthly", "price": round(hourly * 730, 2), "currency": "EUR", "taxed": False},
@@ -99,5 +98,5 @@ PLANS: list[dict[str, Any]] = [
     _plan(86, "e3_1240v3", "E3-1240v3", "baremetal", 4, 16, 0.1016, 250),
     _plan(113, "e5_1620v4", "E5-1620v4", "baremetal", 8, 64, 0.2466, 500),
     _plan(162, "amd_epyc_7402p", "AMD EPYC 7402P", "baremetal", 24, 128, 0.5342, 1000),
-    _plan(901, "gpu_a2_1", "GPU A2", "baremetal", 16, 64, 1.1, 1000, gpus=(1, "NVIDIA A2")),
+    _plan(901, "gpu_a2_1", "GPU A2", "baremetal", 16, 64, 1.1, 1000, gpu=True),
 ]

@@ -527,13 +527,9 @@ class ExoscaleDriver(PoolDriver):
             types = {g.instance_type for g in self._groups.values()}
         self._load_types(types)
 
-    def gpu_types(self) -> list[str]:
-        """The GPU instance-type families of the groups (GetAvailableGPUTypes), from memory."""
-        with self._lock:
-            types = [self._types.get(g.instance_type) for g in self._groups.values()]
-        return sorted(
-            {str(t.get("family")) for t in types if t and isinstance(t.get("gpus"), int) and t["gpus"] > 0}
-        )
+    # No gpu_types: Exoscale documents no node label naming a GPU model, so GPULabel is empty (as
+    # in-tree) and a GPU type list would name types CA can never find on a node. GPU nodes are still
+    # recognised by their nvidia.com/gpu capacity.
 
     def template(self, group: str) -> NodeTemplate | None:
         info = self.group_info(group)

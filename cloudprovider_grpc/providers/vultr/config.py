@@ -244,6 +244,12 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
     cluster_where = "vultr.cluster-id" if opts.get("cluster-id") else "cloud-config cluster_id"
     cluster_id = str(opts.get("cluster-id") or file.get("cluster_id") or "").strip()
     if not cluster_id:
+        if not ctx.emulate and ctx.cloud_config is None:
+            raise ConfigError(
+                "--cloud-config",
+                "no VKE cluster given: pass the in-tree cloud-config file (JSON with cluster_id and "
+                "token) with --cloud-config, or set vultr.cluster_id in --config",
+            )
         if not ctx.emulate:
             # in-tree wording: "empty cluster ID was supplied"
             raise ConfigError("cloud-config cluster_id", "empty cluster ID was supplied")

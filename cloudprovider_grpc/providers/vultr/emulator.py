@@ -6,7 +6,8 @@ fixtures; the API v2 introduction):
   GET `.../node-pools` (`node_pools` + `meta`), GET and PATCH `.../node-pools/{pool}` (`node_pool`;
   PATCH answers 202), DELETE `.../node-pools/{pool}/nodes/{node}` (204), POST
   `.../nodes/{node}/recycle` (204), GET `plans` (`plans` + `meta`, `type` filter);
-- `Authorization: Bearer <key>`; anything else is 401 `{"error": "Invalid API token.", "status": 401}`;
+- `Authorization: Bearer <key>`; anything else is 401 `{"error": "Invalid API token.", "status": 401}`,
+  except on GET `plans`, which is public;
   every error body is `{"error": "...", "status": N}`;
 - cursor pagination: `per_page` (default `page_size`, small on purpose so clients follow cursors),
   `cursor` opaque, `meta.total`, `meta.links.next`/`prev` "" at the ends;
@@ -216,6 +217,9 @@ class VultrEmulator(EmulatorServer):
 
     # ------------------------------------------------------------------ auth, errors, rendering
     def authenticate(self, request: Request) -> str:
+        if request.method == "GET" and request.path.rstrip("/") == "/v2/plans":
+            # a public endpoint: the API v2 reference lists plans without a security requirement
+            return ""
         header = request.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
         token = token.strip()

@@ -33,6 +33,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- toYaml $backend -}}
 {{- end -}}
 
+{{/* The leader-election Lease's name. */}}
+{{- define "cloudprovider-grpc.leaseName" -}}
+{{- .Values.leaderElection.resourceName | default (include "cloudprovider-grpc.fullname" .) -}}
+{{- end -}}
+
 {{/* The DNS name CA dials: its TLS ServerName, so it must be a SAN of the server certificate. */}}
 {{- define "cloudprovider-grpc.serviceHost" -}}
 {{- printf "%s.%s.svc" (include "cloudprovider-grpc.fullname" .) .Release.Namespace -}}

@@ -1,0 +1,65 @@
+"""The metrics and health HTTP port: /metrics for Prometheus, /healthz and /readyz for kubelet probes.
+
+/healthz answers 200 only while the server's `serving` flag is up: from the start of gRPC serving
+until shutdown begins, and never while the gRPC port is unreachable (the compiled front down or cut
+off from Python). /readyz also requires leadership when leader election is on.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from cloudprovider_grpc.secrets import redact
+
+
+class Serving(Protocol):
+    @property
+    def serving(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+
+def http_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    handle_ref: Serving | None = None
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] == "/metrics":
+            # label values are ids and codes, never secrets; redacting the page makes that a guarantee
+            body = redact(generate_latest(REGISTRY).decode()).encode()
+            ctype, code = CONTENT_TYPE_LATEST, 200
+        elif self.path.split("?")[0] in ("/healthz", "/readyz"):
+            handle: Serving | None = self.server.handle_ref  # type: ignore[attr-defined]
+            # a leader-election standby is alive but not ready: a Service sends CA to the leader only
+            ok = handle is not None and (handle.ready if self.path.startswith("/readyz") else handle.serving)
+            body, ctype, code = (b"ok\n" if ok else b"shutting down\n"), "text/plain", (200 if ok else 503)
+        else:
+            body, ctype, code = b"not found\n", "text/plain", 404
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # scrapes are not worth a log line
+        return
+
+
+def start_metrics_http(address: str, serving: Serving) -> ThreadingHTTPServer:
+    """Bind `address` and serve on a daemon thread; raises OSError when the address is taken."""
+    httpd = ThreadingHTTPServer(http_address(address), _MetricsHandler)
+    httpd.daemon_threads = True
+    httpd.handle_ref = serving  # type: ignore[attr-defined]
+    threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="metrics-http", daemon=True
+    ).start()
+    return httpd

@@ -1,0 +1,292 @@
+"""Replicas of `serve --leader-elect` on one emulated cloud and one real kube-apiserver, and a port
+that follows readiness the way a Kubernetes Service does.
+
+`ReadinessProxy` listens on a loopback port and sends each new TCP connection to a replica whose
+/readyz answers 200 (checked every `PROBE_EVERY` seconds, like a kubelet readiness probe feeding an
+EndpointSlice); with no ready replica it refuses the connection at once, as kube-proxy rejects a
+Service without endpoints. An open connection stays with its replica until either side closes it,
+as with kube-proxy's conntrack: callers move to the new leader when the old one closes (GOAWAY).
+"""
+
+from __future__ import annotations
+
+import select
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
+from tests.support.backends import BackendUnderTest
+from tests.support.clouds import ExternalCloud
+from tests.support.ports import free_port
+from tests.support.probes import ServerProcess, start_server
+from tests.support.waits import poll
+
+#: how often the proxy asks each replica whether it is ready (a kubelet's periodSeconds, scaled down)
+PROBE_EVERY = 0.05
+#: an old leader answers reads this long after its successor does: a few of the proxy's probes
+HANDOVER_LINGER = 4 * PROBE_EVERY
+
+
+def is_ready(server: ServerProcess) -> bool:
+    if server.proc.poll() is not None:
+        return False
+    try:
+        url = f"http://127.0.0.1:{server.metrics_port}/readyz"
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+@dataclass
+class ReadinessProxy:
+    """A Service in front of `backends` (a list the test may change while it runs)."""
+
+    backends: list[ServerProcess] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    _ready: ServerProcess | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _listener: socket.socket | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> ReadinessProxy:
+        self._listener = socket.create_server(("127.0.0.1", self.port), backlog=128)
+        self._listener.settimeout(0.2)
+        for target in (self._probe, self._accept):
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def ready(self) -> ServerProcess | None:
+        return self._ready
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
+        if self._listener is not None:
+            self._listener.close()
+
+    def _probe(self) -> None:
+        while not self._stop.is_set():
+            self._ready = next((b for b in list(self.backends) if is_ready(b)), None)
+            self._stop.wait(PROBE_EVERY)
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            target = self._ready
+            if target is None:
+                client.close()  # no endpoint: refused at once
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", target.port), timeout=2)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=_pipe, args=(client, upstream, self._stop), daemon=True).start()
+
+
+def _pipe(a: socket.socket, b: socket.socket, stop: threading.Event) -> None:
+    """Copy bytes both ways until either side closes."""
+    peers = {a: b, b: a}
+    try:
+        while not stop.is_set():
+            readable, _, _ = select.select([a, b], [], [], 0.2)
+            for sock in readable:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                peers[sock].sendall(data)
+    except OSError:
+        return
+    finally:
+        a.close()
+        b.close()
+
+
+@dataclass
+class Lease:
+    """Where the replicas elect their leader."""
+
+    kubeconfig: Path
+    namespace: str
+    name: str = "cloudprovider-grpc"
+    duration: str = "15s"
+    renew_deadline: str = "10s"
+    retry_period: str = "2s"
+
+    def flags(self) -> list[str]:
+        return [
+            "--leader-elect",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--leader-elect-resource-namespace",
+            self.namespace,
+            "--leader-elect-resource-name",
+            self.name,
+            "--leader-elect-lease-duration",
+            self.duration,
+            "--leader-elect-renew-deadline",
+            self.renew_deadline,
+            "--leader-elect-retry-period",
+            self.retry_period,
+        ]
+
+
+def start_replica(
+    backend: BackendUnderTest,
+    workdir: Path,
+    cloud: ExternalCloud,
+    lease: Lease,
+    name: str,
+    extra: Iterable[str] = (),
+) -> ServerProcess:
+    """One replica, identified as `name` (the pod name), alive once /healthz answers."""
+    env = {"POD_NAME": name, "CLOUDPROVIDER_GRPC_LEADER_ELECT__HANDOVER_LINGER": str(HANDOVER_LINGER)}
+    return start_server(backend, workdir, cloud=cloud, extra=[*lease.flags(), *extra], env=env, name=name)
+
+
+def wait_leader(replicas: Sequence[ServerProcess], timeout: float = 60) -> ServerProcess:
+    """The one replica that is ready (fails if two ever are at once while waiting)."""
+
+    def one() -> ServerProcess | None:
+        ready = [r for r in replicas if is_ready(r)]
+        assert len(ready) <= 1, f"{len(ready)} replicas ready at once"
+        return ready[0] if ready else None
+
+    return poll(one, timeout, "a leader to be ready", 0.05)
+
+
+SCALE = 20
+
+
+def big_cloud(name: str, tmp: Path) -> ExternalCloud:
+    """The backend's emulated cloud with a first group that has room for SCALE more machines."""
+    from tests.support.clouds import CherryCloud, ExoscaleCloud, VultrCloud
+
+    if name == "cherry":
+        return CherryCloud(tmp, groups={"pool1": (0, SCALE + 5), "pool2": (0, 5)})
+    if name == "vultr":
+        return VultrCloud(tmp, pool1_max=SCALE + 5)
+    return ExoscaleCloud(tmp, pool1_max=SCALE + 5)
+
+
+def destructive(cloud: ExternalCloud) -> list[str]:
+    """Requests that delete or remove a machine (none may happen in a scale-up)."""
+    emulator = cloud.emulator  # type: ignore[attr-defined]
+    return [
+        f"{e.method} {e.path}" for e in emulator.request_log() if e.method == "DELETE" or "evict" in e.path
+    ]
+
+
+class AnswerClock:
+    """Calls NodeGroupTargetSize through `address` every few milliseconds and keeps the time of each
+    answer: the failover is the gap around a kill. Reconnects at once (a caller's backoff after a
+    refused connection would otherwise add to what is measured)."""
+
+    def __init__(self, address: str, gid: str) -> None:
+        self.channel = grpc.insecure_channel(
+            address,
+            options=[("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 100)],
+        )
+        self.stub = pb_grpc.CloudProviderStub(self.channel)
+        self.gid = gid
+        self.answers: list[tuple[float, float]] = []  # (call started, answer came)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        request = pb.NodeGroupTargetSizeRequest(id=self.gid)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.stub.NodeGroupTargetSize(request, timeout=1)
+                self.answers.append((started, time.monotonic()))
+            except grpc.RpcError:
+                pass
+            self._stop.wait(0.01)
+
+    def gap_around(self, dead: float, timeout: float = 120) -> float:
+        """Seconds from the last answer before the old leader was `dead` (reaped) to the first
+        answer to a call made after that (which only the new leader can have given)."""
+        poll(lambda: any(s > dead for s, _ in self.answers), timeout, "an answer after the kill", 0.05)
+        before = max(end for _, end in self.answers if end <= dead)
+        after = min(end for start, end in self.answers if start > dead)
+        return after - before
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.channel.close()
+
+
+def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) -> float:
+    """Two replicas sharing a --state-file; IncreaseSize(SCALE) through the proxy to the leader, and
+    kill -9 of the leader at once. The standby takes over; the cloud must end with exactly SCALE
+    more machines, never more, and nothing deleted. Returns the failover time a caller saw through
+    the proxy (last answer from the old leader to the first from the new one)."""
+    from tests.support.waits import instances, refresh
+
+    cloud = big_cloud(shape, work)
+    extra = ["--state-file", str(work / "journal.json")]
+    replicas: list[ServerProcess] = []
+    proxy = ReadinessProxy(replicas).start()
+    clock: AnswerClock | None = None
+    try:
+        replicas.append(start_replica(backend, work, cloud, lease, "a", extra))
+        first = wait_leader(replicas)
+        replicas.append(start_replica(backend, work, cloud, lease, "b", extra))
+        gid = next(iter(cloud.groups))
+        want = len(cloud.machines(gid)) + SCALE
+        poll(lambda: proxy.ready() is first, 10, "the proxy to follow the leader")
+        clock = AnswerClock(proxy.address, gid)
+        poll(lambda: len(clock.answers) > 5, 10, "answers through the proxy")
+        s = pb_grpc.CloudProviderStub(grpc.insecure_channel(proxy.address))
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=SCALE), timeout=5)
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+        failover = clock.gap_around(time.monotonic())
+        seen = [0]
+
+        def exact() -> bool:
+            held = len(cloud.machines(gid))
+            seen[0] = max(seen[0], held)
+            assert held <= want, f"{held} machines, {want} asked for"
+            if not refresh(s, timeout=5):
+                return False
+            return held == want and len(instances(s, gid)) == want
+
+        poll(exact, 120, f"exactly {want} machines after the takeover", 0.2)
+        assert destructive(cloud) == [], destructive(cloud)
+        assert "Traceback" not in replicas[1].output()
+        return failover
+    finally:
+        if clock is not None:
+            clock.close()
+        proxy.close()
+        for r in replicas:
+            r.close()
+        cloud.stop()
