@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FLAGS|FILE",
         help="cluster-autoscaler's command-line flags (as in its Deployment's args), inline or a file",
     )
+    src.add_argument(
+        "--cloud",
+        type=Path,
+        metavar="FILE.yaml",
+        help="options of the in-process backend (a scenario's cloud: section), e.g. its emulator's",
+    )
     src.add_argument("--duration", default="2h", help="how long to simulate a cluster snapshot (default 2h)")
     src.add_argument("--name", default="my-cluster", help="the scenario name of a cluster snapshot")
     src.add_argument(
@@ -244,7 +250,15 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
         raise ScenarioError("a cluster snapshot needs its node groups: give --server or --provider")
     objects = load_dump(args.from_dump) if args.from_dump else read_cluster(args.kubeconfig, args.context)
     flags = read_flag_text(args.autoscaler_flags) if args.autoscaler_flags else []
-    with group_source(args.server, args.provider, args.emulate) as client:
+    cloud: dict[str, Any] = {}
+    if args.cloud is not None:
+        try:
+            cloud = yaml.safe_load(args.cloud.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ScenarioError(f"{args.cloud}: cannot read: {exc}") from None
+        if not isinstance(cloud, dict):
+            raise ScenarioError(f"{args.cloud}: the backend's options must be a mapping")
+    with group_source(args.server, args.provider, args.emulate, cloud) as client:
         snap = build_scenario(
             objects,
             client,
@@ -253,6 +267,8 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
             duration=args.duration,
             flags=flags,
         )
+    if cloud and args.server is None:
+        snap.scenario["cloud"] = cloud
     return snap.scenario, snap.notes, args.server is not None
 
 

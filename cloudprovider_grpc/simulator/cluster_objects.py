@@ -367,7 +367,11 @@ def _plain(name: str, value: float) -> str:
     """A quantity back as text: millicores for cpu, whole units otherwise."""
     if name == "cpu":
         return f"{round(value * 1000)}m"
-    return str(math.ceil(value))
+    whole = math.ceil(value)
+    for suffix, size in (("Gi", 2**30), ("Mi", 2**20)):
+        if whole and whole % size == 0:
+            return f"{whole // size}{suffix}"
+    return str(whole)
 
 
 def static_node(node: Mapping[str, Any]) -> dict[str, Any]:
