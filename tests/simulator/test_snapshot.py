@@ -42,7 +42,7 @@ def test_nodes_match_their_groups_and_pods_become_one_workload_per_controller() 
     assert [(n.name, n.capacity, n.taints[0].key) for n in s.static_nodes] == [
         ("cp-1", {"cpu": "2", "memory": "4Gi"}, "node-role.kubernetes.io/control-plane")
     ]
-    assert s.daemonsets[0].requests == {"cpu": "100m", "memory": "134217728"}
+    assert s.daemonsets[0].requests == {"cpu": "100m", "memory": "128Mi"}
     assert s.provider == "sim"
 
 
