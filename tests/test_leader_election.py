@@ -147,6 +147,53 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_resumes(control_p
         cloud.stop()
 
 
+def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_plane, tmp_path: Path) -> None:
+    """The replicas run as a ServiceAccount granted exactly the Role the chart renders: they elect a
+    leader and watch the Lease. Then the RoleBinding goes: the leader cannot renew, turns not ready
+    within its renew deadline, writes nothing more, and ends; the standby cannot take over."""
+    import yaml
+
+    from tests.deploy_support.layouts import OUR_CHART, OUR_RELEASE
+    from tests.deploy_support.tools import helm_template
+
+    namespace = control_plane.namespace("rbac")
+    objects = helm_template(OUR_CHART, release=OUR_RELEASE, namespace=namespace, set_values=["provider=sim"])
+    rbac = [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    assert len(rbac) == 2
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
+    lease = Lease(
+        control_plane.token_kubeconfig(namespace, OUR_RELEASE),
+        namespace,
+        OUR_RELEASE,
+        duration="5s",
+        renew_deadline="3s",
+        retry_period="500ms",
+    )
+    cloud = big_cloud("exoscale", tmp_path)
+    replicas: list[ServerProcess] = []
+    try:
+        replicas.append(start_replica(backend("exoscale"), tmp_path, cloud, lease, "first"))
+        leader = wait_leader(replicas)
+        replicas.append(start_replica(backend("exoscale"), tmp_path, cloud, lease, "second"))
+        poll(lambda: "candidate for Lease" in replicas[1].output(), 30, "the standby to take part")
+        binding = next(o["metadata"]["name"] for o in rbac if o["kind"] == "RoleBinding")
+        control_plane.kubectl("delete", "rolebinding", binding, "-n", namespace)
+        poll(lambda: not is_ready(leader), 30, "the leader to turn not ready")
+        emulator = cloud.emulator  # type: ignore[attr-defined]
+        mark = emulator.log_mark()
+        assert leader.wait(30) == 1
+        assert "lost the leadership (term 0)" in leader.output()
+        assert not is_ready(replicas[1])  # forbidden to take the Lease: nobody leads
+        assert [e for e in emulator.request_log(mark) if e.method != "GET"] == []
+        for r in replicas:
+            assert "cannot watch" not in r.output()  # the Role allows the watch
+            assert "Traceback" not in r.output()
+    finally:
+        for r in replicas:
+            r.close()
+        cloud.stop()
+
+
 #: answers that mean the call did not get its answer (any other status is the server answering)
 FAILED = {
     grpc.StatusCode.UNAVAILABLE,
