@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 from pathlib import Path
 
 import grpc
 import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import backend
 from tests.support.ha import (
+    WRITES,
     Lease,
-    ReadinessProxy,
     big_cloud,
     is_ready,
     kill_round,
+    rolling_upgrade,
     start_replica,
     wait_leader,
 )
@@ -194,115 +193,9 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
         cloud.stop()
 
 
-#: answers that mean the call did not get its answer (any other status is the server answering)
-FAILED = {
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.UNKNOWN,
-    grpc.StatusCode.INTERNAL,
-}
-
-
-class EveryRpcLoop:
-    """Calls each of the 15 RPCs in turn through one channel, as fast as answers come, counting
-    calls and failed calls (FAILED) per method."""
-
-    def __init__(self, address: str, gid: str) -> None:
-        # a caller that reconnects at once after its connection closed (its server's GOAWAY)
-        self.channel = grpc.insecure_channel(
-            address,
-            options=[("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 200)],
-        )
-        self.stub = pb_grpc.CloudProviderStub(self.channel)
-        self.gid = gid
-        self.calls: dict[str, int] = {}
-        self.failed: dict[str, list[str]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> EveryRpcLoop:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self.channel.close()
-
-    def _requests(self) -> list[tuple[str, object]]:
-        gid = self.gid
-        node = pb.ExternalGrpcNode(providerID="exoscale://unknown", name="unknown")
-        return [
-            ("NodeGroups", pb.NodeGroupsRequest()),
-            ("NodeGroupForNode", pb.NodeGroupForNodeRequest(node=node)),
-            ("PricingNodePrice", pb.PricingNodePriceRequest(node=node)),
-            ("PricingPodPrice", pb.PricingPodPriceRequest()),
-            ("GPULabel", pb.GPULabelRequest()),
-            ("GetAvailableGPUTypes", pb.GetAvailableGPUTypesRequest()),
-            ("Refresh", pb.RefreshRequest()),
-            ("NodeGroupTargetSize", pb.NodeGroupTargetSizeRequest(id=gid)),
-            ("NodeGroupIncreaseSize", pb.NodeGroupIncreaseSizeRequest(id=gid, delta=1)),
-            ("NodeGroupDecreaseTargetSize", pb.NodeGroupDecreaseTargetSizeRequest(id=gid, delta=-1)),
-            ("NodeGroupDeleteNodes", pb.NodeGroupDeleteNodesRequest(id=gid, nodes=[node])),
-            ("NodeGroupNodes", pb.NodeGroupNodesRequest(id=gid)),
-            ("NodeGroupTemplateNodeInfo", pb.NodeGroupTemplateNodeInfoRequest(id=gid)),
-            ("NodeGroupGetOptions", pb.NodeGroupAutoscalingOptionsRequest(id=gid)),
-            ("Cleanup", pb.CleanupRequest()),
-        ]
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for method, request in self._requests():
-                if method == "Cleanup":
-                    continue  # CA calls it once, at its own exit
-                self.calls[method] = self.calls.get(method, 0) + 1
-                try:
-                    getattr(self.stub, method)(request, timeout=5)
-                except grpc.RpcError as exc:
-                    if exc.code() in FAILED:
-                        self.failed.setdefault(method, []).append(f"{exc.code().name}: {exc.details()}")
-
-    def failures(self) -> int:
-        return sum(len(v) for v in self.failed.values())
-
-
-def rolling_upgrade(control_plane, work: Path, lease: Lease) -> EveryRpcLoop:
-    """Two replicas; then, twice, a new replica starts and the oldest gets SIGTERM (the order of a
-    Deployment's RollingUpdate with maxSurge 1, maxUnavailable 0), under the RPC loop."""
-    cloud = big_cloud("exoscale", work)
-    replicas: list[ServerProcess] = []
-    proxy = ReadinessProxy(replicas).start()
-    loop: EveryRpcLoop | None = None
-    try:
-        for name in ("v1-a", "v1-b"):
-            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name))
-            wait_leader(replicas)
-        poll(lambda: proxy.ready() is not None, 10, "the proxy to see the leader")
-        loop = EveryRpcLoop(proxy.address, next(iter(cloud.groups))).start()
-        poll(lambda: loop.calls.get("Refresh", 0) >= 20, 30, "the loop to run")
-        for name in ("v2-a", "v2-b"):
-            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name))
-            oldest = replicas.pop(0)
-            replicas.append(oldest)  # still probed (not ready) until it has gone
-            oldest.signal(signal.SIGTERM)
-            assert oldest.wait(40) == 0, oldest.output()[-2000:]
-            replicas.remove(oldest)
-            wait_leader(replicas, timeout=30)
-        poll(lambda: loop.calls.get("Refresh", 0) >= 40, 30, "the loop to go on")
-        return loop
-    finally:
-        if loop is not None:
-            loop.stop()
-        proxy.close()
-        for r in replicas:
-            r.close()
-        cloud.stop()
-
-
 def test_rolling_upgrade_under_a_client_calling_every_rpc(control_plane, tmp_path: Path) -> None:
     lease = Lease(control_plane.kubeconfig, control_plane.namespace("roll"))  # CA's default settings
-    loop = rolling_upgrade(control_plane, tmp_path, lease)
+    loop = rolling_upgrade(tmp_path, lease)
     total = sum(loop.calls.values())
     counts = {method: len(failed) for method, failed in loop.failed.items()}
     print(f"rolling upgrade: {loop.failures()} failed of {total} calls: {counts}")
@@ -311,6 +204,3 @@ def test_rolling_upgrade_under_a_client_calling_every_rpc(control_plane, tmp_pat
     # a write arriving in the moment between the old leader's last write and its successor's
     # takeover is refused UNAVAILABLE (nothing recorded): counted, and bounded
     assert all("handing the leadership over" in f for fs in loop.failed.values() for f in fs), loop.failed
-
-
-WRITES = {"NodeGroupIncreaseSize", "NodeGroupDecreaseTargetSize", "NodeGroupDeleteNodes"}
