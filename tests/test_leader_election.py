@@ -182,6 +182,7 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
         mark = emulator.log_mark()
         assert leader.wait(30) == 1
         assert "lost the leadership (term 0)" in leader.output()
+        assert leader.output().count("HTTP 403") == 1  # one line, not one per retry
         assert not is_ready(replicas[1])  # forbidden to take the Lease: nobody leads
         assert [e for e in emulator.request_log(mark) if e.method != "GET"] == []
         for r in replicas:
