@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -182,6 +183,22 @@ def wait_leader(replicas: Sequence[ServerProcess], timeout: float = 60) -> Serve
 SCALE = 20
 
 
+def wait_renewals(lease: Lease, since: datetime, count: int, timeout: float = 60) -> None:
+    """Until the Lease has been renewed `count` times after `since` (read with the official client)."""
+    from kubernetes import client, config
+
+    api = client.CoordinationV1Api(config.new_client_from_config(config_file=str(lease.kubeconfig)))
+    seen: set[datetime] = set()
+
+    def renewed() -> bool:
+        renew = api.read_namespaced_lease(lease.name, lease.namespace).spec.renew_time
+        if renew is not None and renew > since:
+            seen.add(renew)
+        return len(seen) >= count
+
+    poll(renewed, timeout, f"{count} renewals of the Lease", 0.1)
+
+
 def big_cloud(name: str, tmp: Path) -> ExternalCloud:
     """The backend's emulated cloud with a first group that has room for SCALE more machines."""
     from tests.support.clouds import CherryCloud, ExoscaleCloud, VultrCloud
@@ -259,6 +276,9 @@ def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) 
         replicas.append(start_replica(backend, work, cloud, lease, "a", extra))
         wait_leader(replicas)
         replicas.append(start_replica(backend, work, cloud, lease, "b", extra))
+        # a standby in its steady state: it has seen the leader renew (a candidate's expiry counts
+        # from the first renewal it saw, as in client-go), not one started a moment before the kill
+        wait_renewals(lease, since=datetime.now(UTC), count=2)
         gid = next(iter(cloud.groups))
         want = len(cloud.machines(gid)) + SCALE
         # whichever leads now (on a loaded machine a short lease may already have changed hands)
