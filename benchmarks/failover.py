@@ -3,6 +3,10 @@
     .venv/bin/python benchmarks/failover.py [--rounds 10] [--backend cherry|vultr|exoscale ...]
                                             [--lease 15s --renew-deadline 10s --retry-period 2s]
 
+Then `--upgrades` rolling upgrades (Exoscale, two replicas, each replaced in turn: a new one starts,
+the old one gets SIGTERM) under a client calling every RPC in a loop through the same kind of port:
+printed, the calls made and the calls that failed, by method.
+
 Each round, on a real kube-apiserver and etcd (tests/support/controlplane.py) and the backend's
 emulated cloud: two replicas sharing a --state-file, a caller asking NodeGroupTargetSize every 10 ms
 through a loopback port that follows readiness the way a Service does (tests/support/ha.py),
@@ -25,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.support.backends import backend  # noqa: E402
-from tests.support.ha import Lease, kill_round  # noqa: E402
+from tests.support.ha import Lease, kill_round, rolling_upgrade  # noqa: E402
 
 
 def main() -> int:
@@ -35,6 +39,9 @@ def main() -> int:
     parser.add_argument("--lease", default="15s")
     parser.add_argument("--renew-deadline", default="10s")
     parser.add_argument("--retry-period", default="2s")
+    parser.add_argument(
+        "--upgrades", type=int, default=3, help="rolling upgrades under the every-RPC loop (default 3)"
+    )
     args = parser.parse_args()
     from tests.support.controlplane import control_plane  # builds kube-apiserver on first use
 
@@ -62,9 +69,24 @@ def main() -> int:
                     f"deleted (round {time.monotonic() - started:.0f} s)",
                     flush=True,
                 )
+        for i in range(args.upgrades):
+            lease = Lease(
+                cp.kubeconfig,
+                cp.namespace("upgrade"),
+                duration=args.lease,
+                renew_deadline=args.renew_deadline,
+                retry_period=args.retry_period,
+            )
+            loop = rolling_upgrade(Path(tmp) / f"upgrade-{i}", lease)
+            failed = {method: len(calls) for method, calls in loop.failed.items()}
+            print(
+                f"  rolling upgrade {i + 1}: {loop.failures()} failed of {sum(loop.calls.values())} calls "
+                f"{failed or ''}",
+                flush=True,
+            )
     print()
     every = [t for kills in times.values() for t in kills]
-    for name, ts in [*times.items(), ("all", every)]:
+    for name, ts in [*times.items(), ("all", every)] if every else []:
         p50, worst = statistics.median(ts), max(ts)
         print(f"{name:9s} failover p50 {p50:5.2f} s  max {worst:5.2f} s  ({len(ts)} kills)")
     return 0

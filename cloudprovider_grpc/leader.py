@@ -273,6 +273,7 @@ class Elector:
         self._last_warm = clock()
         self._rng = random.Random()
         self.lost = False
+        self._problem: str | None = None  # the last failure of a call on the Lease, as logged
         SINCE_RENEW.set_function(self.gate.last_renew_age)
         LEADER.set(0)
 
@@ -302,10 +303,9 @@ class Elector:
             started = self._clock()
             try:
                 won = self._try_acquire_or_renew(started)
+                self._note_problem(None)
             except Exception as exc:  # the API server unreachable, a timeout, a 409: next period
-                log.warning(
-                    "leader election: Lease %s/%s: %s", self.lock.namespace, self.lock.name, _api_problem(exc)
-                )
+                self._note_problem(exc)
                 won = False
             if self._stop.is_set():
                 return
@@ -320,6 +320,19 @@ class Elector:
             else:
                 self._stay_warm()
             self._pause()
+
+    def _note_problem(self, exc: BaseException | None) -> None:
+        """One log line when calls on the Lease start failing or fail differently, one when they
+        work again: a refused or unreachable API server is not a line every retry period. A 409
+        (another candidate wrote first) is the protocol working, not a problem."""
+        problem = None if exc is None or getattr(exc, "status", None) == 409 else _api_problem(exc)
+        if problem == self._problem:
+            return
+        if problem is None:
+            log.info("leader election: Lease %s/%s can be reached again", self.lock.namespace, self.lock.name)
+        else:
+            log.warning("leader election: Lease %s/%s: %s", self.lock.namespace, self.lock.name, problem)
+        self._problem = problem
 
     def _pause(self) -> None:
         """The leader renews every retry period. A candidate tries again after a jittered retry

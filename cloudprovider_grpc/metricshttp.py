@@ -7,6 +7,8 @@ off from Python). /readyz also requires leadership when leader election is on.
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
@@ -14,6 +16,11 @@ from typing import Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from cloudprovider_grpc.secrets import redact
+
+log = logging.getLogger(__name__)
+
+#: a prober or scraper that hung up before its answer was written (its own timeout ran out)
+_CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 
 
 class Serving(Protocol):
@@ -40,8 +47,12 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         elif self.path.split("?")[0] in ("/healthz", "/readyz"):
             handle: Serving | None = self.server.handle_ref  # type: ignore[attr-defined]
             # a leader-election standby is alive but not ready: a Service sends CA to the leader only
-            ok = handle is not None and (handle.ready if self.path.startswith("/readyz") else handle.serving)
-            body, ctype, code = (b"ok\n" if ok else b"shutting down\n"), "text/plain", (200 if ok else 503)
+            readiness = self.path.startswith("/readyz")
+            ok = handle is not None and (handle.ready if readiness else handle.serving)
+            problem = (
+                b"not ready\n" if readiness and handle is not None and handle.serving else b"shutting down\n"
+            )
+            body, ctype, code = (b"ok\n" if ok else problem), "text/plain", (200 if ok else 503)
         else:
             body, ctype, code = b"not found\n", "text/plain", 404
         self.send_response(code)
@@ -54,9 +65,19 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         return
 
 
+class _MetricsServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hung up before its answer is not an error of ours (a probe whose timeout
+        ran out on a busy machine); anything else is one log line, never a traceback on stderr."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _CLIENT_GONE):
+            return
+        log.error("metrics port: a request failed: %s: %s", type(exc).__name__, exc)
+
+
 def start_metrics_http(address: str, serving: Serving) -> ThreadingHTTPServer:
     """Bind `address` and serve on a daemon thread; raises OSError when the address is taken."""
-    httpd = ThreadingHTTPServer(http_address(address), _MetricsHandler)
+    httpd = _MetricsServer(http_address(address), _MetricsHandler)
     httpd.daemon_threads = True
     httpd.handle_ref = serving  # type: ignore[attr-defined]
     threading.Thread(

@@ -154,3 +154,25 @@ def test_a_dry_run_needs_no_leader() -> None:
 
     with pytest.raises(ConfigError, match="dry_run"):
         load_settings(None, {"dry_run": True, "leader_elect": {"enabled": True}})
+
+
+def test_a_prober_that_hung_up_is_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Readiness probes on a busy machine time out and hang up; the metrics port stays quiet about
+    it, and reports anything else as one log line."""
+    from cloudprovider_grpc import metricshttp
+
+    server = metricshttp._MetricsServer.__new__(metricshttp._MetricsServer)  # its handler only, no socket
+    for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+        try:
+            raise gone
+        except OSError:
+            server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == "" and not caplog.records
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert [r.getMessage() for r in caplog.records] == ["metrics port: a request failed: ValueError: boom"]
+    assert "Traceback" not in capsys.readouterr().err

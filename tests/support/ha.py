@@ -19,13 +19,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
-from tests.support.backends import BackendUnderTest
+from tests.support.backends import BackendUnderTest, backend
 from tests.support.clouds import ExternalCloud
 from tests.support.ports import free_port
 from tests.support.probes import ServerProcess, start_server
@@ -182,6 +183,22 @@ def wait_leader(replicas: Sequence[ServerProcess], timeout: float = 60) -> Serve
 SCALE = 20
 
 
+def wait_renewals(lease: Lease, since: datetime, count: int, timeout: float = 60) -> None:
+    """Until the Lease has been renewed `count` times after `since` (read with the official client)."""
+    from kubernetes import client, config
+
+    api = client.CoordinationV1Api(config.new_client_from_config(config_file=str(lease.kubeconfig)))
+    seen: set[datetime] = set()
+
+    def renewed() -> bool:
+        renew = api.read_namespaced_lease(lease.name, lease.namespace).spec.renew_time
+        if renew is not None and renew > since:
+            seen.add(renew)
+        return len(seen) >= count
+
+    poll(renewed, timeout, f"{count} renewals of the Lease", 0.1)
+
+
 def big_cloud(name: str, tmp: Path) -> ExternalCloud:
     """The backend's emulated cloud with a first group that has room for SCALE more machines."""
     from tests.support.clouds import CherryCloud, ExoscaleCloud, VultrCloud
@@ -257,11 +274,16 @@ def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) 
     clock: AnswerClock | None = None
     try:
         replicas.append(start_replica(backend, work, cloud, lease, "a", extra))
-        first = wait_leader(replicas)
+        wait_leader(replicas)
         replicas.append(start_replica(backend, work, cloud, lease, "b", extra))
+        # a standby in its steady state: it has seen the leader renew (a candidate's expiry counts
+        # from the first renewal it saw, as in client-go), not one started a moment before the kill
+        wait_renewals(lease, since=datetime.now(UTC), count=2)
         gid = next(iter(cloud.groups))
         want = len(cloud.machines(gid)) + SCALE
-        poll(lambda: proxy.ready() is first, 10, "the proxy to follow the leader")
+        # whichever leads now (on a loaded machine a short lease may already have changed hands)
+        first = poll(proxy.ready, 30, "the proxy to follow a leader")
+        survivor = next(r for r in replicas if r is not first)
         clock = AnswerClock(proxy.address, gid)
         poll(lambda: len(clock.answers) > 5, 10, "answers through the proxy")
         s = pb_grpc.CloudProviderStub(grpc.insecure_channel(proxy.address))
@@ -281,7 +303,8 @@ def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) 
 
         poll(exact, 120, f"exactly {want} machines after the takeover", 0.2)
         assert destructive(cloud) == [], destructive(cloud)
-        assert "Traceback" not in replicas[1].output()
+        out = survivor.output()
+        assert "Traceback" not in out, out[max(0, out.find("Traceback") - 1500) :][:5000]
         return failover
     finally:
         if clock is not None:
@@ -290,3 +313,112 @@ def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) 
         for r in replicas:
             r.close()
         cloud.stop()
+
+
+#: answers that mean the call did not get its answer (any other status is the server answering)
+FAILED = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+}
+
+
+class EveryRpcLoop:
+    """Calls each of the 15 RPCs in turn through one channel, as fast as answers come, counting
+    calls and failed calls (FAILED) per method."""
+
+    def __init__(self, address: str, gid: str) -> None:
+        # a caller that reconnects at once after its connection closed (its server's GOAWAY)
+        self.channel = grpc.insecure_channel(
+            address,
+            options=[("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 200)],
+        )
+        self.stub = pb_grpc.CloudProviderStub(self.channel)
+        self.gid = gid
+        self.calls: dict[str, int] = {}
+        self.failed: dict[str, list[str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> EveryRpcLoop:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.channel.close()
+
+    def _requests(self) -> list[tuple[str, object]]:
+        gid = self.gid
+        node = pb.ExternalGrpcNode(providerID="exoscale://unknown", name="unknown")
+        return [
+            ("NodeGroups", pb.NodeGroupsRequest()),
+            ("NodeGroupForNode", pb.NodeGroupForNodeRequest(node=node)),
+            ("PricingNodePrice", pb.PricingNodePriceRequest(node=node)),
+            ("PricingPodPrice", pb.PricingPodPriceRequest()),
+            ("GPULabel", pb.GPULabelRequest()),
+            ("GetAvailableGPUTypes", pb.GetAvailableGPUTypesRequest()),
+            ("Refresh", pb.RefreshRequest()),
+            ("NodeGroupTargetSize", pb.NodeGroupTargetSizeRequest(id=gid)),
+            ("NodeGroupIncreaseSize", pb.NodeGroupIncreaseSizeRequest(id=gid, delta=1)),
+            ("NodeGroupDecreaseTargetSize", pb.NodeGroupDecreaseTargetSizeRequest(id=gid, delta=-1)),
+            ("NodeGroupDeleteNodes", pb.NodeGroupDeleteNodesRequest(id=gid, nodes=[node])),
+            ("NodeGroupNodes", pb.NodeGroupNodesRequest(id=gid)),
+            ("NodeGroupTemplateNodeInfo", pb.NodeGroupTemplateNodeInfoRequest(id=gid)),
+            ("NodeGroupGetOptions", pb.NodeGroupAutoscalingOptionsRequest(id=gid)),
+            ("Cleanup", pb.CleanupRequest()),
+        ]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for method, request in self._requests():
+                if method == "Cleanup":
+                    continue  # CA calls it once, at its own exit
+                self.calls[method] = self.calls.get(method, 0) + 1
+                try:
+                    getattr(self.stub, method)(request, timeout=5)
+                except grpc.RpcError as exc:
+                    if exc.code() in FAILED:
+                        self.failed.setdefault(method, []).append(f"{exc.code().name}: {exc.details()}")
+
+    def failures(self) -> int:
+        return sum(len(v) for v in self.failed.values())
+
+
+def rolling_upgrade(work: Path, lease: Lease) -> EveryRpcLoop:
+    """Two replicas; then, twice, a new replica starts and the oldest gets SIGTERM (the order of a
+    Deployment's RollingUpdate with maxSurge 1, maxUnavailable 0), under the RPC loop."""
+    cloud = big_cloud("exoscale", work)
+    replicas: list[ServerProcess] = []
+    proxy = ReadinessProxy(replicas).start()
+    loop: EveryRpcLoop | None = None
+    try:
+        for name in ("v1-a", "v1-b"):
+            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name))
+            wait_leader(replicas)
+        poll(lambda: proxy.ready() is not None, 10, "the proxy to see the leader")
+        loop = EveryRpcLoop(proxy.address, next(iter(cloud.groups))).start()
+        poll(lambda: loop.calls.get("Refresh", 0) >= 20, 30, "the loop to run")
+        for name in ("v2-a", "v2-b"):
+            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name))
+            oldest = replicas.pop(0)
+            replicas.append(oldest)  # still probed (not ready) until it has gone
+            oldest.signal(signal.SIGTERM)
+            assert oldest.wait(40) == 0, oldest.output()[-2000:]
+            replicas.remove(oldest)
+            wait_leader(replicas, timeout=30)
+        poll(lambda: loop.calls.get("Refresh", 0) >= 40, 30, "the loop to go on")
+        return loop
+    finally:
+        if loop is not None:
+            loop.stop()
+        proxy.close()
+        for r in replicas:
+            r.close()
+        cloud.stop()
+
+
+WRITES = {"NodeGroupIncreaseSize", "NodeGroupDecreaseTargetSize", "NodeGroupDeleteNodes"}
