@@ -183,6 +183,8 @@ def run_cli(args: argparse.Namespace) -> int:
     # a twin of a running server's groups runs in-process: a what-if never touches the live cloud
     server = None if twin else args.server
     provider = None if twin else args.provider
+    from cloudprovider_grpc.simulator.compare import ExecutorError
+
     try:
         if variants:
             return _compare(args, variants, notes, server, provider)
@@ -201,6 +203,8 @@ def run_cli(args: argparse.Namespace) -> int:
         return _fail(f"{exc}{hint}")
     except RpcError as exc:
         return _fail(f"RPC to {server or 'the in-process server'} failed: {exc}", 1)
+    except ExecutorError as exc:
+        return _fail(str(exc), 1)
     report.notes = [*notes, *report.notes]
     for note in report.write(args.out):
         print(note)

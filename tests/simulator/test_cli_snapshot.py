@@ -1,0 +1,72 @@
+"""`simulate --from-dump` end to end: the written scenario runs to the same report as the
+snapshot it came from, and every bad start fails with one line and the right exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cloudprovider_grpc.cli import main
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DUMP = EXAMPLES / "snapshot" / "cluster.json"
+
+
+def test_the_written_scenario_reruns_to_the_same_report(tmp_path, capsys) -> None:
+    common = ["--provider", "vultr", "--emulate", "--duration", "20m", "--quiet"]
+    cloud = ["--cloud", str(EXAMPLES / "snapshot" / "vultr-emulator.yaml")]
+    written = tmp_path / "scenario.yaml"
+    edits = ["--scale", "web=2x", "--write-scenario", str(written)]
+    assert (
+        main(["simulate", "--from-dump", str(DUMP), *common, *cloud, *edits, "--out", str(tmp_path / "a")])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "note: CA flags with no effect on the simulated decisions, ignored: --cloud-config" in out
+    assert written.read_text().startswith("# Written by `cloudprovider-grpc simulate`.\n# CA flags")
+    assert main(["simulate", str(written), *common, "--out", str(tmp_path / "b")]) == 0
+    a = (tmp_path / "a" / "report.json").read_text()
+    b = (tmp_path / "b" / "report.json").read_text()
+    # the snapshot's run carries its notes; otherwise the two runs are the same run
+    assert '"notes"' in a and '"scale-up"' in b
+    assert _without_notes(a) == _without_notes(b)
+
+
+def _without_notes(text: str) -> str:
+    import json
+
+    data = json.loads(text)
+    data.pop("notes", None)
+    return json.dumps(data, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["--from-dump", str(DUMP)],
+            2,
+            "a cluster snapshot needs its node groups: give --server or --provider",
+        ),
+        (
+            [str(EXAMPLES / "scenarios" / "burst.yaml"), "--from-dump", str(DUMP)],
+            2,
+            "give one of SCENARIO.yaml",
+        ),
+        (["--from-dump", "nope.json", "--provider", "sim"], 2, "nope.json: cannot read"),
+        (["--from-dump", str(DUMP), "--server", "127.0.0.1:9"], 1, "RPC to 127.0.0.1:9 failed"),
+        (
+            ["--from-cluster", "--kubeconfig", "/nonexistent", "--provider", "sim"],
+            2,
+            "cannot load the kubeconfig",
+        ),
+        ([str(EXAMPLES / "scenarios" / "burst.yaml"), "--scale", "foo=2x"], 2, "no such workload"),
+    ],
+)
+def test_bad_starts_fail_with_one_line(tmp_path, capsys, args, code, message) -> None:
+    assert main(["simulate", *args, "--out", str(tmp_path), "--quiet"]) == code
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
