@@ -98,6 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp.add_argument(
         "--compare",
         nargs="+",
+        action="extend",
         type=Path,
         default=[],
         metavar="VARIANT.yaml",
