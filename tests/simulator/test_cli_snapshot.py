@@ -15,6 +15,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DUMP = EXAMPLES / "snapshot" / "cluster.json"
 
 
+@pytest.mark.slow
 def test_the_written_scenario_reruns_to_the_same_report(tmp_path, capsys) -> None:
     common = ["--provider", "vultr", "--emulate", "--duration", "20m", "--quiet"]
     cloud = ["--cloud", str(EXAMPLES / "snapshot" / "vultr-emulator.yaml")]
