@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--autoscaler-flags",
         metavar="FLAGS|FILE",
-        help="cluster-autoscaler's command-line flags (as in its Deployment's args), inline or a file",
+        help="cluster-autoscaler's command-line flags (as in its Deployment's args): a file, or inline "
+        "after '=' (--autoscaler-flags='--expander=priority --scale-down-unneeded-time=5m')",
     )
     src.add_argument(
         "--cloud",
