@@ -302,9 +302,9 @@ def bench_snapshot(compare: bool, day: bool = True) -> None:
         )
     if not compare:
         return
-    # a what-if per variant: a burst of 2,000 two-CPU pods for the first 30 minutes (about 250
+    # a what-if per variant: a burst of 1,500 four-CPU pods for the first 30 minutes (about 170
     # more nodes), then CA's scale-down under four scale-down-unneeded-time settings
-    burst = {"name": "burst", "replicas": 2000, "end": "30m", "requests": {"cpu": "2", "memory": "2Gi"}}
+    burst = {"name": "burst", "replicas": 1500, "end": "30m", "requests": {"cpu": "4", "memory": "4Gi"}}
     jobs = [
         Job(
             f"unneeded-{m}m",
