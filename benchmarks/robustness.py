@@ -4,7 +4,8 @@
                                               [--probe fuzz|races|faults|kills ...]
 
 For each backend in tests/support/backends.py, against real `cloudprovider-grpc serve` processes:
-- fuzz: N hostile requests over all 15 RPCs (tests/support/fuzz.py), with marker secrets in the
+- fuzz: N hostile requests over all 15 RPCs, health and reflection (tests/support/fuzz.py), with
+  the compiled front on and off (`--front`; the front's RSS is printed too), with marker secrets in the
   backend's secret variables; prints crashes, UNKNOWN/INTERNAL answers, traceback text in the log,
   state changes, RSS after warm-up and at the end, and marker leaks in the log, /metrics and messages;
 - races: rounds of 50 (or more) concurrent IncreaseSize(1) on the smallest group (exactly max accepted?);
@@ -28,16 +29,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+from cannedserver import process_tree  # noqa: E402  (this script's directory is on sys.path)
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from tests.support import fuzz  # noqa: E402
 from tests.support.backends import BACKENDS, BackendUnderTest  # noqa: E402
-from tests.support.probes import fault_round, groups, poll, refresh, settle, start_server  # noqa: E402
+from tests.support.probes import ServerProcess, fault_round, settle, start_server  # noqa: E402
+from tests.support.waits import groups, poll, refresh  # noqa: E402
 
 WARMUP = 2_000
 
 
-def fuzz_figures(backend: BackendUnderTest, work: Path, requests: int) -> str:
+def _front_rss(server: ServerProcess) -> int:
+    """The compiled front's RSS (the server's child process), 0 without a front."""
+    pids = [p for p in process_tree(server.proc.pid) if p != server.proc.pid]
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def fuzz_figures(backend: BackendUnderTest, work: Path, requests: int, front: str = "auto") -> str:
     # against the backend's external cloud where it has one (the bundled emulator's defaults throttle
     # Refresh to the real cloud's request rate, which would make 100,000 requests take an hour); its
     # token, with the trailing newline of a mounted Secret, is the marker the leak scan looks for
@@ -46,12 +60,13 @@ def fuzz_figures(backend: BackendUnderTest, work: Path, requests: int) -> str:
         secrets = {name: cloud.env[name] + "\n" for name in backend.secret_env if name in cloud.env}
     else:
         secrets = {name: f"MARKER-{name.lower()}-bench\n" for name in backend.secret_env}
-    server = start_server(backend, work / "fuzz", cloud=cloud, env=secrets)
+    server = start_server(backend, work / f"fuzz-{front}", cloud=cloud, env=secrets, extra=["--front", front])
     tally = fuzz.Tally()
     try:
         ch = server.channel()
         before = fuzz.state(ch)
         rss0 = rss_start = server.rss_bytes()
+        front0 = front_start = _front_rss(server)
         # RSS moves by several MB either way as huge requests come and go: samples along the run tell
         # a trend from that noise, which the end point alone cannot
         step, samples = max(1, requests // 10), []
@@ -59,12 +74,13 @@ def fuzz_figures(backend: BackendUnderTest, work: Path, requests: int) -> str:
         for i, case in enumerate(fuzz.cases(seed=2026, count=WARMUP + requests)):
             fuzz.send(ch, case, tally)
             if i == WARMUP:
-                rss0 = server.rss_bytes()
+                rss0, front0 = server.rss_bytes(), _front_rss(server)
             elif i > WARMUP and (i - WARMUP) % step == 0:
                 samples.append(server.rss_bytes())
         seconds = time.monotonic() - started
         crashed = server.proc.poll() is not None
         rss1 = server.rss_bytes() if not crashed else 0
+        front1 = _front_rss(server) if not crashed else 0
         changed = fuzz.state(ch) != before
         metrics = server.metrics()
         server.signal(signal.SIGTERM)
@@ -77,12 +93,15 @@ def fuzz_figures(backend: BackendUnderTest, work: Path, requests: int) -> str:
     texts = output + metrics + "\n".join(tally.bad)
     leaks = sum(texts.count(v.strip()) for v in secrets.values())
     return (
-        f"fuzz: {tally.requests:,} requests ({WARMUP:,} warm-up) in {seconds:.0f}s; crashes {int(crashed)}; "
+        f"fuzz (front {front}): {tally.requests:,} requests ({WARMUP:,} warm-up) in {seconds:.0f}s; "
+        f"crashes {int(crashed)}; "
         f"UNKNOWN {tally.by_code.get('UNKNOWN', 0)}; INTERNAL {tally.by_code.get('INTERNAL', 0)}; "
         f"traceback text {output.count('Traceback')}; state changes {int(changed)}; "
         f"RSS {rss_start / 2**20:.1f} MB at start, {rss0 / 2**20:.1f} MB after warm-up, "
         f"{rss1 / 2**20:.1f} MB at the end (growth {(rss1 - rss0) / 2**20:+.1f} MB; every {step:,} "
         f"requests: {' '.join(f'{x / 2**20:.1f}' for x in samples)} MB); "
+        f"front RSS {front_start / 2**20:.1f} / {front0 / 2**20:.1f} / {front1 / 2**20:.1f} MB "
+        f"(start / after warm-up / end; growth {(front1 - front0) / 2**20:+.1f} MB); "
         f"malformed-body warnings {output.count('does not parse')}; "
         f"secret leaks {leaks if secrets else 'n/a (no secrets)'}; "
         f"codes {dict(sorted(tally.by_code.items()))}"
@@ -213,6 +232,9 @@ def main() -> None:
     parser.add_argument(
         "--probe", action="append", choices=sorted(PROBES), help="only these probes (default: all)"
     )
+    parser.add_argument(
+        "--front", action="append", choices=["on", "off"], help="fuzz with the front on, off (default: both)"
+    )
     args = parser.parse_args()
     chosen = [b for b in BACKENDS if not args.backend or b.name in args.backend]
     with tempfile.TemporaryDirectory(prefix="robustness-") as tmp:
@@ -222,9 +244,14 @@ def main() -> None:
             for name, figures in PROBES.items():
                 if args.probe and name not in args.probe:
                     continue
-                arg = args.requests if figures is fuzz_figures else args.rounds
+                if figures is fuzz_figures:
+                    for front in args.front or ["on", "off"]:
+                        started = time.monotonic()
+                        line = fuzz_figures(backend, work, args.requests, front)
+                        print(f"  {line} [{time.monotonic() - started:.0f}s]", flush=True)
+                    continue
                 started = time.monotonic()
-                line = figures(backend, work, arg)
+                line = figures(backend, work, args.rounds)
                 print(f"  {line} [{time.monotonic() - started:.0f}s]", flush=True)
 
 

@@ -68,7 +68,7 @@ class CertReloader:
 
     def fetch_files(self) -> TLSFiles | None:
         """The changed files once loaded and checked, else None (unchanged, or rejected and logged).
-        grpcio asks through fetch(); the compiled front asks through its control channel."""
+        grpcio asks through fetch() on every new handshake."""
         stamp = self._stat()
         if not stamp or stamp == self._stamp or stamp == self._rejected:
             return None

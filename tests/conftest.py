@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.deploy_support.tools import unavailable  # noqa: E402
+from tests.support import controlplane  # noqa: E402
 from tests.support.certs import Pki, write_pki  # noqa: E402
 from tests.support.front import ensure_front  # noqa: E402
 from tests.support.servers import ManualClock  # noqa: E402
@@ -43,6 +45,34 @@ def shared_dir() -> Path:
 def compiled_front() -> Path | None:
     """Built before any server starts, so `--front auto` (the default) finds it everywhere."""
     return ensure_front()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
+    """A real etcd + kube-apiserver, one per session (per xdist worker); tests keep apart by
+    namespace (`control_plane.namespace()`). Skipped without Go, the module proxy or apt-get,
+    except under CI=true, where that fails."""
+    workdir = tmp_path_factory.mktemp("controlplane")
+    try:
+        controlplane.binaries()
+    except controlplane.Unavailable as exc:
+        unavailable("a Kubernetes control plane", str(exc))
+    with controlplane.control_plane(workdir) as plane:
+        yield plane
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the control plane's binaries as soon as the selected tests are known to need
+    them, so a cold build overlaps with the tests that run first. Whichever of those tests runs
+    first waits for the build within its own time limit: theirs is raised to a cold build's."""
+    needing = [item for item in session.items if "control_plane" in getattr(item, "fixturenames", ())]
+    if not needing:
+        return
+    controlplane.prebuild()
+    for item in needing:
+        marker = item.get_closest_marker("timeout")
+        if marker is None or (marker.args and marker.args[0] < controlplane.BUILD_TIMEOUT):
+            item.add_marker(pytest.mark.timeout(controlplane.BUILD_TIMEOUT), append=False)
 
 
 # ---------------------------------------------------------------- tiers

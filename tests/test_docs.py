@@ -146,7 +146,11 @@ def test_every_page_is_in_the_navigation() -> None:
     assert pages <= listed, sorted(pages - listed)
 
 
-BANNED = re.compile(r"issue [0-9]+|engineers?\b|honestly|\.\./shared|/work/", re.I)
+# Words about how or by whom the product is built, and paths outside the repository. Spelled in
+# pieces so that the same search run over the whole repository does not find this line.
+BANNED = re.compile(
+    "|".join(["issue [0-9]+", "engin" + r"eers?\b", "hon" + "estly", r"\.\./shared", "/work/"]), re.I
+)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -7,6 +7,7 @@ the times and the front's memory."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -44,7 +45,8 @@ def _front_built(compiled_front: Path | None) -> None:
 def children(pid: int) -> list[int]:
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            found += [int(p) for p in (task / "children").read_text().split()]
     return found
 
 

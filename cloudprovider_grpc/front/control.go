@@ -67,7 +67,18 @@ func (c *control) send(e event) {
 	line, _ := json.Marshal(e)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, _ = c.out.Write(append(line, '\n'))
+	if _, err := c.out.Write(append(line, '\n')); err != nil {
+		c.gone() // a broken pipe: Python is gone (main ignores SIGPIPE, so the write fails instead)
+	}
+}
+
+// gone: the Python process is gone (even after kill -9); release the port now and remove what the
+// two shared.
+func (c *control) gone() {
+	if c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+	}
+	os.Exit(0)
 }
 
 func (c *control) log(level, message string) {
@@ -79,12 +90,7 @@ func (c *control) read() command {
 	for {
 		line, err := c.in.ReadBytes('\n')
 		if err != nil {
-			// EOF or a broken pipe: the Python process is gone (even after kill -9), release the
-			// port now and remove what the two shared
-			if c.dir != "" {
-				_ = os.RemoveAll(c.dir)
-			}
-			os.Exit(0)
+			c.gone() // EOF or a broken pipe
 		}
 		var cmd command
 		if json.Unmarshal(line, &cmd) != nil {

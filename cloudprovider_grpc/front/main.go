@@ -44,6 +44,9 @@ func main() {
 	// reaches the whole process group, and the front must not drop the port before Python's graceful
 	// shutdown has let the calls in flight finish
 	signal.Ignore(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// an event written after Python died must fail (and the front clean up and exit, see
+	// control.gone), not kill the process with SIGPIPE before it removed the private directory
+	signal.Ignore(syscall.SIGPIPE)
 	ctl := newControl(os.Stdin, os.Stdout)
 	start := ctl.read()
 	ctl.dir = start.Dir

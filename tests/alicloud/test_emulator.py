@@ -11,8 +11,7 @@ import pytest
 import requests
 
 from cloudprovider_grpc.emulator import FaultPlan
-from cloudprovider_grpc.providers.alicloud import AliCloudEmulator, signing
-from cloudprovider_grpc.providers.alicloud import emulator as emulator_module
+from cloudprovider_grpc.providers.alicloud import AliCloudEmulator, emulator_ess, signing
 from tests.alicloud.conftest import AK, GROUP_A, GROUP_B, REGION, SK, seed_groups
 from tests.support.servers import ManualClock
 
@@ -183,8 +182,8 @@ def test_finished_activities_and_client_tokens_are_capped(
 ) -> None:
     """A long-running emulator keeps a group's newest finished activities (and the one in progress)
     and the newest ClientToken answers, not one of each for every scale it ever saw."""
-    monkeypatch.setattr(emulator_module, "ACTIVITIES_KEPT", 3)
-    monkeypatch.setattr(emulator_module, "CLIENT_TOKENS_KEPT", 2)
+    monkeypatch.setattr(emulator_ess, "ACTIVITIES_KEPT", 3)
+    monkeypatch.setattr(emulator_ess, "CLIENT_TOKENS_KEPT", 2)
 
     def scale(size: int, token: str) -> str:
         got = v1(

@@ -11,7 +11,7 @@ import functools
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -24,7 +24,7 @@ Objects = list[dict[str, Any]]
 KUBE_VERSION = "v1.33.0"
 
 
-def unavailable(what: str, reason: str) -> None:
+def unavailable(what: str, reason: str) -> NoReturn:
     """Fail in CI, skip elsewhere: the one rule for every missing external tool."""
     message = f"{what} unavailable: {reason}"
     if in_ci():

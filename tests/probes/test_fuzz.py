@@ -1,5 +1,5 @@
-"""Fuzzing all 15 RPCs over a real port: no UNKNOWN or INTERNAL, no traceback text in answers or logs,
-no state change, flat memory.
+"""Fuzzing all 15 RPCs, health and reflection over a real port: no UNKNOWN or INTERNAL, no traceback
+text in answers or logs, no state change, flat memory.
 
 The suite sends a few thousand requests per backend; benchmarks/robustness.py sends 100,000. A leak
 like grpcio's deserialization failure path (about 19 KB per malformed request) would add more than
@@ -36,6 +36,8 @@ def test_fuzzing_every_rpc(backend: BackendUnderTest, tmp_path: Path) -> None:
         tally = fuzz.Tally()
         warm: list[int] = []
         later: list[int] = []
+        front_warm: list[int] = []
+        front_later: list[int] = []
         refreshes = 0
         for i, case in enumerate(fuzz.cases(seed=14, count=WARMUP + COUNT)):
             if case.method == "Refresh":
@@ -45,8 +47,10 @@ def test_fuzzing_every_rpc(backend: BackendUnderTest, tmp_path: Path) -> None:
             fuzz.send(ch, case, tally)
             if i % SAMPLE_EVERY == 0:
                 (warm if i < WARMUP else later).append(server.rss_bytes())
+                (front_warm if i < WARMUP else front_later).append(server.front_rss_bytes())
         after = fuzz.state(ch)
         growth = min(later[-4:]) - min(warm[-3:])
+        front_growth = min(front_later[-4:]) - min(front_warm[-3:])
         output = server.output()
     finally:
         server.close()
@@ -54,6 +58,9 @@ def test_fuzzing_every_rpc(backend: BackendUnderTest, tmp_path: Path) -> None:
     assert tally.failures == 0 and not tally.bad, "\n".join(tally.bad)
     assert after == before, "fuzzing changed the state CA sees"
     assert growth < MAX_GROWTH, f"RSS grew by {growth / 1e6:.1f} MB over {COUNT} requests"
+    assert front_growth < MAX_GROWTH, (
+        f"the front's RSS grew by {front_growth / 1e6:.1f} MB over {COUNT} requests"
+    )
     assert "Traceback" not in output
     assert '"level": "error"' not in output and '"level": "critical"' not in output
     # one warning a minute at most about malformed bodies, however many there were

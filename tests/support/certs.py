@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +23,13 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 
 
-def _pem(cert: x509.Certificate) -> bytes:
+def pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
@@ -53,14 +54,24 @@ def make_ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
 
 
 def issue(
-    ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], cn: str, *, server: bool
+    ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
+    cn: str,
+    *,
+    server: bool,
+    groups: Sequence[str] = (),
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A certificate signed by `ca`. `groups` become Organization entries, which is where
+    Kubernetes reads a client certificate's groups from (CN is the user name)."""
     ca_key, ca_cert = ca
     key = _key()
     now = dt.datetime.now(dt.UTC)
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+        + [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    )
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(cn))
+        .subject_name(subject)
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -102,14 +113,14 @@ def write_pki(directory: Path, server_cn: str = "localhost") -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca = make_ca("cloudprovider-grpc test CA")
     rogue_ca = make_ca("some other CA")
-    files: dict[str, bytes] = {"ca.crt": _pem(ca[1])}
+    files: dict[str, bytes] = {"ca.crt": pem(ca[1])}
     for stem, (key, cert) in {
         "server": issue(ca, server_cn, server=True),
         "client": issue(ca, "cluster-autoscaler", server=False),
         "rogue": issue(rogue_ca, "cluster-autoscaler", server=False),
     }.items():
-        files[f"{stem}.crt"] = _pem(cert)
-        files[f"{stem}.key"] = _pem_key(key)
+        files[f"{stem}.crt"] = pem(cert)
+        files[f"{stem}.key"] = pem_key(key)
     for name, data in files.items():
         (directory / name).write_bytes(data)
     d = directory

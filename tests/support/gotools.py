@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from cloudprovider_grpc.gotoolchain import file_lock, go_binary, go_cache
@@ -142,6 +142,7 @@ def go_build(
     *,
     tags: Sequence[str] = (),
     ldflags: str = "",
+    env: Mapping[str, str] | None = None,
     timeout: float = 3600,
 ) -> Path:
     """Build `packages` into `bin/<name>-<key>/` (one executable per package, named after its last
@@ -149,7 +150,8 @@ def go_build(
 
     `prepare(workdir)` lays out the module to build inside `workdir` (a scratch copy under the cache,
     so `-mod=mod` may complete go.mod/go.sum without touching the clone or shared sources) and
-    returns the directory to run `go build` in. The result is moved into place only when every
+    returns the directory to run `go build` in. `env` adds to the shared Go environment (such as
+    CGO_ENABLED=0). The result is moved into place only when every
     package built, so an interrupted build is never mistaken for a cached one."""
     dest = cache_root() / "bin" / f"{name}-{key}"
     if dest.is_dir():
@@ -175,7 +177,7 @@ def go_build(
             proc = subprocess.run(
                 [*cmd, *packages],
                 cwd=cwd,
-                env=go_env(),
+                env=go_env(dict(env) if env else None),
                 capture_output=True,
                 text=True,
                 timeout=timeout,

@@ -54,6 +54,22 @@ class ServerProcess:
                 return int(line.split()[1]) * 1024
         raise AssertionError("no VmRSS in /proc status")
 
+    def front_rss_bytes(self) -> int:
+        """The compiled front's RSS (the server's child processes), 0 when Python serves alone."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                children = (task / "children").read_text().split()
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+            for pid in children:
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except FileNotFoundError:
+                    continue
+                total += next(int(x.split()[1]) * 1024 for x in status.splitlines() if x.startswith("VmRSS:"))
+        return total
+
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
             return resp.read().decode()

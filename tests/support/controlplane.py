@@ -1,0 +1,396 @@
+"""A real Kubernetes control plane for the tests: etcd and kube-apiserver on loopback ports.
+
+Why real: leader election and the simulator speak to Kubernetes through its API (Leases, RBAC,
+list semantics, server-side validation); a fake would test our idea of that API, not the API.
+Only the two storage-and-serving processes run. No controller-manager, scheduler or kubelet:
+objects are stored and served but nothing reconciles them (a deleted namespace stays Terminating,
+no `default` ServiceAccount appears in a new namespace, nothing is garbage-collected, no pod ever
+runs). Tests therefore isolate themselves in fresh namespaces (`ControlPlane.namespace`) and never
+need to clean up.
+
+Where the pieces come from, all cached outside the clone so only the first run on a machine pays:
+- kube-apiserver: built from the k8s.io/kubernetes module through the Go module proxy, from the
+  tiny module in tests/controlplane (its go.mod pins the release), into the shared Go cache
+  (`tests/support/gotools.py`).
+- etcd: Debian's etcd-server package, unpacked with `apt-get download` + `dpkg-deb -x` (nothing is
+  installed, no service is started).
+- kubectl: the one on PATH, else Debian's `kubectl` package unpacked the same way.
+
+A non-admin identity for RBAC tests: `ControlPlane.token_kubeconfig(namespace, name)` creates a
+ServiceAccount and returns a kubeconfig holding a token for it (`kubectl create token`); it is
+granted nothing until the test binds it a Role.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import shutil
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from cloudprovider_grpc.gotoolchain import file_lock, user_cache
+from tests.support import gotools
+from tests.support.certs import issue, make_ca, pem, pem_key
+from tests.support.ports import free_port
+from tests.support.waits import poll
+
+SOURCE = Path(__file__).resolve().parent.parent / "controlplane"
+#: cgo off (as for the front: a static binary, and the standard library's build cache is shared).
+BUILD_ENV = {"CGO_ENABLED": "0"}
+#: A cold build of kube-apiserver on 2 busy cores (Go modules, ~2,000 packages, the link).
+BUILD_TIMEOUT = 2400.0
+#: Both processes start cold on a loaded 2-core machine; readiness usually takes a few seconds.
+STARTUP_TIMEOUT = 180.0
+
+
+class Unavailable(RuntimeError):
+    """A binary could not be had (no Go, no module proxy, no apt-get): the caller skips, or fails
+    under CI (`tests.deploy_support.tools.unavailable`)."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    apiserver: Path
+    etcd: Path
+    kubectl: Path
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call; unlike its base class, its message carries what kubectl printed."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr or ''}{self.output or ''}".rstrip()
+
+
+# ---------------------------------------------------------------- binaries
+
+
+def kubernetes_version() -> str:
+    """The k8s.io/kubernetes release tests/controlplane/go.mod builds."""
+    for line in (SOURCE / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "k8s.io/kubernetes":
+            return parts[1]
+    raise RuntimeError(f"{SOURCE / 'go.mod'} requires no k8s.io/kubernetes")
+
+
+def ldflags() -> str:
+    """No symbol table or DWARF (a shorter link for a binary this size), and the release stamped in
+    where Kubernetes' own build stamps it, so /version and discovery report the real version."""
+    version = kubernetes_version()
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamp = "k8s.io/component-base/version"
+    return f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
+
+
+def build_apiserver() -> Path:
+    """kube-apiserver from tests/controlplane, built once per version of that module (cached under
+    a hash of its files and the build flags). Raises RuntimeError when Go or the proxy fails."""
+
+    def prepare(scratch: Path) -> Path:
+        for name in ("go.mod", "go.sum", "main.go"):
+            shutil.copy2(SOURCE / name, scratch / name)
+        return scratch
+
+    flags = ldflags()
+    key = gotools.tree_key(SOURCE, extra=f"{flags} {sorted(BUILD_ENV.items())}")
+    built = gotools.go_build(
+        "kube-apiserver", key, prepare, ["."], ldflags=flags, env=BUILD_ENV, timeout=BUILD_TIMEOUT
+    )
+    return built / "kube-apiserver"
+
+
+def debian_package(package: str) -> Path:
+    """Debian's `package` unpacked into the user cache (never installed: no root, no service); the
+    directory standing for its root. Fetched once per machine, under a lock, renamed into place
+    only when complete."""
+    base = user_cache() / "debian"
+    dest = base / package
+    if dest.is_dir():
+        return dest
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        raise RuntimeError(f"apt-get and dpkg-deb are needed to fetch Debian's {package}")
+    with file_lock(base / "locks", package):
+        if dest.is_dir():
+            return dest
+        scratch = base / f".{package}.partial"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        try:
+            _run(["apt-get", "download", package], cwd=scratch)
+            debs = sorted(scratch.glob(f"{package}_*.deb"))
+            if len(debs) != 1:
+                raise RuntimeError(f"apt-get download {package} left {[d.name for d in debs]}")
+            _run(["dpkg-deb", "-x", str(debs[0]), str(scratch / "root")])
+            (scratch / "root").rename(dest)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return dest
+
+
+def _run(cmd: Sequence[str], *, cwd: Path | None = None) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr.strip()}")
+
+
+def _locate() -> Binaries:
+    try:
+        kubectl = shutil.which("kubectl")
+        return Binaries(
+            apiserver=build_apiserver(),
+            etcd=debian_package("etcd-server") / "usr" / "bin" / "etcd",
+            kubectl=Path(kubectl) if kubectl else debian_package("kubectl") / "usr" / "bin" / "kubectl",
+        )
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        raise Unavailable(str(exc).strip() or type(exc).__name__) from exc
+
+
+_pending: Future[Binaries] | None = None
+
+
+def prebuild() -> None:
+    """Start fetching and building the binaries in a background thread and return at once.
+
+    A cold kube-apiserver build takes minutes: started when the session knows it will need a
+    control plane, it overlaps with the tests that run before the first one that does."""
+    global _pending
+    if _pending is not None:
+        return
+    future: Future[Binaries] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(_locate())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="control-plane-build", daemon=True).start()
+    _pending = future
+
+
+def binaries() -> Binaries:
+    """The three binaries, waiting for the background build if one is under way. Raises
+    Unavailable when one cannot be had."""
+    prebuild()
+    assert _pending is not None
+    return _pending.result()
+
+
+# ---------------------------------------------------------------- the running control plane
+
+
+@dataclass
+class ControlPlane:
+    """A running etcd + kube-apiserver pair. Tests share one per session (per xdist worker) and
+    keep apart by namespace."""
+
+    url: str
+    kubeconfig: Path
+    kubectl_binary: Path = field(repr=False)
+    workdir: Path = field(repr=False)
+    processes: Mapping[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`kubectl --kubeconfig ... args` as the admin (or with `kubeconfig`); raises KubectlError
+        (a CalledProcessError carrying stderr) on failure when `check`."""
+        cmd = [str(self.kubectl_binary), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=60, check=False)
+        if check and proc.returncode != 0:
+            raise KubectlError(proc.returncode, cmd, proc.stdout, proc.stderr)
+        return proc
+
+    def namespace(self, prefix: str = "t") -> str:
+        """A new namespace with a unique name, created now (never deleted: see the module doc)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        self.kubectl("create", "namespace", name)
+        return name
+
+    def token_kubeconfig(self, namespace: str, service_account: str) -> Path:
+        """A kubeconfig authenticating as ServiceAccount `namespace/service_account` (created here,
+        with no permissions: bind it a Role to grant some), through a token from the TokenRequest
+        API, as `kubectl create token` issues it."""
+        self.kubectl("create", "serviceaccount", service_account, "-n", namespace)
+        token = self.kubectl("create", "token", service_account, "-n", namespace).stdout.strip()
+        path = self.workdir / f"{namespace}-{service_account}.kubeconfig"
+        _write_kubeconfig(path, self.url, (self.workdir / "ca.crt").read_bytes(), {"token": token})
+        return path
+
+
+@contextlib.contextmanager
+def control_plane(workdir: Path) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver on free loopback ports under `workdir`, ready (`/readyz` answers
+    200) when yielded, both stopped on exit. Raises Unavailable when a binary cannot be had,
+    RuntimeError (with the log's tail) when a process dies or never becomes ready."""
+    bins = binaries()
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = _write_pki(workdir)
+    etcd_url = f"http://127.0.0.1:{free_port()}"
+    peer_url = f"http://127.0.0.1:{free_port()}"
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    etcd_cmd = [
+        str(bins.etcd),
+        "--name=test",
+        f"--data-dir={workdir / 'etcd'}",
+        f"--listen-client-urls={etcd_url}",
+        f"--advertise-client-urls={etcd_url}",
+        f"--listen-peer-urls={peer_url}",
+        f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=test={peer_url}",
+        "--logger=zap",
+        "--log-level=warn",
+    ]
+    apiserver_cmd = [
+        str(bins.apiserver),
+        f"--etcd-servers={etcd_url}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        # The reconciler publishes the advertise address as the `kubernetes` Service's endpoint and
+        # refuses a loopback one; nothing here reaches the apiserver through that Service.
+        "--endpoint-reconciler-type=none",
+        f"--secure-port={port}",
+        f"--cert-dir={workdir / 'apiserver-certs'}",
+        f"--tls-cert-file={files['server.crt']}",
+        f"--tls-private-key-file={files['server.key']}",
+        f"--client-ca-file={files['ca.crt']}",
+        "--authorization-mode=RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc",
+        # Verification reads public keys only (a PKCS#8 private key there is refused).
+        f"--service-account-key-file={files['sa.pub']}",
+        f"--service-account-signing-key-file={files['sa.key']}",
+        "--service-cluster-ip-range=10.96.0.0/24",
+        # Without a controller-manager no namespace ever gets its `default` ServiceAccount, and
+        # this plugin would refuse every pod that names none.
+        "--disable-admission-plugins=ServiceAccount",
+        "--profiling=false",
+    ]
+    with contextlib.ExitStack() as stack:
+        etcd = stack.enter_context(_process(etcd_cmd, workdir / "etcd.log"))
+        apiserver = stack.enter_context(_process(apiserver_cmd, workdir / "kube-apiserver.log"))
+        processes = {"etcd": etcd, "kube-apiserver": apiserver}
+        kubeconfig = _write_kubeconfig(
+            workdir / "admin.kubeconfig",
+            url,
+            files["ca.crt"].read_bytes(),
+            {
+                "client-certificate-data": _b64(files["admin.crt"].read_bytes()),
+                "client-key-data": _b64(files["admin.key"].read_bytes()),
+            },
+        )
+        _wait_ready(url, files, processes, workdir)
+        yield ControlPlane(url, kubeconfig, bins.kubectl, workdir, processes)
+
+
+@contextlib.contextmanager
+def _process(cmd: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process writing to `log`, terminated (then killed) on exit."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_ready(
+    url: str, files: Mapping[str, Path], processes: Mapping[str, subprocess.Popen[bytes]], workdir: Path
+) -> None:
+    """Until /readyz answers 200; a process that dies, or a deadline passed, raises with the logs'
+    tails and the checks /readyz last reported failing."""
+    session = requests.Session()
+    # Per request, not on the session: requests lets REQUESTS_CA_BUNDLE override session.verify.
+    tls = {"verify": str(files["ca.crt"]), "cert": (str(files["admin.crt"]), str(files["admin.key"]))}
+    last = ["no answer yet"]
+
+    def tails() -> str:
+        return "\n".join(
+            f"--- {name}.log\n" + (workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+            for name in processes
+        )
+
+    def ready() -> bool:
+        for name, proc in processes.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {proc.returncode} while starting:\n{tails()}")
+        try:
+            answer = session.get(f"{url}/readyz", params={"verbose": "1"}, timeout=5, **tls)
+        except requests.RequestException as exc:
+            last[0] = str(exc)
+            return False
+        last[0] = answer.text
+        return answer.status_code == 200
+
+    with session:
+        try:
+            poll(ready, STARTUP_TIMEOUT, f"kube-apiserver at {url} to answer /readyz", interval=0.2)
+        except AssertionError as exc:
+            failing = "\n".join(line for line in last[0].splitlines() if "[-]" in line) or last[0]
+            raise RuntimeError(f"{exc}; /readyz said:\n{failing}\n{tails()}") from None
+
+
+# ---------------------------------------------------------------- credentials
+
+
+def _write_pki(workdir: Path) -> dict[str, Path]:
+    """A CA, the apiserver's serving certificate (127.0.0.1), an admin client certificate (group
+    system:masters: every permission, bypassing RBAC) and the service-account signing key with its
+    public half."""
+    ca = make_ca("control plane test CA")
+    server_key, server_cert = issue(ca, "kube-apiserver", server=True)
+    admin_key, admin_cert = issue(ca, "admin", server=False, groups=("system:masters",))
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    contents = {
+        "ca.crt": pem(ca[1]),
+        "server.crt": pem(server_cert),
+        "server.key": pem_key(server_key),
+        "admin.crt": pem(admin_cert),
+        "admin.key": pem_key(admin_key),
+        "sa.key": pem_key(sa_key),
+        "sa.pub": sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    }
+    paths = {}
+    for name, data in contents.items():
+        (workdir / name).write_bytes(data)
+        paths[name] = workdir / name
+    return paths
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _write_kubeconfig(path: Path, url: str, ca: bytes, user: Mapping[str, str]) -> Path:
+    """A one-context kubeconfig with every credential inline, readable by kubectl and by the
+    `kubernetes` Python client alike."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": url, "certificate-authority-data": _b64(ca)}}],
+        "users": [{"name": "user", "user": dict(user)}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "user"}}],
+        "current-context": "test",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
