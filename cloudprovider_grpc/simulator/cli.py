@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--autoscaler-flags",
         metavar="FLAGS|FILE",
-        help="cluster-autoscaler's command-line flags (as in its Deployment's args), inline or a file",
+        help="cluster-autoscaler's command-line flags (as in its Deployment's args): a file, or inline "
+        "after '=' (--autoscaler-flags='--expander=priority --scale-down-unneeded-time=5m')",
     )
     src.add_argument(
         "--cloud",
@@ -98,6 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp.add_argument(
         "--compare",
         nargs="+",
+        action="extend",
         type=Path,
         default=[],
         metavar="VARIANT.yaml",
@@ -183,6 +185,8 @@ def run_cli(args: argparse.Namespace) -> int:
     # a twin of a running server's groups runs in-process: a what-if never touches the live cloud
     server = None if twin else args.server
     provider = None if twin else args.provider
+    from cloudprovider_grpc.simulator.compare import ExecutorError
+
     try:
         if variants:
             return _compare(args, variants, notes, server, provider)
@@ -201,6 +205,8 @@ def run_cli(args: argparse.Namespace) -> int:
         return _fail(f"{exc}{hint}")
     except RpcError as exc:
         return _fail(f"RPC to {server or 'the in-process server'} failed: {exc}", 1)
+    except ExecutorError as exc:
+        return _fail(str(exc), 1)
     report.notes = [*notes, *report.notes]
     for note in report.write(args.out):
         print(note)

@@ -21,6 +21,10 @@ from typing import Any
 from cloudprovider_grpc.simulator.report import Report
 
 
+class ExecutorError(RuntimeError):
+    """The executor could not run the variants (a Dask scheduler out of reach)."""
+
+
 @dataclass
 class Job:
     """One variant: its name, the scenario mapping, and how to run it."""
@@ -72,7 +76,11 @@ def _dask(jobs: Sequence[Job], address: str) -> list[Report]:
         raise ConfigError(
             "--executor", "dask:// needs the 'distributed' package (pip install 'cloudprovider-grpc[dask]')"
         ) from None
-    client = Client(address if "://" in address else f"tcp://{address}", timeout=30)
+    url = address if "://" in address else f"tcp://{address}"
+    try:
+        client = Client(url, timeout=15)
+    except (OSError, TimeoutError) as exc:
+        raise ExecutorError(f"cannot reach the Dask scheduler at {url}: {exc}") from None
     try:
         futures = client.map(simulate, list(jobs), pure=False)
         return list(client.gather(futures))
