@@ -259,6 +259,11 @@ class ObjectConverter:
             first = pods[0]
             w = self.pod_spec_workload(first.get("spec") or {}, meta_of(first), where)
             scenario_kind = {"Job": "Job", "Pod": "Pod"}.get(kind, "Deployment")
+            if scenario_kind == "Job":
+                self.notes.append(
+                    f"{where}: its {len(pods)} pods run to the end of the simulation "
+                    "(a cluster does not say when they finish; set the workload's run_time)"
+                )
             if kind not in ("Deployment", "Job", "Pod"):
                 self.note_once(
                     f"kind:{kind}", f"{kind} pods are modelled as a Deployment's (recreated elsewhere)"

@@ -13,8 +13,6 @@ import yaml
 from cloudprovider_grpc.cli import main
 from cloudprovider_grpc.simulator import parse_scenario
 
-pytest.importorskip("tests.support.controlplane", reason="the control plane fixture is not in this tree")
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 KINDS = "nodes,pods,daemonsets,pdb,priorityclasses,configmaps"

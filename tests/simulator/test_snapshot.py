@@ -51,11 +51,14 @@ def test_what_cannot_be_modelled_is_listed() -> None:
     pod["metadata"]["ownerReferences"][0].update(kind="StatefulSet", name="db")
     pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]
     pod["spec"]["schedulerName"] = "volcano"
-    snap, _ = _snapshot([pod])
+    job = dumps.deployment_pods("nightly", 1, WEB, ["general-0"])[0]
+    job["metadata"]["ownerReferences"][0].update(kind="Job", name="nightly")
+    snap, _ = _snapshot([pod, job])
     text = "\n".join(snap.notes)
+    assert "job/nightly in default: its 1 pods run to the end of the simulation" in text
     assert "statefulset/db in default mounts 1 persistent volume(s)" in text
     assert "placed by scheduler 'volcano'" in text
-    assert [w["name"] for w in snap.scenario["workloads"]] == ["web", "db"]
+    assert [w["name"] for w in snap.scenario["workloads"]] == ["web", "nightly", "db"]
 
 
 def test_priority_classes_pdbs_and_the_priority_expander_configmap_apply() -> None:
