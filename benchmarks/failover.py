@@ -10,7 +10,8 @@ printed, the calls made and the calls that failed, by method.
 Each round, on a real kube-apiserver and etcd (tests/support/controlplane.py) and the backend's
 emulated cloud: two replicas sharing a --state-file, a caller asking NodeGroupTargetSize every 10 ms
 through a loopback port that follows readiness the way a Service does (tests/support/ha.py),
-IncreaseSize(20) to the leader, kill -9 of the leader at once. Checked every round: the cloud ends
+IncreaseSize(20) to the leader, kill -9 of the leader at once, at a random moment between two
+renewals of the Lease, the standby having seen the leader renew before. Checked every round: the cloud ends
 with exactly 20 more machines, never more, nothing deleted. Printed: the failover time of each
 round (last answer from the old leader to the first from the new one) and p50/max per backend and
 overall. Defaults are cluster-autoscaler's lease settings.
@@ -19,6 +20,7 @@ overall. Defaults are cluster-autoscaler's lease settings.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -28,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cloudprovider_grpc.config import parse_duration  # noqa: E402
 from tests.support.backends import backend  # noqa: E402
 from tests.support.ha import Lease, kill_round, rolling_upgrade  # noqa: E402
 
@@ -62,7 +65,9 @@ def main() -> int:
                     retry_period=args.retry_period,
                 )
                 started = time.monotonic()
-                failover = kill_round(name, backend(name), lease, Path(tmp) / f"{name}-{i}")
+                # the crash falls anywhere between two renewals of the Lease
+                phase = random.uniform(0, parse_duration(args.retry_period))
+                failover = kill_round(name, backend(name), lease, Path(tmp) / f"{name}-{i}", phase)
                 times.setdefault(name, []).append(failover)
                 print(
                     f"  {name} round {i + 1}: failover {failover:5.2f} s, exactly 20 machines, none "

@@ -260,11 +260,13 @@ class AnswerClock:
         self.channel.close()
 
 
-def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) -> float:
+def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path, phase: float = 0.0) -> float:
     """Two replicas sharing a --state-file; IncreaseSize(SCALE) through the proxy to the leader, and
     kill -9 of the leader at once. The standby takes over; the cloud must end with exactly SCALE
     more machines, never more, and nothing deleted. Returns the failover time a caller saw through
-    the proxy (last answer from the old leader to the first from the new one)."""
+    the proxy (last answer from the old leader to the first from the new one). The kill comes
+    `phase` seconds after a renewal of the Lease (a benchmark draws it at random within the retry
+    period: a crash falls anywhere between two renewals)."""
     from tests.support.waits import instances, refresh
 
     cloud = big_cloud(shape, work)
@@ -279,6 +281,8 @@ def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path) 
         # a standby in its steady state: it has seen the leader renew (a candidate's expiry counts
         # from the first renewal it saw, as in client-go), not one started a moment before the kill
         wait_renewals(lease, since=datetime.now(UTC), count=2)
+        if phase:
+            time.sleep(phase)
         gid = next(iter(cloud.groups))
         want = len(cloud.machines(gid)) + SCALE
         # whichever leads now (on a loaded machine a short lease may already have changed hands)
