@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -107,3 +108,15 @@ def _unit_tests_stay_in_process(request: pytest.FixtureRequest, monkeypatch: pyt
     monkeypatch.setattr(socket.socket, "bind", _refuse("bound a socket"))
     monkeypatch.setattr(socket.socket, "connect", _refuse("connected a socket"))
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("started a process"))
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """Commands run in-process (the simulator's, `serve`'s option parsing) configure the root logger
+    for a whole program: its level (the simulator sets CRITICAL) and handlers must not leak into the
+    next test of the same worker, whose caplog would then see nothing."""
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
