@@ -66,7 +66,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     them, so a cold build overlaps with the tests that run first. Whichever of those tests runs
     first waits for the build within its own time limit: theirs is raised to a cold build's."""
     needing = [item for item in session.items if "control_plane" in getattr(item, "fixturenames", ())]
-    if not needing:
+    if not needing or session.config.option.collectonly:
         return
     controlplane.prebuild()
     for item in needing:

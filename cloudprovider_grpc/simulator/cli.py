@@ -51,7 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--autoscaler-flags",
         metavar="FLAGS|FILE",
-        help="cluster-autoscaler's command-line flags (as in its Deployment's args), inline or a file",
+        help="cluster-autoscaler's command-line flags (as in its Deployment's args): a file, or inline "
+        "after '=' (--autoscaler-flags='--expander=priority --scale-down-unneeded-time=5m')",
+    )
+    src.add_argument(
+        "--cloud",
+        type=Path,
+        metavar="FILE.yaml",
+        help="options of the in-process backend (a scenario's cloud: section), e.g. its emulator's",
     )
     src.add_argument("--duration", default="2h", help="how long to simulate a cluster snapshot (default 2h)")
     src.add_argument("--name", default="my-cluster", help="the scenario name of a cluster snapshot")
@@ -92,6 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp.add_argument(
         "--compare",
         nargs="+",
+        action="extend",
         type=Path,
         default=[],
         metavar="VARIANT.yaml",
@@ -177,6 +185,8 @@ def run_cli(args: argparse.Namespace) -> int:
     # a twin of a running server's groups runs in-process: a what-if never touches the live cloud
     server = None if twin else args.server
     provider = None if twin else args.provider
+    from cloudprovider_grpc.simulator.compare import ExecutorError
+
     try:
         if variants:
             return _compare(args, variants, notes, server, provider)
@@ -195,6 +205,8 @@ def run_cli(args: argparse.Namespace) -> int:
         return _fail(f"{exc}{hint}")
     except RpcError as exc:
         return _fail(f"RPC to {server or 'the in-process server'} failed: {exc}", 1)
+    except ExecutorError as exc:
+        return _fail(str(exc), 1)
     report.notes = [*notes, *report.notes]
     for note in report.write(args.out):
         print(note)
@@ -244,7 +256,15 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
         raise ScenarioError("a cluster snapshot needs its node groups: give --server or --provider")
     objects = load_dump(args.from_dump) if args.from_dump else read_cluster(args.kubeconfig, args.context)
     flags = read_flag_text(args.autoscaler_flags) if args.autoscaler_flags else []
-    with group_source(args.server, args.provider, args.emulate) as client:
+    cloud: dict[str, Any] = {}
+    if args.cloud is not None:
+        try:
+            cloud = yaml.safe_load(args.cloud.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ScenarioError(f"{args.cloud}: cannot read: {exc}") from None
+        if not isinstance(cloud, dict):
+            raise ScenarioError(f"{args.cloud}: the backend's options must be a mapping")
+    with group_source(args.server, args.provider, args.emulate, cloud) as client:
         snap = build_scenario(
             objects,
             client,
@@ -253,14 +273,19 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
             duration=args.duration,
             flags=flags,
         )
+    if cloud and args.server is None:
+        snap.scenario["cloud"] = cloud
     return snap.scenario, snap.notes, args.server is not None
 
 
 class group_source:
     """A CAClient on a running server, or on an in-process backend, for reading node groups."""
 
-    def __init__(self, server: str | None, provider: str | None, emulate: bool) -> None:
+    def __init__(
+        self, server: str | None, provider: str | None, emulate: bool, options: dict[str, Any] | None = None
+    ) -> None:
         self.server, self.provider, self.emulate = server, provider, emulate
+        self.options = dict(options or {})
         self._close: list[Any] = []
 
     def __enter__(self) -> Any:
@@ -276,7 +301,9 @@ class group_source:
         from cloudprovider_grpc.simulator.clock import VirtualClock
 
         clock = VirtualClock(datetime(2026, 1, 1, tzinfo=UTC))
-        ctx = ProviderContext(options={}, clock=clock.now, inline_workers=True, emulate=self.emulate)
+        ctx = ProviderContext(
+            options=self.options, clock=clock.now, inline_workers=True, emulate=self.emulate
+        )
         cloud = build_provider(str(self.provider), ctx)
         cloud.start()
         self._close.append(lambda: cloud.stop(timeout=1.0))

@@ -146,7 +146,8 @@ class ObjectConverter:
         if ann:
             w["annotations"] = ann
         labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != "pod-template-hash"}
-        w["labels"] = labels or {"app": "none"}
+        if labels:  # without labels the scenario's default ({app: <name>}) applies
+            w["labels"] = labels
         volumes = [v for v in spec.get("volumes") or [] if isinstance(v, Mapping)]
         if any("emptyDir" in v and (v["emptyDir"] or {}).get("medium") != "Memory" for v in volumes):
             w["local_storage"] = True
@@ -258,6 +259,11 @@ class ObjectConverter:
             first = pods[0]
             w = self.pod_spec_workload(first.get("spec") or {}, meta_of(first), where)
             scenario_kind = {"Job": "Job", "Pod": "Pod"}.get(kind, "Deployment")
+            if scenario_kind == "Job":
+                self.notes.append(
+                    f"{where}: its {len(pods)} pods run to the end of the simulation "
+                    "(a cluster does not say when they finish; set the workload's run_time)"
+                )
             if kind not in ("Deployment", "Job", "Pod"):
                 self.note_once(
                     f"kind:{kind}", f"{kind} pods are modelled as a Deployment's (recreated elsewhere)"
@@ -275,7 +281,7 @@ class ObjectConverter:
                     "the first is used"
                 )
             entry: dict[str, Any] = {"name": wname, "kind": scenario_kind, "replicas": len(pods), **w}
-            pdb = self._pdb(pdbs, ns, w["labels"], len(pods), where)
+            pdb = self._pdb(pdbs, ns, w.get("labels", {}), len(pods), where)
             if pdb is not None:
                 entry["pdb"] = pdb
             out.append(entry)
@@ -366,7 +372,11 @@ def _plain(name: str, value: float) -> str:
     """A quantity back as text: millicores for cpu, whole units otherwise."""
     if name == "cpu":
         return f"{round(value * 1000)}m"
-    return str(math.ceil(value))
+    whole = math.ceil(value)
+    for suffix, size in (("Gi", 2**30), ("Mi", 2**20)):
+        if whole and whole % size == 0:
+            return f"{whole // size}{suffix}"
+    return str(whole)
 
 
 def static_node(node: Mapping[str, Any]) -> dict[str, Any]:

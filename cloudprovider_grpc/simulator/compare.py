@@ -21,6 +21,10 @@ from typing import Any
 from cloudprovider_grpc.simulator.report import Report
 
 
+class ExecutorError(RuntimeError):
+    """The executor could not run the variants (a Dask scheduler out of reach)."""
+
+
 @dataclass
 class Job:
     """One variant: its name, the scenario mapping, and how to run it."""
@@ -72,7 +76,11 @@ def _dask(jobs: Sequence[Job], address: str) -> list[Report]:
         raise ConfigError(
             "--executor", "dask:// needs the 'distributed' package (pip install 'cloudprovider-grpc[dask]')"
         ) from None
-    client = Client(address if "://" in address else f"tcp://{address}", timeout=30)
+    url = address if "://" in address else f"tcp://{address}"
+    try:
+        client = Client(url, timeout=15)
+    except (OSError, TimeoutError) as exc:
+        raise ExecutorError(f"cannot reach the Dask scheduler at {url}: {exc}") from None
     try:
         futures = client.map(simulate, list(jobs), pure=False)
         return list(client.gather(futures))
@@ -86,7 +94,7 @@ def _fmt(seconds: float) -> str:
 
 COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
     ("node-hours", lambda r: f"{r.summary['node_hours']:.2f}"),
-    ("cost", lambda r: f"{r.cost['total']:.2f} {r.cost.get('unit', '')}".rstrip() if r.cost else "n/a"),
+    ("cost", lambda r: f"{r.cost['total']:.2f}" if r.cost else "n/a"),
     ("pending p50", lambda r: _fmt(r.summary["pod_pending_seconds"]["p50"])),
     ("p99", lambda r: _fmt(r.summary["pod_pending_seconds"]["p99"])),
     ("max", lambda r: _fmt(r.summary["pod_pending_seconds"]["max"])),
@@ -103,7 +111,10 @@ COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
 
 def table(jobs: Sequence[Job], reports: Sequence[Report]) -> str:
     """The comparison as a plain-text table, one row per variant."""
+    units = sorted({str(r.cost.get("unit", "")) for r in reports if r.cost})
     header = ["variant", *(name for name, _ in COLUMNS)]
+    if units:  # the cost's unit once, in its heading
+        header[2] = f"cost ({', '.join(units)})"
     rows = [[j.name, *(f(r) for _, f in COLUMNS)] for j, r in zip(jobs, reports, strict=True)]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
 

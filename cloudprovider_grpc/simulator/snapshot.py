@@ -126,6 +126,20 @@ def read_cluster(kubeconfig: str | None = None, context: str | None = None) -> l
 
 
 # ---------------------------------------------------------------------------- helpers
+_SIM_FIELDS = {
+    "region": ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region"),
+    "zone": ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"),
+    "instance_type": ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type"),
+}
+_SIM_OWN = {k for keys in _SIM_FIELDS.values() for k in keys} | {
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+}
+
+
 def _template_group(client: CAClient, gid: str, lo: int, hi: int, count: int) -> dict[str, Any]:
     """A `sim` group mirroring one of the server's groups: bounds, template, price, node count."""
     g: dict[str, Any] = {"id": gid, "min_size": lo, "max_size": hi, "initial_size": min(count, hi)}
@@ -140,13 +154,22 @@ def _template_group(client: CAClient, gid: str, lo: int, hi: int, count: int) ->
         pods = alloc.pop(PODS, "110")
         g["capacity"] = {k: v for k, v in sorted(alloc.items()) if k in ("cpu", "memory")}
         g["pods"] = int(pods)
+        labels = dict(tpl.metadata.labels)
+        # the well-known labels the sim backend sets itself: carried over through its fields
+        for field_name, keys in _SIM_FIELDS.items():
+            value = next((labels[k] for k in keys if k in labels), None)
+            if value:
+                g[field_name] = value
         g["labels"] = {
-            k: v for k, v in sorted(tpl.metadata.labels.items()) if not k.startswith("cloudprovider-grpc.io/")
+            k: v
+            for k, v in sorted(labels.items())
+            if k not in _SIM_OWN and not k.startswith("cloudprovider-grpc.io/")
         }
         g["taints"] = [
             {"key": t.key, "value": t.value, "effect": t.effect or "NoSchedule"} for t in tpl.spec.taints
         ]
-        node = pb.ExternalGrpcNode(name=f"template-{gid}", labels=dict(tpl.metadata.labels))
+        # named as CA names sanitized templates, which is how servers recognise a template node
+        node = pb.ExternalGrpcNode(name=f"template-node-for-{gid}-snapshot", labels=dict(tpl.metadata.labels))
         start = datetime(2026, 1, 1, tzinfo=UTC)
         try:
             price = client.node_price(node, start, start + timedelta(hours=1))

@@ -17,6 +17,7 @@ module plays those parts, deterministically:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 
 from cloudprovider_grpc.simulator import fit
@@ -255,6 +256,8 @@ class World:
         bound = 0
         stuck: set[int] = set()
         candidates: dict[int, list[Node]] = {}
+        heaps: dict[int, list[tuple[float, int, int, Node]]] = {}
+        rank = {n.name: i for i, n in enumerate(nodes)}  # heap ties go to the earliest node
         view: Placement | None = None  # built only when an inter-pod predicate can matter
         if any(p.shape.interpod for p in order) or any(
             p.shape.pod_anti_affinity for n in nodes for p in n.pods.values()
@@ -268,21 +271,74 @@ class World:
             if cands is None:
                 cands = [n for n in nodes if self._fits(pod.shape, n.shape)]
                 candidates[sid] = cands
-            pool = cands
             if view is not None and view.relevant(pod.shape):
-                pool = [n for n in cands if view.allows(pod.shape, n.name)]
-            best = self._best_node(pod.shape, pool)
+                best = self._best_node(pod.shape, [n for n in cands if view.allows(pod.shape, n.name)])
+            elif self.most_allocated:
+                best = self._best_node(pod.shape, cands)
+            else:
+                heap = heaps.get(sid)
+                if heap is None:
+                    heap = heaps[sid] = self._score_heap(pod.shape, cands, rank)
+                best = self._pop_best(pod.shape, heap)
             if best is None:
                 stuck.add(sid)  # identical pods behind it cannot fit either
                 continue
             if view is not None:
                 view.add_pod(best.name, pod.shape)
             best.bind(pod)
+            heap = heaps.get(sid)
+            if heap is not None:  # the node's score for this shape changed with the bind
+                score = self._score(pod.shape, best)
+                if score is not None:
+                    heapq.heappush(heap, (-score, rank[best.name], best.version, best))
             pod.started = now
             self.waits.append(now - pod.created)
             del self.pending[pod.name]
             bound += 1
         return bound
+
+    @staticmethod
+    def _score(shape: PodShape, n: Node) -> float | None:
+        """LeastAllocated's score of `n` for one more pod of `shape`, None when it does not fit
+        (the same arithmetic as `_best_node`, so both pick the same node)."""
+        req, alloc, used = shape.requests, n.shape.allocatable, n.used
+        for k, v in req.items():
+            if v > alloc.get(k, 0) - used.get(k, 0):
+                return None
+        score = 0.0
+        for res in (CPU, MEMORY):
+            a = alloc.get(res, 0)
+            if a:
+                score += (a - used.get(res, 0) - req.get(res, 0)) / a
+        return score
+
+    def _score_heap(
+        self, shape: PodShape, nodes: list[Node], rank: dict[str, int]
+    ) -> list[tuple[float, int, int, Node]]:
+        heap = []
+        for n in nodes:
+            score = self._score(shape, n)
+            if score is not None:
+                heap.append((-score, rank[n.name], n.version, n))
+        heapq.heapify(heap)
+        return heap
+
+    def _pop_best(self, shape: PodShape, heap: list[tuple[float, int, int, Node]]) -> Node | None:
+        """The best node for `shape` from its heap: the highest score, ties to the earliest node,
+        as `_best_node` picks. Within one scheduling pass a node's free resources only shrink, so
+        its LeastAllocated score only falls: an entry older than its node (another pod was bound
+        there since) is rescored and pushed back, and the first current entry on top is the best.
+        Identical pods (thousands of replicas) then cost log(nodes) each instead of a full scan."""
+        while heap:
+            _, i, version, n = heap[0]
+            if version == n.version:
+                heapq.heappop(heap)
+                return n
+            heapq.heappop(heap)
+            score = self._score(shape, n)
+            if score is not None:
+                heapq.heappush(heap, (-score, i, n.version, n))
+        return None
 
     def _best_node(self, shape: PodShape, nodes: list[Node]) -> Node | None:
         req = shape.requests

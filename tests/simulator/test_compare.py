@@ -27,10 +27,16 @@ def single_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     return out
 
 
-def _compare(tmp_path: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> str:
-    args = ["simulate", str(BURST), "--seed", "4", "--out", str(tmp_path), "--executor", executor]
+def _compare(tmp_path: Path, executor: str, capsys: pytest.CaptureFixture[str], files: bool = False) -> str:
+    """Variants as files merged over the scenario (`--compare`), or as `--variant` edits."""
+    args = ["simulate", str(BURST), "--seed", "4", "--out", str(tmp_path / "out"), "--executor", executor]
     for name, unneeded in VARIANTS.items():
-        args += ["--variant", f"{name}:autoscaler.scale-down-unneeded-time={unneeded}"]
+        if files:
+            f = tmp_path / f"{name}.yaml"
+            f.write_text(f"autoscaler:\n  scale-down-unneeded-time: {unneeded}\n")
+            args += ["--compare", str(f)]
+        else:
+            args += ["--variant", f"{name}:autoscaler.scale-down-unneeded-time={unneeded}"]
     assert main(args) == 0
     return capsys.readouterr().out
 
@@ -41,10 +47,10 @@ def _table(out: str) -> dict[str, list[str]]:
 
 
 def test_local_processes_give_the_single_runs_reports(tmp_path, capsys, single_runs) -> None:
-    out = _compare(tmp_path, "local:2", capsys)
+    out = _compare(tmp_path, "local:2", capsys, files=True)
     for name, report in single_runs.items():
-        assert (tmp_path / name / "report.json").read_bytes() == report
-        assert (tmp_path / name / "report.html").is_file()
+        assert (tmp_path / "out" / name / "report.json").read_bytes() == report
+        assert (tmp_path / "out" / name / "report.html").is_file()
     assert "variant  node-hours" in out
     table = _table(out)
     # waiting 20 minutes before removing an empty node keeps nodes longer: more node-hours
@@ -59,5 +65,5 @@ def test_a_dask_cluster_gives_the_single_runs_reports(tmp_path, capsys, single_r
         address = cluster.scheduler_address.removeprefix("tcp://")
         out = _compare(tmp_path, f"dask://{address}", capsys)
     for name, report in single_runs.items():
-        assert (tmp_path / name / "report.json").read_bytes() == report
+        assert (tmp_path / "out" / name / "report.json").read_bytes() == report
     assert set(_table(out)) == set(VARIANTS)

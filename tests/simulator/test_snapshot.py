@@ -42,7 +42,7 @@ def test_nodes_match_their_groups_and_pods_become_one_workload_per_controller() 
     assert [(n.name, n.capacity, n.taints[0].key) for n in s.static_nodes] == [
         ("cp-1", {"cpu": "2", "memory": "4Gi"}, "node-role.kubernetes.io/control-plane")
     ]
-    assert s.daemonsets[0].requests == {"cpu": "100m", "memory": "134217728"}
+    assert s.daemonsets[0].requests == {"cpu": "100m", "memory": "128Mi"}
     assert s.provider == "sim"
 
 
@@ -51,11 +51,14 @@ def test_what_cannot_be_modelled_is_listed() -> None:
     pod["metadata"]["ownerReferences"][0].update(kind="StatefulSet", name="db")
     pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]
     pod["spec"]["schedulerName"] = "volcano"
-    snap, _ = _snapshot([pod])
+    job = dumps.deployment_pods("nightly", 1, WEB, ["general-0"])[0]
+    job["metadata"]["ownerReferences"][0].update(kind="Job", name="nightly")
+    snap, _ = _snapshot([pod, job])
     text = "\n".join(snap.notes)
+    assert "job/nightly in default: its 1 pods run to the end of the simulation" in text
     assert "statefulset/db in default mounts 1 persistent volume(s)" in text
     assert "placed by scheduler 'volcano'" in text
-    assert [w["name"] for w in snap.scenario["workloads"]] == ["web", "db"]
+    assert [w["name"] for w in snap.scenario["workloads"]] == ["web", "nightly", "db"]
 
 
 def test_priority_classes_pdbs_and_the_priority_expander_configmap_apply() -> None:

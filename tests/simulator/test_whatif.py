@@ -35,13 +35,13 @@ def test_scaling_a_deployment_of_a_snapshot_matches_the_hand_written_scenario(pr
             *dumps.deployment_pods("web", 6, WEB, names),
             dumps.daemonset("kube-proxy", PROXY),
         ]
-        snap = build_scenario(objects, client, provider=provider, name="snap", duration="5m")
+        snap = build_scenario(objects, client, provider=provider, name="snap", duration="2m")
     assert snap.scenario["provider"] == provider
     edited = whatif.apply(copy.deepcopy(snap.scenario), scales=["deployment/web=3x"])
     assert [w["replicas"] for w in edited["workloads"]] == [18]
     by_hand = {
         "name": "snap",
-        "duration": "5m",
+        "duration": "2m",
         "provider": provider,
         "daemonsets": [{"name": "kube-proxy", "requests": PROXY}],
         "workloads": [{"name": "web", "replicas": 18, "requests": WEB}],
@@ -57,7 +57,7 @@ def test_draining_a_group_matches_cordoning_and_evicting_its_nodes_by_hand() -> 
         nodes = dumps.backend_nodes(client)
         names = [n["metadata"]["name"] for n in nodes]
         objects = [*nodes, *dumps.deployment_pods("web", 3, WEB, names)]
-        snap = build_scenario(objects, client, provider=provider, name="snap", duration="5m")
+        snap = build_scenario(objects, client, provider=provider, name="snap", duration="2m")
     drained = whatif.apply(copy.deepcopy(snap.scenario), drain=["general"])
     general = [n for n in names if n.startswith("general")]
     by_hand = copy.deepcopy(snap.scenario)

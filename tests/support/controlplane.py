@@ -96,7 +96,8 @@ def ldflags() -> str:
 
 def build_apiserver() -> Path:
     """kube-apiserver from tests/controlplane, built once per version of that module (cached under
-    a hash of its files and the build flags). Raises RuntimeError when Go or the proxy fails."""
+    a hash of its files and the build flags), at low CPU priority since the build runs beside the
+    tests (`prebuild`). Raises RuntimeError when Go or the proxy fails."""
 
     def prepare(scratch: Path) -> Path:
         for name in ("go.mod", "go.sum", "main.go"):
@@ -106,7 +107,14 @@ def build_apiserver() -> Path:
     flags = ldflags()
     key = gotools.tree_key(SOURCE, extra=f"{flags} {sorted(BUILD_ENV.items())}")
     built = gotools.go_build(
-        "kube-apiserver", key, prepare, ["."], ldflags=flags, env=BUILD_ENV, timeout=BUILD_TIMEOUT
+        "kube-apiserver",
+        key,
+        prepare,
+        ["."],
+        ldflags=flags,
+        env=BUILD_ENV,
+        background=True,
+        timeout=BUILD_TIMEOUT,
     )
     return built / "kube-apiserver"
 
@@ -207,7 +215,13 @@ class ControlPlane:
     ) -> subprocess.CompletedProcess[str]:
         """`kubectl --kubeconfig ... args` as the admin (or with `kubeconfig`); raises KubectlError
         (a CalledProcessError carrying stderr) on failure when `check`."""
-        cmd = [str(self.kubectl_binary), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
+        cmd = [
+            str(self.kubectl_binary),
+            f"--kubeconfig={kubeconfig or self.kubeconfig}",
+            # Discovery is cached per apiserver address: keep it with this control plane, not in ~/.kube.
+            f"--cache-dir={self.workdir / 'kubectl-cache'}",
+            *args,
+        ]
         proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=60, check=False)
         if check and proc.returncode != 0:
             raise KubectlError(proc.returncode, cmd, proc.stdout, proc.stderr)

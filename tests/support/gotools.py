@@ -143,6 +143,7 @@ def go_build(
     tags: Sequence[str] = (),
     ldflags: str = "",
     env: Mapping[str, str] | None = None,
+    background: bool = False,
     timeout: float = 3600,
 ) -> Path:
     """Build `packages` into `bin/<name>-<key>/` (one executable per package, named after its last
@@ -151,8 +152,10 @@ def go_build(
     `prepare(workdir)` lays out the module to build inside `workdir` (a scratch copy under the cache,
     so `-mod=mod` may complete go.mod/go.sum without touching the clone or shared sources) and
     returns the directory to run `go build` in. `env` adds to the shared Go environment (such as
-    CGO_ENABLED=0). The result is moved into place only when every
-    package built, so an interrupted build is never mistaken for a cached one."""
+    CGO_ENABLED=0). `background` runs the compilers at low CPU priority (nice 10), for a build
+    that overlaps with running tests: those keep the CPU they need, the build takes the rest. The
+    result is moved into place only when every package built, so an interrupted build is never
+    mistaken for a cached one."""
     dest = cache_root() / "bin" / f"{name}-{key}"
     if dest.is_dir():
         return dest
@@ -170,6 +173,8 @@ def go_build(
         try:
             cwd = prepare(scratch)
             cmd = ["go", "build", "-mod=mod", "-o", str(out) + os.sep]
+            if background and shutil.which("nice"):
+                cmd = ["nice", "-n", "10", *cmd]
             if tags:
                 cmd += ["-tags", ",".join(tags)]
             if ldflags:
