@@ -142,6 +142,7 @@ def go_build(
     *,
     tags: Sequence[str] = (),
     ldflags: str = "",
+    gcflags: str = "",
     env: Mapping[str, str] | None = None,
     background: bool = False,
     timeout: float = 3600,
@@ -179,6 +180,8 @@ def go_build(
                 cmd += ["-tags", ",".join(tags)]
             if ldflags:
                 cmd += ["-ldflags", ldflags]
+            if gcflags:
+                cmd += ["-gcflags", gcflags]
             proc = subprocess.run(
                 [*cmd, *packages],
                 cwd=cwd,
