@@ -110,13 +110,19 @@ def _unit_tests_stay_in_process(request: pytest.FixtureRequest, monkeypatch: pyt
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("started a process"))
 
 
+#: the root logger's level before any test ran (pytest leaves it alone unless asked)
+_ROOT_LEVEL = logging.getLogger().level
+
+
 @pytest.fixture(autouse=True)
 def _root_logger_restored() -> Iterator[None]:
-    """Commands run in-process (the simulator's, `serve`'s option parsing) configure the root logger
-    for a whole program: its level (the simulator sets CRITICAL) and handlers must not leak into the
-    next test of the same worker, whose caplog would then see nothing."""
+    """Commands run in-process (the simulator's, also from module-scoped fixtures and Dask's
+    in-process workers) configure the root logger for a whole program: the simulator sets CRITICAL.
+    That level must not silence a later test's caplog in the same worker, so every test starts and
+    ends at the level the session started with, and handlers a test added are dropped."""
     root = logging.getLogger()
-    level, handlers = root.level, root.handlers[:]
+    root.setLevel(_ROOT_LEVEL)
+    handlers = root.handlers[:]
     yield
-    root.setLevel(level)
+    root.setLevel(_ROOT_LEVEL)
     root.handlers[:] = handlers
