@@ -6,22 +6,30 @@ and the moment the server binds it, a client socket (an emulator call, a health 
 and the server fails with "Address already in use". Ports here come from below the ephemeral range
 (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default), where nothing allocates
 by itself, and each pytest-xdist worker draws from its own slice, so two workers never race for one
-port. A process never hands out the same port twice.
+port. A port handed out is not handed out again for `_HOLD` seconds, by any process: several
+processes of one test draw ports (a shell harness starts one server after another, each binding a
+second after its port was chosen), so the record is a small file shared under a lock, not memory.
 
 `python -m tests.support.ports N` prints N distinct free ports on one line (for shell harnesses).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import random
 import socket
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 _LOW, _HIGH = 20000, 32000
 _SLICES = 8
-_given: set[int] = set()
+#: seconds a handed-out port stays reserved: ample for a server to start and bind it
+_HOLD = 300.0
+_RECORD = Path(tempfile.gettempdir()) / "cloudprovider-grpc-test-ports.json"
 
 
 def _ephemeral_low() -> int:
@@ -50,13 +58,25 @@ def _bindable(port: int) -> bool:
 
 
 def free_port() -> int:
-    """A free loopback port outside the ephemeral range, not handed out before by this process."""
-    candidates = [p for p in _slice() if p not in _given]
-    random.shuffle(candidates)
-    for port in candidates:
-        if _bindable(port):
-            _given.add(port)
-            return port
+    """A free loopback port outside the ephemeral range, not handed out in the last `_HOLD` seconds."""
+    with _RECORD.open("a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        f.seek(0)
+        try:
+            given = {int(k): float(v) for k, v in json.loads(f.read() or "{}").items()}
+        except (ValueError, AttributeError):
+            given = {}
+        now = time.time()
+        given = {p: t for p, t in given.items() if now - t < _HOLD}
+        candidates = [p for p in _slice() if p not in given]
+        random.shuffle(candidates)
+        for port in candidates:
+            if _bindable(port):
+                given[port] = now
+                f.seek(0)
+                f.truncate()
+                f.write(json.dumps(given))
+                return port
     raise RuntimeError(f"no free loopback port left in {_slice()}")
 
 
