@@ -39,7 +39,7 @@ from cloudprovider_grpc.front.process import FRONT_RSS_BOUND  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
 from tests.support.certs import write_pki  # noqa: E402
-from tests.support.front import ensure_front  # noqa: E402
+from tests.support.front import children, ensure_front  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.servers import sim_server  # noqa: E402
 
@@ -52,14 +52,6 @@ def serve(port: int, *extra: str, env: dict[str, str] | None = None) -> subproce
         stderr=subprocess.DEVNULL,
         env=env,
     )
-
-
-def children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-            found += [int(p) for p in (task / "children").read_text().split()]
-    return found
 
 
 def rss(pid: int) -> int:

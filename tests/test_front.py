@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -34,6 +33,7 @@ from cloudprovider_grpc.front import binary
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeGroup, NodeRef
 from cloudprovider_grpc.server import ServerHandle, start_server
+from tests.support.front import children, gone, serve
 from tests.support.ports import free_port
 from tests.support.servers import channel, stub
 
@@ -443,22 +443,6 @@ def test_the_grace_period_bounds_the_stop() -> None:
         ch.close()
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found += [int(p) for p in text]
-    return found
-
-
-def gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"  # exited, waiting to be reaped by whoever adopted it
-
-
 def port_free(port: int) -> bool:
     """A new server could listen on the port now (SO_REUSEADDR, as grpcio and grpc-go set it: the
     killed front's closed connections may linger in TIME_WAIT)."""
@@ -469,17 +453,6 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "cloudprovider_grpc", "serve", "--log-format", "text", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group, as a server started from a terminal
-    )
 
 
 def wait_serving(port: int, proc: subprocess.Popen[str]) -> None:

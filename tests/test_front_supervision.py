@@ -7,13 +7,10 @@ the times and the front's memory."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -29,6 +26,7 @@ from cloudprovider_grpc.front import supervisor
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.service import SERVICE_NAME
 from tests.support.certs import write_pki
+from tests.support.front import children, gone, serve
 from tests.support.ports import free_port
 from tests.support.servers import channel, sim_server, stub
 from tests.support.waits import poll
@@ -40,22 +38,6 @@ pytestmark = pytest.mark.integration
 def _front_built(compiled_front: Path | None) -> None:
     if compiled_front is None:
         pytest.skip("the compiled front is not built here (Go missing); CI always builds it")
-
-
-def children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-            found += [int(p) for p in (task / "children").read_text().split()]
-    return found
-
-
-def gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"
 
 
 def healthz(port: int) -> int:
@@ -75,16 +57,6 @@ def answers(ch: grpc.Channel) -> bool:
         return bool(stub(ch).NodeGroups(pb.NodeGroupsRequest(), timeout=2).nodeGroups)
     except grpc.RpcError:
         return False
-
-
-def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "cloudprovider_grpc", "serve", "--log-format", "text", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
 
 
 def test_a_killed_front_is_restarted_on_the_same_port(caplog: pytest.LogCaptureFixture) -> None:

@@ -117,12 +117,13 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        self.clock = clock
+        # None is wall time: subclasses pass their own optional clock straight through
+        self.clock = clock or time.time
         self.faults = faults or FaultPlan.none()
         self.rate_limit_per_s = rate_limit_per_s
         self.state_file = Path(state_file) if state_file else None

@@ -4,6 +4,9 @@ subprocesses alike: conformance, real CA, probes) runs through it."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 from pathlib import Path
 
 from cloudprovider_grpc.front import binary
@@ -19,3 +22,34 @@ def ensure_front() -> Path | None:
         if gotools.in_ci():
             raise RuntimeError(f"CI must run the suite through the compiled front: {exc}") from exc
         return None
+
+
+def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`cloudprovider-grpc serve` as a process in its own process group (as started from a terminal),
+    text logs piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cloudprovider_grpc", "serve", "--log-format", "text", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of `pid` (the server's fronts), from /proc."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def gone(pid: int) -> bool:
+    """True once `pid` has exited (a zombie counts: it was killed, its parent has not reaped it yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"

@@ -66,14 +66,9 @@ class AliCloudCore(EmulatorServer):
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        kwargs: dict[str, Any] = {
-            "faults": faults,
-            "rate_limit_per_s": rate_limit_per_s,
-            "state_file": state_file,
-        }
-        if clock is not None:
-            kwargs["clock"] = clock
-        super().__init__(host, port, **kwargs)
+        super().__init__(
+            host, port, clock=clock, faults=faults, rate_limit_per_s=rate_limit_per_s, state_file=state_file
+        )
         self.region = region
         self.keys: dict[str, AccessKey] = {k: AccessKey(v) for k, v in (access_keys or {}).items()}
         self.oidc_tokens: set[str] = set(oidc_tokens)

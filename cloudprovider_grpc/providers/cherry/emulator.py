@@ -55,14 +55,9 @@ class CherryEmulator(EmulatorServer):
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        kwargs: dict[str, Any] = {
-            "faults": faults,
-            "rate_limit_per_s": rate_limit_per_s,
-            "state_file": state_file,
-        }
-        if clock is not None:
-            kwargs["clock"] = clock
-        super().__init__(host, port, **kwargs)
+        super().__init__(
+            host, port, clock=clock, faults=faults, rate_limit_per_s=rate_limit_per_s, state_file=state_file
+        )
         #: token -> team id
         self.tokens: dict[str, int] = dict(tokens or {})
         #: project id -> team id

@@ -95,14 +95,9 @@ class ExoscaleCore(EmulatorServer):
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        kwargs: dict[str, Any] = {
-            "faults": faults,
-            "rate_limit_per_s": rate_limit_per_s,
-            "state_file": state_file,
-        }
-        if clock is not None:
-            kwargs["clock"] = clock
-        super().__init__(host, port, **kwargs)
+        super().__init__(
+            host, port, clock=clock, faults=faults, rate_limit_per_s=rate_limit_per_s, state_file=state_file
+        )
         self.zone = zone
         #: API key -> secret
         self.keys: dict[str, str] = dict(keys or {})

@@ -68,14 +68,9 @@ class SpcEmulator(EmulatorServer):
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        kwargs: dict[str, Any] = {
-            "faults": faults,
-            "rate_limit_per_s": rate_limit_per_s,
-            "state_file": state_file,
-        }
-        if clock is not None:
-            kwargs["clock"] = clock
-        super().__init__(host, port, **kwargs)
+        super().__init__(
+            host, port, clock=clock, faults=faults, rate_limit_per_s=rate_limit_per_s, state_file=state_file
+        )
         #: token -> organizations whose Owner it belongs to
         self.tokens: dict[str, set[int]] = {t: set(orgs) for t, orgs in (tokens or {}).items()}
         self.draft_seconds = draft_seconds

@@ -76,14 +76,9 @@ class VultrEmulator(EmulatorServer):
         rate_limit_per_s: float | None = 30.0,
         state_file: Path | None = None,
     ) -> None:
-        kwargs: dict[str, Any] = {
-            "faults": faults,
-            "rate_limit_per_s": rate_limit_per_s,
-            "state_file": state_file,
-        }
-        if clock is not None:
-            kwargs["clock"] = clock
-        super().__init__(host, port, **kwargs)
+        super().__init__(
+            host, port, clock=clock, faults=faults, rate_limit_per_s=rate_limit_per_s, state_file=state_file
+        )
         self.tokens: set[str] = set(tokens)
         self.provision_seconds = provision_seconds
         self.page_size = page_size
