@@ -158,6 +158,9 @@ class LeaderGate(WriteGate):
     def may_persist(self) -> bool:
         return self.valid()
 
+    def fence(self) -> Callable[[], bool] | None:
+        return self.valid
+
 
 @dataclass
 class _Observed:

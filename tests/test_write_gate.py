@@ -13,6 +13,7 @@ from cloudprovider_grpc.errors import FailedPrecondition, Unavailable
 from cloudprovider_grpc.leader import LeaderGate
 from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.gate import DRY_RUN_WRITES, DryRunGate, Write
+from cloudprovider_grpc.providers.journal import Journal
 from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.pools import PoolProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
@@ -120,3 +121,17 @@ def test_a_term_that_ends_with_work_queued_writes_nothing(shape: str, tmp_path: 
     assert len(_alive(cloud)) == 4
     assert successor.target_size("g") == 4
     successor.stop(0)
+
+
+def test_a_journal_write_overtaken_by_the_end_of_the_term_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    """The gate is asked again after the new journal is on disk and before it replaces the old one:
+    a writer whose term ended while it wrote (frozen mid-write) leaves the successor's file intact."""
+    path = tmp_path / "journal.json"
+    journal = Journal(path, backend="sim", shape="machines")
+    journal.save({"groups": {}})
+    successor_wrote = path.read_bytes()
+    journal.save({"groups": {"g": {"creations": ["t1"], "deleting": []}}}, still=lambda: False)
+    assert path.read_bytes() == successor_wrote
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.json"]  # no temporary file left
+    journal.save({"groups": {"g": {"creations": ["t1"], "deleting": []}}}, still=lambda: True)
+    assert journal.load()["groups"] == {"g": {"creations": ["t1"], "deleting": []}}

@@ -23,6 +23,7 @@ import requests.auth
 import urllib3.exceptions
 
 from cloudprovider_grpc.clouderrors import CloudError
+from cloudprovider_grpc.http.fence import check_fence
 from cloudprovider_grpc.http.ratelimit import TokenBucket
 from cloudprovider_grpc.http.retry import (
     IDEMPOTENT_METHODS,
@@ -261,6 +262,7 @@ class HttpClient:
         if self._limiter is not None:
             self._limiter.acquire(urgent)
         where = f"{self.backend} {operation} ({method} /{path.lstrip('/')})"
+        check_fence(where)  # last check before the request leaves: a term may have ended meanwhile
         t0 = time.monotonic()
         try:
             resp = self._session.request(

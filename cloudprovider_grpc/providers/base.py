@@ -142,7 +142,11 @@ class GroupProvider(CloudProvider, Generic[S]):
         self._clock = clock or time.monotonic
         self._lock = threading.RLock()
         self._jobs = JobRunner(
-            concurrency=concurrency, clock=self._clock, inline=inline_workers, name=driver.name
+            concurrency=concurrency,
+            clock=self._clock,
+            inline=inline_workers,
+            name=driver.name,
+            fence=self._gate.fence(),
         )
         self._journal = Journal(state_file, backend=driver.name, shape=self.shape)
         self._catalog_ttl = catalog_ttl
@@ -643,7 +647,8 @@ class GroupProvider(CloudProvider, Generic[S]):
     def _save_journal(self) -> None:
         if self._journal.enabled and self._gate.may_persist():
             groups = {**self._unrestored, **self._journal_doc()}
-            self._journal.save({"groups": groups})
+            # asked again right before the file is replaced: the term may end while it is written
+            self._journal.save({"groups": groups}, still=self._gate.may_persist)
 
 
 def _hours(start: datetime, end: datetime) -> float:

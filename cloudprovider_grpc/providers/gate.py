@@ -21,6 +21,7 @@ cloudprovider_grpc/leader.py (only the holder of a valid Lease term writes).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import Counter
@@ -76,6 +77,11 @@ class WriteGate:
     def may_persist(self) -> bool:
         """True when the journal may be written (and resumed at start)."""
         return True
+
+    def fence(self) -> Callable[[], bool] | None:
+        """The check every background request is made under (http/fence.py), or None: a policy
+        whose answer can change while a job runs (a leader's term) returns it."""
+        return None
 
 
 OpenGate = WriteGate

@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from cloudprovider_grpc.http.fence import fenced
+
 log = logging.getLogger(__name__)
 
 Job = Callable[[], float | None]
@@ -33,12 +35,14 @@ class JobRunner:
         clock: Callable[[], float] | None = None,
         inline: bool = False,
         name: str = "jobs",
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self._clock = clock or time.monotonic
         self._inline = inline
         self._name = name
+        self._fence = fence  # every attempt runs inside it (http/fence.py): None for no fence
         self._concurrency = concurrency
         self._heap: list[tuple[float, int, Job]] = []
         self._seq = itertools.count()
@@ -126,7 +130,8 @@ class JobRunner:
 
     def _attempt(self, job: Job) -> None:
         try:
-            retry_after = job()
+            with fenced(self._fence):
+                retry_after = job()
         except Exception:  # a job bug must never kill a worker; the job itself records outcomes
             log.exception("background job failed unexpectedly", extra={"runner": self._name})
             return

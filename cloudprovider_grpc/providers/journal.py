@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,10 @@ class Journal:
             raise self._error(f"holds {shape!r} state, not {self.shape!r}")
         return doc
 
-    def save(self, content: dict[str, Any]) -> None:
+    def save(self, content: dict[str, Any], still: Callable[[], bool] | None = None) -> None:
+        """Write `content` atomically. `still`, when given, is asked once more after the new file is
+        on disk and right before it replaces the old one; if it says no, the old journal stays (a
+        process whose leadership ended while it wrote must not overwrite what the next leader wrote)."""
         if self.path is None:
             return
         doc = {"version": VERSION, "backend": self.backend, "shape": self.shape, **content}
@@ -66,6 +70,9 @@ class Journal:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if still is not None and not still():
+            tmp.unlink(missing_ok=True)
+            return
         os.replace(tmp, self.path)
         try:
             dfd = os.open(self.path.parent, os.O_RDONLY)

@@ -24,6 +24,7 @@ from cloudprovider_grpc.http import (
     error_message_from_body,
     parse_retry_after,
 )
+from cloudprovider_grpc.http.fence import FencedOff, fenced
 from cloudprovider_grpc.providers.driver import CloudError
 from tests.support.waits import poll
 
@@ -116,6 +117,24 @@ def test_post_is_retried_on_429_but_not_on_5xx(server: Scripted) -> None:
     assert server.hits() == 1
     assert err.value.transient and err.value.status == 500
     assert "internal failure" in err.value.message and "create" in err.value.message
+
+
+def test_a_term_that_ends_during_a_retry_sleep_sends_nothing_more(server: Scripted) -> None:
+    """The fence is asked right before each attempt leaves: a 429 is answered, the term ends while
+    the client sleeps out Retry-After, and the retry is never sent (nothing ambiguous: not sent)."""
+    term = {"valid": True}
+
+    def sleep_past_the_term(seconds: float) -> None:
+        term["valid"] = False
+
+    server.script.extend([Response(429, {"message": "throttled"}, {"Retry-After": "1"})])
+    http = HttpClient("testcloud", server.base_url, sleep=sleep_past_the_term, retry=RetryPolicy(retries=3))
+    with fenced(lambda: term["valid"]), pytest.raises(FencedOff) as err:
+        http.request("POST", "thing", operation="create", json_body={})
+    assert server.hits() == 1
+    assert not err.value.transient and "not sent: the leadership term is over" in err.value.message
+    http.request("POST", "thing", operation="create", json_body={})  # outside a job: no fence
+    assert server.hits() == 2
 
 
 def test_post_is_not_retried_after_a_read_timeout_but_get_is(server: Scripted) -> None:
