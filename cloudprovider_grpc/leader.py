@@ -44,6 +44,7 @@ from prometheus_client import Counter, Gauge
 
 from cloudprovider_grpc.config import LeaderElection
 from cloudprovider_grpc.errors import ConfigError, Unavailable
+from cloudprovider_grpc.handover import ADDRESS_ANNOTATION, HandOverRelay
 from cloudprovider_grpc.providers.gate import Write, WriteGate
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,11 @@ class LeaderGate(WriteGate):
                 "nothing was recorded: call again"
             )
         if not answering:
+            if self.term >= 0:
+                raise Unavailable(
+                    "this replica's leadership term is over or not yet answering; nothing was recorded: "
+                    "call the leader's Service"
+                )
             leader = f" (the leader is {self.holder})" if self.holder else ""
             raise Unavailable(
                 f"this replica is not the leader{leader}; nothing was recorded: call the leader's Service"
@@ -189,11 +195,14 @@ class LeaseLock:
                 return None
             raise
 
-    def create(self, spec: Any) -> Any:
+    def create(self, spec: Any, annotations: dict[str, str]) -> Any:
         from kubernetes import client
 
         body = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace), spec=spec
+            metadata=client.V1ObjectMeta(
+                name=self.name, namespace=self.namespace, annotations=annotations or None
+            ),
+            spec=spec,
         )
         return self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
 
@@ -272,6 +281,9 @@ class Elector:
         self._provider: Any = None
         self._on_leading: Callable[[bool], None] = lambda ready: None
         self._on_lost: Callable[[], None] = lambda: None
+        self._relay: HandOverRelay | None = None
+        #: this replica's gRPC address, published on the Lease while it holds it (handover.py)
+        self.address = ""
         self._ready = False
         self._last_warm = clock()
         self._rng = random.Random()
@@ -285,8 +297,20 @@ class Elector:
         """Ready for a Service: the leader, taken over, within its term."""
         return self._ready and self.gate.valid()
 
-    def start(self, provider: Any, on_leading: Callable[[bool], None], on_lost: Callable[[], None]) -> None:
+    def start(
+        self,
+        provider: Any,
+        on_leading: Callable[[bool], None],
+        on_lost: Callable[[], None],
+        *,
+        address: str = "",
+        relay: HandOverRelay | None = None,
+    ) -> None:
+        """Run the election. `address` is published on the Lease while this replica holds it; a
+        replica handing over forwards the calls that still reach it (`relay`) to the address its
+        successor published."""
         self._provider, self._on_leading, self._on_lost = provider, on_leading, on_lost
+        self.address, self._relay = address, relay
         log.info(
             "leader election: %s is a candidate for Lease %s/%s (lease %gs, renew deadline %gs, retry %gs)",
             self.identity,
@@ -404,7 +428,7 @@ class Elector:
                 renew_time=now,
                 lease_transitions=0,
             )
-            self._remember(self.lock.create(spec).spec, started)
+            self._remember(self.lock.create(spec, self._annotations({})).spec, started)
             return True
         spec = lease.spec or client.V1LeaseSpec()
         self._remember(spec, self._clock())
@@ -425,8 +449,18 @@ class Elector:
             spec.lease_duration_seconds = duration
             spec.lease_transitions = (spec.lease_transitions or 0) + (1 if holder != self.identity else 0)
         lease.spec = spec
+        if lease.metadata is None:
+            lease.metadata = client.V1ObjectMeta()
+        lease.metadata.annotations = self._annotations(lease.metadata.annotations or {})
         self._remember(self.lock.replace(lease).spec, started)  # a 409 (someone was faster) raises
         return True
+
+    def _annotations(self, current: dict[str, str]) -> dict[str, str]:
+        """The Lease's annotations with this holder's address (none when it has none to give)."""
+        annotations = {k: v for k, v in current.items() if k != ADDRESS_ANNOTATION}
+        if self.address:
+            annotations[ADDRESS_ANNOTATION] = self.address
+        return annotations
 
     def _remember(self, spec: Any, at: float) -> None:
         record = (spec.holder_identity or "", spec.renew_time, spec.lease_transitions or 0)
@@ -508,9 +542,17 @@ class Elector:
     def hand_over(self, deadline: float) -> None:
         """At shutdown: stop writing, let the writes in flight finish, release the Lease, and wait
         (until the monotonic `deadline`) for a successor to answer. A standby just stops."""
+        was_leader = self.gate.valid()
+        if was_leader:
+            if self._relay is not None:
+                self._relay.hold(deadline)  # no write RPC starts here any more; the running ones finish
+            # the background writes already accepted go out on this term (it is still renewed):
+            # without a shared journal, the successor could not know of those still queued
+            wait_idle = getattr(self._provider, "wait_idle", None)
+            if wait_idle is not None:
+                wait_idle(max(0.0, (deadline - self._clock()) / 3))
         self._handing_over.set()
         self.gate.handing_over = True
-        was_leader = self.gate.valid()
         term = self.gate.term
         self.gate.end()
         self._stop.set()
@@ -532,6 +574,8 @@ class Elector:
                 term,
             )
             self._wait_for_successor(deadline)
+        if self._relay is not None:
+            self._relay.refuse("no successor answered within the grace period")  # unless forwarding
         self._ready = False
         self._on_leading(False)
 
@@ -550,6 +594,9 @@ class Elector:
                 renew_time=now,
                 lease_transitions=lease.spec.lease_transitions,
             )
+            annotations = dict(lease.metadata.annotations or {})
+            annotations.pop(ADDRESS_ANNOTATION, None)
+            lease.metadata.annotations = annotations
             self.lock.replace(lease)
             return True
         except Exception as exc:
@@ -573,12 +620,23 @@ class Elector:
                 and spec.renew_time != spec.acquire_time
             ):
                 log.info("leader election: %s answers as the leader now", spec.holder_identity)
+                self._forward_to(lease)
                 # reads are still answered here while a Service moves its endpoint to the successor
                 linger = min(self.settings.handover_linger, max(0.0, deadline - self._clock()))
                 time.sleep(linger)
                 return
             time.sleep(0.05)
         log.warning("leader election: no successor answered within the grace period")
+
+    def _forward_to(self, lease: Any) -> None:
+        """The calls still reaching this replica go to the successor from now on (handover.py)."""
+        if self._relay is None:
+            return
+        address = (lease.metadata.annotations or {}).get(ADDRESS_ANNOTATION, "")
+        if address:
+            self._relay.forward_to(address)
+        else:
+            self._relay.refuse("the next leader published no address")
 
 
 def build_elector(settings: LeaderElection) -> Elector:
