@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from cloudprovider_grpc.config import parse_duration
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest, backend
@@ -276,6 +277,21 @@ class AnswerClock:
         self.channel.close()
 
 
+@dataclass(frozen=True)
+class Kill:
+    """One kill: `failover`, the seconds from the last answer of the old leader to the first of
+    the new one through the proxy; `lease_left`, the seconds the Lease still had to run at the
+    kill (its duration after the killed leader's last renewal), which no successor may shorten.
+    The difference is what the takeover itself costs."""
+
+    failover: float
+    lease_left: float
+
+    @property
+    def takeover(self) -> float:
+        return self.failover - self.lease_left
+
+
 def scale_up(s: pb_grpc.CloudProviderStub, gid: str) -> bool:
     """IncreaseSize(SCALE) through the proxy: True once accepted; False when refused with nothing
     recorded (a leader whose term ran out a moment before: a short lease on a loaded machine), to
@@ -296,15 +312,15 @@ def kill_chain(
     work: Path,
     rounds: int,
     phase: Callable[[], float] = lambda: 0.0,
-) -> list[float]:
+) -> list[Kill]:
     """`rounds` kills in a row on one cloud, one Lease and one shared --state-file. Each round: two
     live replicas (the leader, and a standby that has seen it renew), IncreaseSize(SCALE) through
     the proxy to the leader, kill -9 of the leader at once, `phase()` seconds after a renewal (a
     crash falls anywhere between two renewals); a fresh replica joins as the next standby while the
     old standby takes over and finishes the scale-up; the next round kills that new leader.
     Checked every round: the cloud ends with exactly SCALE more machines, never more; nothing is
-    deleted, ever. Returns each round's failover time as a caller through the proxy saw it (last
-    answer from the old leader to the first from the new one)."""
+    deleted, ever. Returns each round's failover as a caller through the proxy saw it, and how much
+    of the lease was left at the kill (see Kill)."""
     from tests.support.waits import instances, refresh
 
     cloud = big_cloud(shape, work, room=SCALE * rounds)
@@ -314,7 +330,7 @@ def kill_chain(
     gone: list[ServerProcess] = []
     proxy = ReadinessProxy(replicas).start()
     clock: AnswerClock | None = None
-    failovers: list[float] = []
+    failovers: list[Kill] = []
     try:
         replicas.append(start_replica(backend, work, cloud, lease, next(names), extra))
         poll(proxy.ready, 60, "a first leader")
@@ -342,12 +358,17 @@ def kill_chain(
             # the one that accepted it: the holder (a term that ran out would have refused it)
             leader = next(r for r in replicas if r.out_path.stem == holder(lease, api))
             leader.signal(signal.SIGKILL)
+            killed_at = datetime.now(UTC)
             leader.wait(10)
             dead = time.monotonic()
             replicas.remove(leader)
             gone.append(leader)
             replicas.append(start_replica(backend, work, cloud, lease, next(names), extra))
-            failovers.append(clock.gap_around(dead))
+            # the killed leader's last renewal (its clock is this machine's): the Lease runs out
+            # `duration` after it, whatever the standby does
+            renewed = api.read_namespaced_lease(lease.name, lease.namespace).spec.renew_time
+            left = (renewed - killed_at).total_seconds() + parse_duration(lease.duration)
+            failovers.append(Kill(clock.gap_around(dead), left))
 
             def exact(want: int = want) -> bool:
                 stand_in(1)
