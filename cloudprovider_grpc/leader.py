@@ -128,7 +128,8 @@ class LeaderGate(WriteGate):
     # ---- the machinery's side
     def admit(self, write: Write) -> None:
         with self._lock:
-            answering = self._answering and self._valid()
+            valid = self._valid()
+            answering = self._answering and valid
             handing_over = self.handing_over
         if handing_over:
             raise Unavailable(
@@ -136,10 +137,14 @@ class LeaderGate(WriteGate):
                 "nothing was recorded: call again"
             )
         if not answering:
+            if self.term >= 0 and valid:
+                raise Unavailable(
+                    "this replica is not the leader yet (taking over); nothing was recorded: call again"
+                )
             if self.term >= 0:
                 raise Unavailable(
-                    "this replica's leadership term is over or not yet answering; nothing was recorded: "
-                    "call the leader's Service"
+                    "this replica is not the leader any more (its term ran out: the Lease was not renewed "
+                    "within the renew deadline); nothing was recorded: call the leader's Service"
                 )
             leader = f" (the leader is {self.holder})" if self.holder else ""
             raise Unavailable(
