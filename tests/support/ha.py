@@ -263,6 +263,9 @@ class AnswerClock:
                 pass
             self._stop.wait(0.01)
 
+    def answered_within(self, seconds: float) -> bool:
+        return bool(self.answers) and self.answers[-1][1] > time.monotonic() - seconds
+
     def gap_around(self, dead: float, timeout: float = 120) -> float:
         """Seconds from the last answer before the old leader was `dead` (reaped) to the first
         answer to a call made after that (which only the new leader can have given)."""
@@ -355,6 +358,8 @@ def kill_chain(
             time.sleep(phase())
             want = len(cloud.machines(gid)) + SCALE
             poll(lambda: scale_up(s, gid), 30, f"a leader to accept {SCALE} machines")
+            # the failover is measured from the leader's last answer: one that came just now
+            poll(lambda: clock.answered_within(0.5), 10, "an answer through the proxy")
             # the one that accepted it: the holder (a term that ran out would have refused it)
             leader = next(r for r in replicas if r.out_path.stem == holder(lease, api))
             leader.signal(signal.SIGKILL)
