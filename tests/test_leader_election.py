@@ -221,8 +221,8 @@ def test_rolling_upgrade_under_mtls_and_a_client_calling_every_rpc_fails_no_call
 ) -> None:
     """The old leader holds the calls that still reach it after it released the Lease and forwards
     them, over mutual TLS with its own certificate, to the successor once that one answers; no call
-    fails, and each forwarded write is executed once (rolling_upgrade checks the pool's size against
-    the writes answered)."""
+    fails, and each write answered OK was executed exactly once (rolling_upgrade counts them in the
+    replicas' logs)."""
     lease = Lease(control_plane.kubeconfig, control_plane.namespace("roll"))  # CA's default settings
     upgrade = rolling_upgrade(tmp_path, lease, write_pki(tmp_path / "pki"))
     loop = upgrade.loop
