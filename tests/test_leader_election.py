@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cloudprovider_grpc.emulator import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import backend
 from tests.support.certs import write_pki
@@ -138,8 +139,18 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_resumes(control_p
         old = wait_leader(replicas)
         replicas.append(start_replica(backend("cherry"), tmp_path, cloud, lease, "new", extra))
         gid = "pool1"
+        emulator = cloud.emulator  # type: ignore[attr-defined]
+        # The freeze lands while the old leader's one worker waits for the cloud to answer a create
+        # (held by a slow POST): a request that already passed the term check before the freeze
+        # would go out after SIGCONT whatever the check (no cloud API takes a fencing token), so the
+        # freeze is placed where the check, not luck, decides what the resumed process does.
+        held = FaultPlan(rate=1.0, kinds=("slow",), slow_seconds=1.0, methods=frozenset({"POST"}))
+        emulator.set_faults(held)
         old.stub().NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=10), timeout=5)
+        poll(lambda: emulator.in_flight("POST") >= 1, 10, "a create to be waiting for its answer", 0.005)
         old.signal(signal.SIGSTOP)
+        emulator.set_faults(FaultPlan.none())
+        poll(lambda: emulator.in_flight("POST") == 0, 10, "the held create to be answered")
         sent_before_freeze = len(cloud.machines(gid))
         new = wait_leader(replicas[1:], timeout=30)
         s = new.stub()
@@ -150,7 +161,6 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_resumes(control_p
 
         poll(done, 60, "the new leader to finish the scale-up", 0.2)
         assert sent_before_freeze < 10, "the freeze came too late to leave work queued"
-        emulator = cloud.emulator  # type: ignore[attr-defined]
         mark = emulator.log_mark()
         journal_before = journal.read_bytes()
         old.signal(signal.SIGCONT)

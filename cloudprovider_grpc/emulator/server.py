@@ -135,7 +135,7 @@ class EmulatorServer:
         self._log: collections.deque[LogEntry] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self._log_dropped = 0
         self._buckets: dict[str, TokenBucket] = {}
-        self._in_flight = 0
+        self._in_flight: collections.Counter[str] = collections.Counter()  # by HTTP method
         self._host, self._port = host, port
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -308,19 +308,21 @@ class EmulatorServer:
                 )
             )
 
-    def in_flight(self) -> int:
-        """Requests being handled right now (a slow fault may finish after its client gave up)."""
+    def in_flight(self, method: str | None = None) -> int:
+        """Requests being handled right now, of one HTTP method or all (a slow fault may finish after
+        its client gave up; a test can tell that a client is waiting for an answer)."""
         with self.lock:
-            return self._in_flight
+            return self._in_flight[method] if method else sum(self._in_flight.values())
 
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        method = h.command
         with self.lock:
-            self._in_flight += 1
+            self._in_flight[method] += 1
         try:
             self._serve_one(h)
         finally:
             with self.lock:
-                self._in_flight -= 1
+                self._in_flight[method] -= 1
 
     def _serve_one(self, h: BaseHTTPRequestHandler) -> None:
         split = urlsplit(h.path)
