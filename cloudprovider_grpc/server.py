@@ -28,7 +28,7 @@ from cloudprovider_grpc.metricshttp import start_metrics_http
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import build_provider
-from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
+from cloudprovider_grpc.service import SERVICE_NAME, CloudProviderServicer, Gate, method_handlers, raw_calls
 from cloudprovider_grpc.tlsreload import CertReloader
 
 __all__ = ["ServerHandle", "ServerStartError", "serve_forever", "start_server"]
@@ -166,7 +166,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     address = _grpc_address(settings.address)
     link: FrontLink | None = None
     if binary is not None:
-        link, port = start_front(binary, settings, server)
+        link, port = start_front(binary, settings, server, raw_calls(servicer))
     else:
         try:
             if settings.tls.enabled:
@@ -200,6 +200,8 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
 
     provider.start()
     server.start()
+    if link is not None:
+        link.serve()
     if link is not None:
         link.push_version(provider.state_version())
     handle.serving = True
