@@ -27,6 +27,12 @@ import (
 // corrupt length never makes the front allocate beyond its memory bound.
 const maxAnswer = 32 << 20
 
+// deadlineMargin: the front gives up on Python's answer this long before the caller's deadline and
+// answers DEADLINE_EXCEEDED itself. At the deadline grpc-go's server resets the stream (RST_STREAM
+// CANCEL), which a caller whose own timer has not fired yet would hear as CANCELLED; grpcio alone lets
+// the caller's timer fire, which says DEADLINE_EXCEEDED.
+const deadlineMargin = 5 * time.Millisecond
+
 const (
 	requestHeader = 10 // u32 length, u16 method, u32 timeout ms
 	answerHeader  = 12 // u8 code, u8 flags, i64 version, u16 message length (after the u32 length)
@@ -115,6 +121,7 @@ func (l *link) call(ctx context.Context, id uint16, req []byte) (*linkAnswer, er
 	var timeout uint32
 	deadline, hasDeadline := ctx.Deadline()
 	if hasDeadline {
+		deadline = deadline.Add(-deadlineMargin)
 		left := time.Until(deadline)
 		if left <= 0 {
 			l.idle <- lc

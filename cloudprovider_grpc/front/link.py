@@ -119,12 +119,14 @@ class _Warnings:
 class LinkServer:
     """Python's end of the link: accepts connections on `path` once `serve()` is called (until then
     the kernel queues them, and the front's calls wait within their deadline, as they waited for
-    grpcio's port before), each served by a thread running `calls[index](request, context)`."""
+    grpcio's port before), each served by a thread running `calls[name](request, context)`."""
 
-    def __init__(self, path: Path, calls: list[Call], *, max_connections: int) -> None:
+    def __init__(self, path: Path, calls: dict[str, Call], *, max_connections: int) -> None:
         self.path = path
         self.max_connections = max_connections
-        self._calls = calls
+        #: the method names in index order (the front gets them in its start command)
+        self.methods = sorted(calls)
+        self._calls = [calls[name] for name in self.methods]
         self._warnings = _Warnings()
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
@@ -189,14 +191,14 @@ class LinkServer:
         recv = conn.recv
         pending = b""
         while True:
-            while len(pending) < _REQUEST.size:
+            while len(pending) < 4:
                 chunk = recv(65536)
                 if not chunk:
                     if pending:
                         self._warnings.note(f"a frame cut short after {len(pending)} bytes")
                     return
                 pending += chunk
-            size, index, timeout_ms = _REQUEST.unpack_from(pending)
+            size = int.from_bytes(pending[:4], "little")
             if size > MAX_FRAME - 4 or size < _REQUEST.size - 4:
                 self._warnings.note(f"a frame of {size} bytes (6 to {MAX_FRAME - 4})")
                 too_long = size > MAX_FRAME - 4
@@ -215,6 +217,7 @@ class LinkServer:
                     parts.append(chunk)
                     have += len(chunk)
                 pending = b"".join(parts)
+            _, index, timeout_ms = _REQUEST.unpack_from(pending)
             request, pending = pending[_REQUEST.size : end], pending[end:]
             conn.sendall(self._call(index, timeout_ms, request))
 

@@ -219,11 +219,10 @@ def start_front(
             bound = 0
         if not bound:
             raise ServerStartError(f"cannot listen on the private socket {socket_path}")
-        names = sorted(calls)
         try:
             link_server = LinkServer(
                 directory / "link.sock",
-                [calls[n] for n in names],
+                calls,
                 max_connections=2 * settings.grpc_workers + 2,
             )
         except OSError as exc:
@@ -244,7 +243,7 @@ def start_front(
                     for name in CACHEABLE
                 },
                 link=link_server.path,
-                link_methods=[f"/{SERVICE_NAME}/{name}" for name in names],
+                link_methods=[f"/{SERVICE_NAME}/{name}" for name in link_server.methods],
                 link_calls=settings.grpc_workers,
                 directory=directory,
                 tls_paths=tls_paths,
