@@ -9,13 +9,14 @@ package main
 // read on each side.
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
-	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -50,11 +51,24 @@ type linkAnswer struct {
 	storable bool // and the answer may be cached for it
 }
 
+// linkConn is one connection, on a blocking socket the front reads and writes with plain system
+// calls. Why not net.UnixConn: a read through Go's network poller parks the goroutine and wakes it
+// through epoll and another thread (a futex wake each way), which measured more than the rest of the
+// round trip; a blocking read sleeps in the kernel and returns on the same thread. A call is cut off
+// (its deadline, the caller gone) by shutting the socket down, which ends the blocked read at once.
 type linkConn struct {
-	c   *net.UnixConn
-	r   *bufio.Reader
-	buf []byte // the request frame being written, reused
+	fd     int
+	mu     sync.Mutex // closed, against a cut-off running while the connection is closed
+	closed bool
+	cut    atomic.Int32 // why the call in flight was cut off: cutDeadline or cutCancel
+	buf    []byte       // the request frame being written, reused
+	head   [4 << 10]byte
 }
+
+const (
+	cutDeadline = 1
+	cutCancel   = 2
+)
 
 type link struct {
 	path  string
@@ -80,11 +94,33 @@ func newLink(path string, methods []string, calls int) *link {
 }
 
 func (l *link) dial() (*linkConn, error) {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: l.path, Net: "unix"})
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &linkConn{c: c, r: bufio.NewReaderSize(c, 16<<10)}, nil
+	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: l.path}); err != nil {
+		_ = syscall.Close(fd)
+		return nil, err
+	}
+	return &linkConn{fd: fd}, nil
+}
+
+func (lc *linkConn) shut(why int32) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if !lc.closed {
+		lc.cut.CompareAndSwap(0, why)
+		_ = syscall.Shutdown(lc.fd, syscall.SHUT_RDWR)
+	}
+}
+
+func (lc *linkConn) close() {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if !lc.closed {
+		lc.closed = true
+		_ = syscall.Close(lc.fd)
+	}
 }
 
 // drop closes the idle connections: after the link broke, they are all dead.
@@ -92,7 +128,7 @@ func (l *link) drop() {
 	for {
 		select {
 		case lc := <-l.idle:
-			_ = lc.c.Close()
+			lc.close()
 		default:
 			return
 		}
@@ -100,8 +136,8 @@ func (l *link) drop() {
 }
 
 // call sends one request to Python and returns its answer; the error is a gRPC status error. A call
-// never outlives its context: at the deadline (or when the caller leaves) the connection is closed
-// and Python's answer, if it ever comes, goes nowhere.
+// never outlives its context: just before the deadline (or when the caller leaves) the connection is
+// shut down and Python's answer, if it ever comes, goes nowhere.
 func (l *link) call(ctx context.Context, id uint16, req []byte) (*linkAnswer, error) {
 	select {
 	case l.slots <- struct{}{}:
@@ -119,28 +155,31 @@ func (l *link) call(ctx context.Context, id uint16, req []byte) (*linkAnswer, er
 		}
 	}
 	var timeout uint32
-	deadline, hasDeadline := ctx.Deadline()
-	if hasDeadline {
-		deadline = deadline.Add(-deadlineMargin)
-		left := time.Until(deadline)
+	var timer *time.Timer
+	if deadline, ok := ctx.Deadline(); ok {
+		left := time.Until(deadline) - deadlineMargin
 		if left <= 0 {
 			l.idle <- lc
 			return nil, status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
 		}
 		timeout = uint32(min((left+time.Millisecond-1)/time.Millisecond, 1<<32-1))
+		timer = time.AfterFunc(left, func() { lc.shut(cutDeadline) })
 	}
-	_ = lc.c.SetDeadline(deadline) // the zero time (no deadline) clears it
-	stop := context.AfterFunc(ctx, func() { _ = lc.c.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { lc.shut(cutCancel) })
 	a, err := lc.roundTrip(id, timeout, req)
-	if !stop() || ctx.Err() != nil {
-		_ = lc.c.Close()
-		return nil, status.FromContextError(ctx.Err()).Err()
+	stop()
+	if timer != nil {
+		timer.Stop()
 	}
-	if err != nil {
-		_ = lc.c.Close()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+	switch why := lc.cut.Load(); {
+	case why != 0:
+		lc.close()
+		if why == cutDeadline {
 			return nil, status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
 		}
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case err != nil:
+		lc.close()
 		var st interface{ GRPCStatus() *status.Status }
 		if errors.As(err, &st) {
 			return nil, err
@@ -154,6 +193,39 @@ func (l *link) call(ctx context.Context, id uint16, req []byte) (*linkAnswer, er
 	return a, nil
 }
 
+func (lc *linkConn) write(b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.Write(lc.fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// read fills b; at least `least` bytes, and returns how many it read.
+func (lc *linkConn) read(b []byte, least int) (int, error) {
+	got := 0
+	for got < least {
+		n, err := syscall.Read(lc.fd, b[got:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return got, err
+		}
+		if n == 0 {
+			return got, io.ErrUnexpectedEOF
+		}
+		got += n
+	}
+	return got, nil
+}
+
 func (lc *linkConn) roundTrip(id uint16, timeout uint32, req []byte) (*linkAnswer, error) {
 	b := lc.buf[:0]
 	b = binary.LittleEndian.AppendUint32(b, uint32(requestHeader-4+len(req)))
@@ -161,24 +233,28 @@ func (lc *linkConn) roundTrip(id uint16, timeout uint32, req []byte) (*linkAnswe
 	b = binary.LittleEndian.AppendUint32(b, timeout)
 	b = append(b, req...)
 	lc.buf = b
-	if _, err := lc.c.Write(b); err != nil {
+	if err := lc.write(b); err != nil {
 		return nil, err
 	}
-	var size [4]byte
-	if _, err := io.ReadFull(lc.r, size[:]); err != nil {
+	// usually the whole answer comes in the first read
+	got, err := lc.read(lc.head[:], 4)
+	if err != nil {
 		return nil, err
 	}
-	n := binary.LittleEndian.Uint32(size[:])
+	n := int(binary.LittleEndian.Uint32(lc.head[:4]))
 	if n > maxAnswer {
 		return nil, status.Errorf(codes.ResourceExhausted,
 			"the Python server's answer of %d bytes is over the front's limit of %d", n, maxAnswer)
 	}
-	if n < answerHeader {
+	if n < answerHeader || got > 4+n {
 		return nil, status.Errorf(codes.Internal, "malformed answer from the Python server (%d bytes)", n)
 	}
 	frame := make([]byte, n)
-	if _, err := io.ReadFull(lc.r, frame); err != nil {
-		return nil, err
+	have := copy(frame, lc.head[4:got])
+	if have < n {
+		if _, err := lc.read(frame[have:], n-have); err != nil {
+			return nil, err
+		}
 	}
 	code := codes.Code(frame[0])
 	flags := frame[1]

@@ -85,8 +85,12 @@ class LinkContext:
         return self.deadline is None or time.monotonic() < self.deadline
 
 
-def answer(code: int, message: str = "", body: bytes = b"", version: str | None = None) -> bytes:
-    """One answer frame. `version` is the trailer text: "N" (storable) or "N!" (raise only)."""
+def answer(
+    code: int, message: str = "", body: bytes = b"", version: str | None = None
+) -> tuple[bytes, bytes]:
+    """One answer frame as (header and message, response bytes): sent together without joining them
+    (a NodeGroups answer is tens of KB). `version` is the trailer text: "N" (storable) or "N!"
+    (raise only)."""
     flags, number = 0, 0
     if version is not None:
         text = version.rstrip("!")
@@ -94,7 +98,14 @@ def answer(code: int, message: str = "", body: bytes = b"", version: str | None 
         number = int(text)
     text_bytes = message.encode()[:0xFFFF]
     size = _ANSWER.size - 4 + len(text_bytes) + len(body)
-    return _ANSWER.pack(size, code, flags, number, len(text_bytes)) + text_bytes + body
+    return _ANSWER.pack(size, code, flags, number, len(text_bytes)) + text_bytes, body
+
+
+def _send(conn: socket.socket, parts: tuple[bytes, bytes]) -> None:
+    head, body = parts
+    sent = conn.sendmsg(parts)
+    if sent < len(head) + len(body):  # a signal interrupted it midway
+        conn.sendall((head + body)[sent:])
 
 
 class _Warnings:
@@ -203,7 +214,7 @@ class LinkServer:
                 self._warnings.note(f"a frame of {size} bytes (6 to {MAX_FRAME - 4})")
                 too_long = size > MAX_FRAME - 4
                 status = grpc.StatusCode.RESOURCE_EXHAUSTED if too_long else grpc.StatusCode.INVALID_ARGUMENT
-                conn.sendall(answer(_CODES[status], f"front link: a frame of {size} bytes refused"))
+                _send(conn, answer(_CODES[status], f"front link: a frame of {size} bytes refused"))
                 return
             end = 4 + size
             if len(pending) < end:
@@ -219,9 +230,9 @@ class LinkServer:
                 pending = b"".join(parts)
             _, index, timeout_ms = _REQUEST.unpack_from(pending)
             request, pending = pending[_REQUEST.size : end], pending[end:]
-            conn.sendall(self._call(index, timeout_ms, request))
+            _send(conn, self._call(index, timeout_ms, request))
 
-    def _call(self, index: int, timeout_ms: int, request: bytes) -> bytes:
+    def _call(self, index: int, timeout_ms: int, request: bytes) -> tuple[bytes, bytes]:
         if index >= len(self._calls):
             self._warnings.note(f"a call of method index {index} (0 to {len(self._calls) - 1})")
             return answer(_CODES[grpc.StatusCode.UNIMPLEMENTED], f"front link: no method {index}")

@@ -90,7 +90,7 @@ func main() {
 		link:     l,
 		watch:    watch,
 		maxKey:   start.MaxKey,
-		cache:    newCache(start.MaxEntry, start.MaxBytes),
+		cache:    newCache(len(start.Methods), start.MaxEntry, start.MaxBytes),
 		counters: counters,
 		routes:   map[string]route{},
 	}
@@ -107,6 +107,7 @@ func main() {
 		grpc.ForceServerCodec(rawCodec{}),
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.MaxRecvMsgSize(maxRequest),
+		grpc.InTapHandle(checkMetadata),
 	}
 	if len(start.TLSFiles) > 0 {
 		c, err := newCerts(ctl, start.TLSFiles)

@@ -1,7 +1,9 @@
 package main
 
-// grpcio's limits on a request's metadata, applied by the front to the calls it answers or relays on
-// the link, where grpcio never sees the headers: every call keeps the status it gets from Python alone.
+// grpcio's limits on a request's metadata, applied by the front to every call before it is handled
+// (a tap on the server: it reads the headers as received, with no copy), since grpcio never sees the
+// headers of the calls the front answers or relays on the link: every call keeps the status it gets
+// from Python alone.
 //
 // grpcio counts each header as name + value + 32 bytes (HTTP/2's header list size) and, by default,
 // refuses every request over 16 KiB (its "absolute max metadata size") and a share of those between
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 const (
@@ -28,9 +31,8 @@ const (
 	fixedHeaders = (7 + 4 + 32) + (7 + 4 + 32) + (2 + 8 + 32) + (12 + 8 + 32)
 )
 
-func metadataSize(ctx context.Context, method string) int {
+func metadataSize(method string, md metadata.MD) int {
 	size := fixedHeaders + len(":path") + len(method) + 32
-	md, _ := metadata.FromIncomingContext(ctx)
 	for k, vs := range md {
 		for _, v := range vs {
 			size += len(k) + len(v) + 32
@@ -39,19 +41,20 @@ func metadataSize(ctx context.Context, method string) int {
 	return size
 }
 
-// checkMetadata answers what grpcio would answer for the call's metadata: nil, or RESOURCE_EXHAUSTED.
-func checkMetadata(ctx context.Context, method string) error {
-	size := metadataSize(ctx, method)
+// checkMetadata (a grpc.InTapHandle) lets a call through, or answers what grpcio would answer for its
+// metadata: RESOURCE_EXHAUSTED.
+func checkMetadata(ctx context.Context, info *tap.Info) (context.Context, error) {
+	size := metadataSize(info.FullMethodName, info.Header)
 	if size <= softMetadata {
-		return nil
+		return ctx, nil
 	}
 	if size > maxMetadata {
-		return status.Errorf(codes.ResourceExhausted, "received metadata size exceeds hard limit (%d bytes)", maxMetadata)
+		return nil, status.Errorf(codes.ResourceExhausted, "received metadata size exceeds hard limit (%d bytes)", maxMetadata)
 	}
 	if rand.Float64() < float64(size-softMetadata)/float64(maxMetadata-softMetadata) {
-		return status.Error(codes.ResourceExhausted, fmt.Sprintf(
+		return nil, status.Error(codes.ResourceExhausted, fmt.Sprintf(
 			"received metadata size exceeds soft limit (%d vs. %d), rejecting requests with some random probability",
 			size, softMetadata))
 	}
-	return nil
+	return ctx, nil
 }

@@ -22,12 +22,14 @@ import (
 // versionKey is the trailer in which Python sends the provider's state version.
 const versionKey = "cpg-state-version"
 
-// rawCodec passes message bytes through untouched, in both directions.
+// rawCodec passes message bytes through untouched, in both directions. Unmarshal keeps `data` as it
+// is: grpc-go hands a codec of this (V1) interface a copy of its buffers made for that call alone
+// (codecV1Bridge: data.Materialize()), so a second copy would be waste.
 type rawCodec struct{}
 
 func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
 func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = append([]byte(nil), data...)
+	*(v.(*[]byte)) = data
 	return nil
 }
 func (rawCodec) Name() string { return "proto" }
@@ -107,9 +109,6 @@ func withoutVersion(md metadata.MD) metadata.MD {
 // cache when it can and remembers Python's answer when it may.
 func (f *front) unary(method string, r route, stream grpc.ServerStream) error {
 	start := time.Now()
-	if err := checkMetadata(stream.Context(), method); err != nil {
-		return err
-	}
 	slot := r.slot
 	var req []byte
 	if err := stream.RecvMsg(&req); err != nil {
@@ -121,10 +120,10 @@ func (f *front) unary(method string, r route, stream grpc.ServerStream) error {
 	if len(req) > f.maxKey {
 		slot = -1 // a hostile size: never held in the cache (its counter slot counts cached answers only)
 	}
-	var key cacheKey
+	var key []byte
 	if slot >= 0 {
-		key = cacheKey{method, string(r.keys.key(req))}
-		if a := f.cache.get(key); a != nil {
+		key = r.keys.key(req)
+		if a := f.cache.get(slot, key); a != nil {
 			var err error
 			if a.err != nil {
 				err = a.err.Err()
@@ -151,7 +150,7 @@ func (f *front) unary(method string, r route, stream grpc.ServerStream) error {
 		st = status.New(a.code, a.message)
 	}
 	if a.known && a.storable && slot >= 0 && cacheableCode(a.code) {
-		f.cache.put(key, a.version, &answer{code: a.code, body: a.body, err: st})
+		f.cache.put(slot, key, a.version, &answer{code: a.code, body: a.body, err: st})
 	}
 	if st != nil {
 		return st.Err()
