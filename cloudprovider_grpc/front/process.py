@@ -1,11 +1,12 @@
 """The compiled front as a child process, and the Python side of its control channel.
 
-The front (main.go) owns the public gRPC port; the Python gRPC server listens on a unix socket in a
-private temporary directory (mode 0700) and stays the authority for every answer. Over the front's
-stdin and stdout, as JSON lines:
+The front (main.go) owns the public gRPC port; Python listens on two unix sockets in a private
+temporary directory (mode 0700), the link for the unary CloudProvider calls (link.py) and its gRPC
+server for the streaming ones, and stays the authority for every answer. Over the front's stdin and
+stdout, as JSON lines:
 
-- Python -> front: `start` (addresses, the private directory, counters file, cacheable methods,
-  memory bounds, the TLS file paths), `version` (the provider's state version after every change,
+- Python -> front: `start` (addresses, the private directory, counters file, cacheable methods, the
+  link's methods in index order, memory bounds, the TLS file paths), `version` (the provider's state version after every change,
   pushed from whichever thread made it), `closing` (shutdown began: forward everything, so Python's
   gate answers UNAVAILABLE exactly as before) and `stop` (the grace left).
 - front -> Python: `ready` (the bound port) or `error`, `log` (logged here through the logger
