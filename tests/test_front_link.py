@@ -300,6 +300,8 @@ def test_the_front_reports_a_closed_link_and_its_return(fake) -> None:
     python, front, events = fake
     with grpc.insecure_channel(f"127.0.0.1:{front.port}") as ch:
         health = health_pb2_grpc.HealthStub(ch)
+        # the front watches the link once it has reached it (before, Python may still be starting)
+        poll(lambda: python.conns, 10, "the front's watch connection")
         python.close()
         poll(lambda: events == [False], 10, "the front to report the link down")
         answer = health.Check(health_pb2.HealthCheckRequest(), timeout=5)

@@ -70,7 +70,7 @@ func main() {
 		"unix://"+start.Backend,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
-			grpc.ForceCodec(rawCodec{}),
+			grpc.ForceCodecV2(rawCodec{}),
 			grpc.MaxCallRecvMsgSize(math.MaxInt32),
 			// while Python's server is still starting (its first Refresh), calls wait for it within
 			// their deadline, as they waited on grpcio's bound but not yet started port before
@@ -105,7 +105,7 @@ func main() {
 		}
 	}
 	opts := []grpc.ServerOption{
-		grpc.ForceServerCodec(rawCodec{}),
+		grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.MaxRecvMsgSize(maxRequest),
 		grpc.InTapHandle(checkMetadata),

@@ -6,12 +6,13 @@ server for the streaming ones, and stays the authority for every answer. Over th
 stdout, as JSON lines:
 
 - Python -> front: `start` (addresses, the private directory, counters file, cacheable methods, the
-  link's methods in index order, memory bounds, the TLS file paths), `version` (the provider's state version after every change,
-  pushed from whichever thread made it), `closing` (shutdown began: forward everything, so Python's
-  gate answers UNAVAILABLE exactly as before) and `stop` (the grace left).
+  link's methods in index order, memory bounds, the TLS file paths), `version` (the provider's state
+  version after every change, pushed from whichever thread made it), `closing` (shutdown began:
+  forward everything, so Python's gate answers UNAVAILABLE exactly as before) and `stop` (the grace
+  left).
 - front -> Python: `ready` (the bound port) or `error`, `log` (logged here through the logger
   `cloudprovider_grpc.front`, so format and secret redaction are unchanged), `backend` (the front
-  lost or regained its connection to Python's socket) and `stopped`.
+  lost or regained its connection to Python's sockets) and `stopped`.
 
 EOF on the front's stdin means Python is gone (even after kill -9): the front removes the private
 directory and exits at once.

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -22,14 +23,20 @@ import (
 // versionKey is the trailer in which Python sends the provider's state version.
 const versionKey = "cpg-state-version"
 
-// rawCodec passes message bytes through untouched, in both directions. Unmarshal keeps `data` as it
-// is: grpc-go hands a codec of this (V1) interface a copy of its buffers made for that call alone
-// (codecV1Bridge: data.Materialize()), so a second copy would be waste.
+// rawCodec passes message bytes through untouched, in both directions: a message is a *[]byte, or (to
+// send) a mem.Buffer from grpc-go's buffer pool, which grpc-go returns to the pool once it is written
+// (a large answer relayed from Python is read into one: no garbage per call). Unmarshal takes the one
+// copy grpc-go's buffers need, as they are reused once it returns.
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = data
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(mem.Buffer); ok {
+		return mem.BufferSlice{b}, nil
+	}
+	return mem.BufferSlice{mem.SliceBuffer(*(v.(*[]byte)))}, nil
+}
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*(v.(*[]byte)) = data.Materialize()
 	return nil
 }
 func (rawCodec) Name() string { return "proto" }
@@ -137,9 +144,15 @@ func (f *front) unary(method string, r route, stream grpc.ServerStream) error {
 	if f.watch.isDown() {
 		return status.Error(codes.Unavailable, "the Python server cannot be reached")
 	}
-	a, err := f.link.call(stream.Context(), r.id, req)
+	a, err := f.link.call(stream.Context(), r.id, req, slot < 0)
 	if err != nil {
 		return err
+	}
+	if a.pooled != nil {
+		if a.code == codes.OK {
+			return stream.SendMsg(a.pooled) // grpc-go frees it
+		}
+		a.pooled.Free()
 	}
 	if a.known {
 		// before the caller hears the answer: a serial caller never reads older state afterwards
