@@ -238,7 +238,7 @@ def _send_version(
 
 def _raw_call(servicer: CloudProviderServicer, method: MethodDescriptor) -> Callable[[bytes, Any], bytes]:
     """A handler that gets the request as bytes and returns bytes: `handle(raw, context)`, served by
-    grpcio (`method_handlers`) and by the compiled front's link (`raw_calls`, see front/link.py) alike.
+    grpcio (`method_handlers`) and by the compiled front's link (front/link.py) alike.
 
     Why not let grpcio deserialize: a body that does not parse makes grpcio log a full traceback at
     error level and keeps about 19 KB per failed request alive for good (RSS 58 -> 524 MB over 50,000

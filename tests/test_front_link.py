@@ -90,7 +90,7 @@ def test_bad_frames_from_a_local_process_get_a_precise_status_and_leave_nothing_
     with sim_server(front="on") as handle, channel(handle) as ch:
         assert handle.front is not None
         link = handle.front.link
-        target = link.methods.index("NodeGroupTargetSize")
+        target = link.methods.index(f"/{SERVICE_NAME}/NodeGroupTargetSize")
         baseline = poll(lambda: link.connections or None, 10, "the front's connections")
         threads = link_threads()
 
@@ -141,7 +141,7 @@ def test_a_caller_gone_mid_call_costs_only_that_call(caplog: pytest.LogCaptureFi
         # a local peer that leaves while its Refresh runs: Python's answer goes nowhere, quietly
         dial.refresh_release.clear()
         with connect(link) as sock:
-            sock.sendall(frame(link.methods.index("Refresh"), b""))
+            sock.sendall(frame(link.methods.index(f"/{SERVICE_NAME}/Refresh"), b""))
             assert dial.refresh_entered.wait(10)
         dial.refresh_release.set()
         poll(lambda: link.connections == baseline, 10, "the connection's thread to end")

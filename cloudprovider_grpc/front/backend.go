@@ -1,7 +1,7 @@
 package main
 
 // Whether the front reaches the Python server, watched all the time, on both of Python's sockets: the
-// link (unary calls, see link.go) and the gRPC socket (the streaming health and reflection calls).
+// link (unary calls, see link.go) and the gRPC socket (the streaming calls: health Watch, reflection).
 //
 // Why: if a connection to Python breaks and cannot be made again (the socket file removed, the
 // directory cleaned away), every relayed call would wait out its deadline while cached reads still

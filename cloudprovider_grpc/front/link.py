@@ -1,5 +1,5 @@
 """The link between the compiled front and Python for the unary calls it relays: length-prefixed
-frames on a private unix socket, answered by the very handlers grpcio serves (service.raw_calls).
+frames on a private unix socket, answered by the very handlers grpcio serves (`unary_calls`).
 
 Why not gRPC on that socket: a relayed call then paid grpc-go's client stack in the front plus
 grpcio's whole server stack in Python, which is most of what Python alone costs per call: relayed
@@ -61,17 +61,26 @@ class Aborted(Exception):
 
 
 class LinkContext:
-    """What the handlers use of grpcio's ServicerContext: abort, and the trailer that carries the
-    state version (see service._send_version), which the link sends in the answer's header."""
+    """What the handlers use of grpcio's ServicerContext: abort, set_code and set_details (the health
+    check's unknown service), and the trailer that carries the state version (see
+    service._send_version), which the link sends in the answer's header."""
 
-    __slots__ = ("deadline", "version")
+    __slots__ = ("code", "deadline", "details", "version")
 
     def __init__(self, deadline: float | None) -> None:
         self.deadline = deadline
         self.version: str | None = None
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
 
     def set_trailing_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
         for key, value in metadata:
@@ -108,6 +117,25 @@ def _send(conn: socket.socket, parts: tuple[bytes, bytes]) -> None:
         conn.sendall((head + body)[sent:])
 
 
+def unary_calls(handlers: dict[str, grpc.RpcMethodHandler]) -> dict[str, Call]:
+    """The unary-unary ones of grpcio's method handlers (by full method name) as link calls: the very
+    code grpcio runs for them, raw bytes in and out."""
+    calls: dict[str, Call] = {}
+    for method, handler in handlers.items():
+        if handler.request_streaming or handler.response_streaming:
+            continue
+        behaviour, serialize = handler.unary_unary, handler.response_serializer
+        calls[method] = behaviour if serialize is None else _serialized(behaviour, serialize)
+    return calls
+
+
+def _serialized(behaviour: Call, serialize: Callable[[Any], bytes]) -> Call:
+    def call(raw: bytes, context: Any) -> bytes:
+        return serialize(behaviour(raw, context))
+
+    return call
+
+
 class _Warnings:
     """At most one warning a minute about bad frames, with a count of the ones not logged."""
 
@@ -130,12 +158,12 @@ class _Warnings:
 class LinkServer:
     """Python's end of the link: accepts connections on `path` once `serve()` is called (until then
     the kernel queues them, and the front's calls wait within their deadline, as they waited for
-    grpcio's port before), each served by a thread running `calls[name](request, context)`."""
+    grpcio's port before), each served by a thread running `calls[method](request, context)`."""
 
     def __init__(self, path: Path, calls: dict[str, Call], *, max_connections: int) -> None:
         self.path = path
         self.max_connections = max_connections
-        #: the method names in index order (the front gets them in its start command)
+        #: the full method names in index order (the front gets them in its start command)
         self.methods = sorted(calls)
         self._calls = [calls[name] for name in self.methods]
         self._warnings = _Warnings()
@@ -242,6 +270,9 @@ class LinkServer:
         except Aborted as exc:
             return answer(_CODES[exc.code], exc.message, version=context.version)
         except Exception:  # the handlers map every error to a status (service._invoke): a bug here
-            log.exception("front link: method %d failed unexpectedly", index)
+            log.exception("front link: %s failed unexpectedly", self.methods[index])
             return answer(_CODES[grpc.StatusCode.INTERNAL], "internal error in cloudprovider-grpc")
+        if context.code is not None and context.code != grpc.StatusCode.OK:
+            # as grpcio: the status set wins, the caller gets no message
+            return answer(_CODES[context.code], context.details, version=context.version)
         return answer(0, body=body, version=context.version)

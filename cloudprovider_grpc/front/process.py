@@ -1,8 +1,8 @@
 """The compiled front as a child process, and the Python side of its control channel.
 
 The front (main.go) owns the public gRPC port; Python listens on two unix sockets in a private
-temporary directory (mode 0700), the link for the unary CloudProvider calls (link.py) and its gRPC
-server for the streaming ones, and stays the authority for every answer. Over the front's stdin and
+temporary directory (mode 0700), the link for the unary calls (link.py) and its gRPC server for the
+streaming ones, and stays the authority for every answer. Over the front's stdin and
 stdout, as JSON lines:
 
 - Python -> front: `start` (addresses, the private directory, counters file, cacheable methods, the

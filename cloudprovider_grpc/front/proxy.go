@@ -1,8 +1,8 @@
 package main
 
-// Every call: the unary methods Python serves on the link (the CloudProvider service) go over it
-// (link.go), the three cacheable ones answered from the cache when they can and remembered; everything
-// else (health Check/Watch, reflection streams) is relayed to Python's gRPC socket as a generic
+// Every call: the unary methods Python serves on the link (the CloudProvider service, the health check)
+// go over it (link.go), the three cacheable ones answered from the cache when they can and remembered;
+// everything else (health Watch, reflection streams) is relayed to Python's gRPC socket as a generic
 // bidirectional stream. The front knows no schema: requests and responses are bytes.
 
 import (

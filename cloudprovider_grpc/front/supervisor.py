@@ -197,8 +197,8 @@ def front_binary(settings: Settings) -> Path | None:
 def start_front(
     binary: Path, settings: Settings, server: grpc.Server, calls: dict[str, Call]
 ) -> tuple[FrontLink, int]:
-    """The link (serving `calls`, the CloudProvider methods by name) and Python's gRPC server (the
-    streaming health and reflection calls) on private unix sockets, the front on the public address.
+    """The link (serving `calls`, the unary methods by full name) and Python's gRPC server (the
+    streaming calls) on private unix sockets, the front on the public address.
 
     With TLS, Python checks the files once here (a clear error before anything listens); the front
     then loads them, and re-reads them when they change, itself."""
@@ -243,7 +243,7 @@ def start_front(
                     for name in CACHEABLE
                 },
                 link=link_server.path,
-                link_methods=[f"/{SERVICE_NAME}/{name}" for name in link_server.methods],
+                link_methods=link_server.methods,
                 link_calls=settings.grpc_workers,
                 directory=directory,
                 tls_paths=tls_paths,
