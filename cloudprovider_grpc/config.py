@@ -126,9 +126,10 @@ class LeaderElection(BaseModel):
     kubeconfig: Path | None = None
     #: how often a standby lists the cloud to stay warm (read only)
     standby_refresh: float = 30.0
-    #: at a hand-over, how long the old leader still answers reads after its successor answers:
-    #: the time a Service needs to see the new leader ready (one readiness-probe period)
-    handover_linger: float = 2.0
+    #: at a hand-over, how long the old leader keeps its port open (forwarding every call) after its
+    #: successor answers: the time a Service needs to see the new leader ready (a readiness probe
+    #: period of 1 s, and the endpoint's way to every node's proxy)
+    handover_linger: float = 3.0
 
     @field_validator(
         "lease_duration",

@@ -6,9 +6,10 @@ acquireTime, renewTime and leaseTransitions; a record is expired when it has not
 leaseDurationSeconds as measured on the observer's own clock, so no two clocks are compared;
 updates carry the resourceVersion they were read at, so two candidates can never both win).
 
-- **Only the leader writes.** `LeaderGate` is the write gate (providers/gate.py) of this process:
-  a write RPC on a standby answers UNAVAILABLE; a background write is checked right before its
-  driver call; the journal is written only by the leader.
+- **Only the leader writes.** `LeaderGate` (leader_gate.py) is the write gate (providers/gate.py)
+  of this process: a write RPC on a standby answers UNAVAILABLE; a background write is checked
+  right before its driver call; the journal is written only by the leader. The Lease itself is
+  read and written in lease.py.
 - **Fencing.** The term is valid until `renew deadline` after the start of the last successful
   renewal, on this process's monotonic clock. Others may take over only `lease duration` after
   they saw that renewal, which is later still; the difference (5 s by default) is the margin for a
@@ -20,31 +21,38 @@ updates carry the resourceVersion they were read at, so two candidates can never
 - **Takeover** re-reads the journal and lists the cloud (`GroupProvider.take_over`) before the new
   leader turns ready, then renews once at once: that renewal tells a leader handing over (below)
   that its successor answers.
-- **Hand-over on SIGTERM.** The leader stops writing, waits for the writes in flight, releases the
-  Lease (empty holder, as client-go's ReleaseOnCancel does), waits until a successor has taken
-  over (bounded by the grace period), and only then closes its port (GOAWAY), so CA's next
-  connection reaches the new leader.
+- **Hand-over on SIGTERM.** The leader holds the write RPCs that still reach it, lets the running
+  ones finish and sends its queued background writes on its term, releases the Lease (empty
+  holder, as client-go's ReleaseOnCancel does), waits until a successor has taken over (bounded by
+  the grace period), forwards every call that still reaches it to the address the successor
+  published on the Lease (handover.py), and only then closes its port (GOAWAY), so CA's next
+  connection reaches the new leader and no call of CA fails on the way.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter, Gauge
 
 from cloudprovider_grpc.config import LeaderElection
-from cloudprovider_grpc.errors import ConfigError, Unavailable
-from cloudprovider_grpc.providers.gate import Write, WriteGate
+from cloudprovider_grpc.errors import Unavailable
+from cloudprovider_grpc.handover import ADDRESS_ANNOTATION, HandOverRelay
+from cloudprovider_grpc.leader_gate import LeaderGate
+from cloudprovider_grpc.lease import (
+    LeaseLock,
+    api_problem,
+    coordination_api,
+    default_identity,
+    default_namespace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,107 +67,6 @@ SINCE_RENEW = Gauge(
 
 #: client-go's JitterFactor for a candidate's retries (wait.JitterUntil): retry_period x [1, 1.2)
 JITTER = 0.2
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-class LeaderGate(WriteGate):
-    """The write gate of a leader-elected replica: writes pass only within a valid term."""
-
-    name = "leader"
-
-    def __init__(self, renew_deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._deadline = renew_deadline
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._renewed_at: float | None = None  # clock at the start of the last successful renewal
-        self._ended = False
-        self._answering = False  # taken over: write RPCs may be recorded
-        self.term = -1
-        self.holder = ""  # the current leader's identity, as last seen (for messages)
-        self.handing_over = False
-        self._refusals_logged: set[int] = set()
-
-    # ---- the elector's side
-    def begin(self, term: int, started: float) -> None:
-        with self._lock:
-            self.term, self._renewed_at, self._ended = term, started, False
-
-    def answer(self, answering: bool) -> None:
-        """Write RPCs are recorded only once the takeover (journal, listing) is done: one recorded
-        before would be saved over the journal the previous leader left."""
-        with self._lock:
-            self._answering = answering
-
-    def renewed(self, started: float) -> None:
-        with self._lock:
-            if self._renewed_at is not None and not self._ended:
-                self._renewed_at = max(self._renewed_at, started)
-
-    def end(self) -> None:
-        """The term is over for good: nothing is written on it again."""
-        with self._lock:
-            self._ended = True
-            self._answering = False
-
-    def valid(self) -> bool:
-        with self._lock:
-            return self._valid()
-
-    def _valid(self) -> bool:
-        return (
-            self._renewed_at is not None
-            and not self._ended
-            and self._clock() < self._renewed_at + self._deadline
-        )
-
-    def deadline(self) -> float | None:
-        with self._lock:
-            return None if self._renewed_at is None else self._renewed_at + self._deadline
-
-    def last_renew_age(self) -> float:
-        with self._lock:
-            return (
-                float("nan")
-                if not self._valid() or self._renewed_at is None
-                else self._clock() - self._renewed_at
-            )
-
-    # ---- the machinery's side
-    def admit(self, write: Write) -> None:
-        with self._lock:
-            answering = self._answering and self._valid()
-            handing_over = self.handing_over
-        if handing_over:
-            raise Unavailable(
-                "this replica is handing the leadership over to the next leader (shutting down); "
-                "nothing was recorded: call again"
-            )
-        if not answering:
-            leader = f" (the leader is {self.holder})" if self.holder else ""
-            raise Unavailable(
-                f"this replica is not the leader{leader}; nothing was recorded: call the leader's Service"
-            )
-
-    def allows(self, write: Write) -> bool:
-        with self._lock:
-            if self._valid():
-                return True
-            term = self.term
-            first = term not in self._refusals_logged
-            self._refusals_logged.add(term)
-        if first:  # once per term: a backlog of dropped jobs is one line, not hundreds
-            log.warning(
-                "leader election: not writing (%s and everything after it): the leadership term %d is over",
-                write.describe(),
-                term,
-            )
-        return False
-
-    def may_persist(self) -> bool:
-        return self.valid()
-
-    def fence(self) -> Callable[[], bool] | None:
-        return self.valid
 
 
 @dataclass
@@ -171,77 +78,6 @@ class _Observed:
     transitions: int
     duration: float
     at: float
-
-
-class LeaseLock:
-    """Reads and writes one Lease through the official client, with optimistic concurrency."""
-
-    def __init__(self, api: Any, namespace: str, name: str, timeout: float) -> None:
-        self.api, self.namespace, self.name, self.timeout = api, namespace, name, timeout
-
-    def get(self) -> Any | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def create(self, spec: Any) -> Any:
-        from kubernetes import client
-
-        body = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace), spec=spec
-        )
-        return self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
-
-    def replace(self, lease: Any) -> Any:
-        return self.api.replace_namespaced_lease(
-            self.name, self.namespace, lease, _request_timeout=self.timeout
-        )
-
-
-def _api_problem(exc: BaseException) -> str:
-    """One line about a failed Lease call, without response bodies or headers."""
-    status = getattr(exc, "status", None)
-    reason = getattr(exc, "reason", None)
-    if status:
-        return f"HTTP {status} {reason or ''}".strip()
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}".rstrip(": ")
-
-
-def default_identity(configured: str) -> str:
-    return configured or os.environ.get("POD_NAME") or socket.gethostname()
-
-
-def default_namespace(configured: str) -> str:
-    if configured:
-        return configured
-    if os.environ.get("POD_NAMESPACE"):
-        return os.environ["POD_NAMESPACE"]
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
-    except OSError:
-        return "default"
-
-
-def coordination_api(kubeconfig: Path | None) -> Any:
-    """The coordination/v1 API: from `kubeconfig`, else the pod's service account (in-cluster)."""
-    from kubernetes import client, config
-
-    try:
-        if kubeconfig is not None:
-            api_client = config.new_client_from_config(config_file=str(kubeconfig))
-        else:
-            cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
-            api_client = client.ApiClient(cfg)
-    except config.ConfigException as exc:
-        where = str(kubeconfig) if kubeconfig else "the in-cluster service account"
-        raise ConfigError("leader_elect", f"no Kubernetes API configuration from {where}: {exc}") from None
-    return client.CoordinationV1Api(api_client)
 
 
 class Elector:
@@ -272,6 +108,9 @@ class Elector:
         self._provider: Any = None
         self._on_leading: Callable[[bool], None] = lambda ready: None
         self._on_lost: Callable[[], None] = lambda: None
+        self._relay: HandOverRelay | None = None
+        #: this replica's gRPC address, published on the Lease while it holds it (handover.py)
+        self.address = ""
         self._ready = False
         self._last_warm = clock()
         self._rng = random.Random()
@@ -285,8 +124,20 @@ class Elector:
         """Ready for a Service: the leader, taken over, within its term."""
         return self._ready and self.gate.valid()
 
-    def start(self, provider: Any, on_leading: Callable[[bool], None], on_lost: Callable[[], None]) -> None:
+    def start(
+        self,
+        provider: Any,
+        on_leading: Callable[[bool], None],
+        on_lost: Callable[[], None],
+        *,
+        address: str = "",
+        relay: HandOverRelay | None = None,
+    ) -> None:
+        """Run the election. `address` is published on the Lease while this replica holds it; a
+        replica handing over forwards the calls that still reach it (`relay`) to the address its
+        successor published."""
         self._provider, self._on_leading, self._on_lost = provider, on_leading, on_lost
+        self.address, self._relay = address, relay
         log.info(
             "leader election: %s is a candidate for Lease %s/%s (lease %gs, renew deadline %gs, retry %gs)",
             self.identity,
@@ -328,7 +179,7 @@ class Elector:
         """One log line when calls on the Lease start failing or fail differently, one when they
         work again: a refused or unreachable API server is not a line every retry period. A 409
         (another candidate wrote first) is the protocol working, not a problem."""
-        problem = None if exc is None or getattr(exc, "status", None) == 409 else _api_problem(exc)
+        problem = None if exc is None or getattr(exc, "status", None) == 409 else api_problem(exc)
         if problem == self._problem:
             return
         if problem is None:
@@ -383,7 +234,7 @@ class Elector:
                         "leader election: cannot watch Lease %s/%s (%s); polling every retry period",
                         self.lock.namespace,
                         self.lock.name,
-                        _api_problem(exc),
+                        api_problem(exc),
                     )
                     return
                 self._stop.wait(self.settings.retry_period)
@@ -404,7 +255,7 @@ class Elector:
                 renew_time=now,
                 lease_transitions=0,
             )
-            self._remember(self.lock.create(spec).spec, started)
+            self._remember(self.lock.create(spec, self._annotations({})).spec, started)
             return True
         spec = lease.spec or client.V1LeaseSpec()
         self._remember(spec, self._clock())
@@ -425,8 +276,18 @@ class Elector:
             spec.lease_duration_seconds = duration
             spec.lease_transitions = (spec.lease_transitions or 0) + (1 if holder != self.identity else 0)
         lease.spec = spec
+        if lease.metadata is None:
+            lease.metadata = client.V1ObjectMeta()
+        lease.metadata.annotations = self._annotations(lease.metadata.annotations or {})
         self._remember(self.lock.replace(lease).spec, started)  # a 409 (someone was faster) raises
         return True
+
+    def _annotations(self, current: dict[str, str]) -> dict[str, str]:
+        """The Lease's annotations with this holder's address (none when it has none to give)."""
+        annotations = {k: v for k, v in current.items() if k != ADDRESS_ANNOTATION}
+        if self.address:
+            annotations[ADDRESS_ANNOTATION] = self.address
+        return annotations
 
     def _remember(self, spec: Any, at: float) -> None:
         record = (spec.holder_identity or "", spec.renew_time, spec.lease_transitions or 0)
@@ -475,7 +336,7 @@ class Elector:
             if self._try_acquire_or_renew(started) and self.gate.term == term:
                 self.gate.renewed(started)
         except Exception as exc:
-            log.warning("leader election: renewing after the takeover: %s", _api_problem(exc))
+            log.warning("leader election: renewing after the takeover: %s", api_problem(exc))
 
     def _lose(self, why: str) -> None:
         term = self.gate.term
@@ -508,9 +369,17 @@ class Elector:
     def hand_over(self, deadline: float) -> None:
         """At shutdown: stop writing, let the writes in flight finish, release the Lease, and wait
         (until the monotonic `deadline`) for a successor to answer. A standby just stops."""
+        was_leader = self.gate.valid()
+        if was_leader:
+            if self._relay is not None:
+                self._relay.hold(deadline)  # no write RPC starts here any more; the running ones finish
+            # the background writes already accepted go out on this term (it is still renewed):
+            # without a shared journal, the successor could not know of those still queued
+            wait_idle = getattr(self._provider, "wait_idle", None)
+            if wait_idle is not None:
+                wait_idle(max(0.0, (deadline - self._clock()) / 3))
         self._handing_over.set()
         self.gate.handing_over = True
-        was_leader = self.gate.valid()
         term = self.gate.term
         self.gate.end()
         self._stop.set()
@@ -532,6 +401,8 @@ class Elector:
                 term,
             )
             self._wait_for_successor(deadline)
+        if self._relay is not None:
+            self._relay.refuse("no successor answered within the grace period")  # unless forwarding
         self._ready = False
         self._on_leading(False)
 
@@ -550,11 +421,14 @@ class Elector:
                 renew_time=now,
                 lease_transitions=lease.spec.lease_transitions,
             )
+            annotations = dict(lease.metadata.annotations or {})
+            annotations.pop(ADDRESS_ANNOTATION, None)
+            lease.metadata.annotations = annotations
             self.lock.replace(lease)
             return True
         except Exception as exc:
             log.warning(
-                "leader election: releasing the Lease failed (%s); it expires instead", _api_problem(exc)
+                "leader election: releasing the Lease failed (%s); it expires instead", api_problem(exc)
             )
             return False
 
@@ -573,12 +447,23 @@ class Elector:
                 and spec.renew_time != spec.acquire_time
             ):
                 log.info("leader election: %s answers as the leader now", spec.holder_identity)
+                self._forward_to(lease)
                 # reads are still answered here while a Service moves its endpoint to the successor
                 linger = min(self.settings.handover_linger, max(0.0, deadline - self._clock()))
                 time.sleep(linger)
                 return
             time.sleep(0.05)
         log.warning("leader election: no successor answered within the grace period")
+
+    def _forward_to(self, lease: Any) -> None:
+        """The calls still reaching this replica go to the successor from now on (handover.py)."""
+        if self._relay is None:
+            return
+        address = (lease.metadata.annotations or {}).get(ADDRESS_ANNOTATION, "")
+        if address:
+            self._relay.forward_to(address)
+        else:
+            self._relay.refuse("the next leader published no address")
 
 
 def build_elector(settings: LeaderElection) -> Elector:

@@ -23,6 +23,7 @@ from cloudprovider_grpc.config import Settings, is_loopback
 from cloudprovider_grpc.errors import ServerStartError
 from cloudprovider_grpc.front.link import unary_calls
 from cloudprovider_grpc.front.supervisor import FrontLink, front_binary, start_front
+from cloudprovider_grpc.handover import HandOverRelay, advertised_address
 from cloudprovider_grpc.health import HealthService, add_standard_services, set_serving
 from cloudprovider_grpc.leader import Elector, build_elector
 from cloudprovider_grpc.metricshttp import start_metrics_http
@@ -67,6 +68,8 @@ class ServerHandle:
     cut_off: bool = False
     #: the leader election (`--leader-elect`), or None
     leader: Elector | None = None
+    #: with leader election: what forwards the calls reaching a leader handing over (handover.py)
+    relay: HandOverRelay | None = None
     #: set when a part failed for good (see fail): the process then exits with status 1
     failed: threading.Event = field(default_factory=threading.Event)
     _stopping: bool = False
@@ -115,6 +118,8 @@ class ServerHandle:
                 self.front.stop(remaining)
                 remaining = max(deadline - time.monotonic(), 0.0)
             self.server.stop(remaining).wait(remaining)
+            if self.relay is not None:
+                self.relay.close()  # the forwarded calls finished with the port's last calls
             if self.front is not None:
                 self.front.close()
             self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
@@ -153,7 +158,8 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if provider is None:
         gate = elector.gate if elector is not None else DryRunGate() if settings.dry_run else None
         provider = build_provider(settings.provider, settings.provider_context(gate=gate))
-    servicer = CloudProviderServicer(provider, behind_front=binary is not None)
+    relay = HandOverRelay(SERVICE_NAME, elector.identity, settings.tls) if elector is not None else None
+    servicer = CloudProviderServicer(provider, behind_front=binary is not None, relay=relay)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
         # a second server on the same port must fail loudly, not silently share it (grpc default is 1)
@@ -183,6 +189,9 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
 
     handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
     handle.front = link
+    handle.relay = relay
+    if relay is not None and link is not None:
+        relay.on_forwarding = link.closing  # the front's cache would answer for this replica's memory
     if link is not None:
         link.on_serving = handle.front_serving
         link.on_fatal = handle.fail
@@ -217,6 +226,8 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             provider,
             on_leading=lambda ready: set_serving(health_servicer, ready),
             on_lost=lambda: threading.Thread(target=handle.stop, name="shutdown", daemon=True).start(),
+            address=advertised_address(address.rpartition(":")[0], port),
+            relay=relay,
         )
     metrics_at = (
         f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"

@@ -27,6 +27,7 @@ from google.protobuf.descriptor import MethodDescriptor
 
 from cloudprovider_grpc import metrics, rawparse
 from cloudprovider_grpc.errors import InvalidArgument, NotImplementedByProvider, ProviderError, Unavailable
+from cloudprovider_grpc.handover import WRITES, HandOverRelay
 from cloudprovider_grpc.k8s.node import encode_template_node
 from cloudprovider_grpc.k8s.resources import parse_pod, pod_requests
 from cloudprovider_grpc.k8s.template import NodeTemplate
@@ -262,13 +263,19 @@ def _raw_call(servicer: CloudProviderServicer, method: MethodDescriptor) -> Call
     # same before and after it was computed: then it belongs to that version.
     behind_front = servicer.behind_front
     cacheable = name in CACHEABLE
+    # with leader election, writes (and, once a hand-over began, every call) pass the hand-over relay
+    relay = servicer.relay
+    write = name in WRITES
 
     def call(raw: bytes, context: grpc.ServicerContext) -> bytes:
         if not gate.enter():
             raise ShuttingDown(f"{name}: the server is shutting down; the request was not executed")
         before = provider.state_version() if behind_front and cacheable else None
         try:
-            response = impl(servicer, parse(raw), context)
+            if relay is not None and (write or relay.engaged):
+                response = relay.call(name, raw, context, lambda: impl(servicer, parse(raw), context))
+            else:
+                response = impl(servicer, parse(raw), context)
         finally:
             gate.leave()
             if behind_front:
@@ -442,8 +449,12 @@ def _defaults_of(key: tuple[bool, bytes]) -> AutoscalingOptions | None:
 class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     """All 15 RPCs over one CloudProvider."""
 
-    def __init__(self, provider: CloudProvider, *, behind_front: bool = False) -> None:
+    def __init__(
+        self, provider: CloudProvider, *, behind_front: bool = False, relay: HandOverRelay | None = None
+    ) -> None:
         self.provider = provider
+        #: a leader-elected replica's hand-over relay (handover.py), else None
+        self.relay = relay
         #: served through the compiled front: answers carry the state version in their trailer
         self.behind_front = behind_front
         #: admission of RPCs over the network (see Gate and server.ServerHandle.stop)

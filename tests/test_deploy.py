@@ -648,10 +648,17 @@ def test_standalone_dials_service_with_mtls(layout: str) -> None:
         c for c in objects if c["kind"] == "Certificate" and "server auth" in c["spec"].get("usages", [])
     )
     assert host in server_cert["spec"]["dnsNames"]
-    assert "client auth" not in server_cert["spec"]["usages"]
+    # with leader election the server's certificate authenticates it as a client too: a leader
+    # handing over forwards calls to its successor presenting it
+    assert ("client auth" in server_cert["spec"]["usages"]) == leader_elected(objects)
     # CA's cert/key/cacert come from the client Certificate's Secret, mounted as a directory.
     client_cert = next(
-        c for c in objects if c["kind"] == "Certificate" and "client auth" in c["spec"].get("usages", [])
+        c
+        for c in objects
+        if c["kind"] == "Certificate"
+        and c["spec"].get("usages", [])
+        and "server auth" not in c["spec"]["usages"]
+        and "client auth" in c["spec"]["usages"]
     )
     for field, key in (("cert", "tls.crt"), ("key", "tls.key"), ("cacert", "ca.crt")):
         mount, rel = view.mount_path_of(config[field]) or ({}, "")
@@ -683,7 +690,12 @@ def test_network_policy_admits_only_cluster_autoscaler_to_grpc(layout: str) -> N
     metrics_port = split_host_port(flag_value(our_args(objects), "--metrics-address") or "")[1]
     rules_for_grpc = [r for r in policy["ingress"] if any(p["port"] == grpc_port for p in r.get("ports", []))]
     assert len(rules_for_grpc) == 1
-    (peer,) = rules_for_grpc[0]["from"]
+    peer, *replicas = rules_for_grpc[0]["from"]
+    # with leader election, the replicas themselves too (a leader handing over forwards calls)
+    assert len(replicas) == (1 if leader_elected(objects) else 0)
+    for other in replicas:
+        assert set(other) == {"podSelector"}
+        assert other["podSelector"]["matchLabels"].items() <= ours.items()
     assert set(peer) == {"podSelector"}, "same-namespace pods only"
     assert peer["podSelector"]["matchLabels"].items() <= ca_labels.items()
     other_pods = [
@@ -929,8 +941,10 @@ def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
     }
     ours = container(workload, OUR_CONTAINER)
     assert ours["readinessProbe"]["httpGet"]["path"] == "/readyz"  # only the leader is ready
-    identity = {v["name"]: v.get("valueFrom") for v in ours["env"]}["POD_NAME"]
-    assert identity == {"fieldRef": {"fieldPath": "metadata.name"}}
+    env = {v["name"]: v.get("valueFrom") for v in ours["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the Lease holder's identity
+    # the address a leader publishes on the Lease for its predecessor to forward calls to
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     labels = spec["template"]["metadata"]["labels"]

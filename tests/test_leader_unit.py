@@ -12,7 +12,8 @@ from kubernetes.client.exceptions import ApiException
 
 from cloudprovider_grpc.config import LeaderElection
 from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.leader import Elector, LeaseLock
+from cloudprovider_grpc.leader import Elector
+from cloudprovider_grpc.lease import LeaseLock
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.unit

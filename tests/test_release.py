@@ -99,7 +99,7 @@ def test_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLOUDPROVIDER_GRPC_", "VIRTUAL_ENV"))}
     install = subprocess.run(
-        [str(venv / "bin/pip"), "install", "--disable-pip-version-check", "-q", str(wheel)],
+        [str(venv / "bin/pip"), "install", "--disable-pip-version-check", "--no-compile", "-q", str(wheel)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -44,7 +44,7 @@ type command struct {
 
 // event is one line to Python.
 type event struct {
-	Ev      string `json:"ev"` // ready, error, log, backend, stopped
+	Ev      string `json:"ev"` // ready, error, log, backend, closing (acknowledged), stopped
 	Port    int    `json:"port,omitempty"`
 	Kind    string `json:"kind,omitempty"`  // error: listen, config
 	Level   string `json:"level,omitempty"` // log: info, warning, error

@@ -143,6 +143,7 @@ func main() {
 			}
 		case "closing":
 			f.cache.close()
+			ctl.send(event{Ev: "closing"}) // the acknowledgement Python's shutdown waits for
 		case "stop":
 			f.cache.close()
 			stop(server, time.Duration(cmd.Grace*float64(time.Second)))

@@ -37,6 +37,8 @@ log = logging.getLogger("cloudprovider_grpc.front")
 
 #: how long the front may take to bind its port and report
 START_TIMEOUT = 15.0
+#: how long a shutdown waits for the front to confirm its cache is off (it answers in microseconds)
+CLOSING_ACK_TIMEOUT = 2.0
 #: the front's memory bounds. The cache holds at most MAX_CACHE_BYTES of keys and answers (entries
 #: counted with their overhead); requests longer than MAX_KEY are relayed but never cached (CA's are
 #: a few hundred bytes; a 4 MiB id is hostile); MEMORY_LIMIT is the Go runtime's soft limit, which
@@ -88,6 +90,7 @@ class FrontProcess:
         self.on_backend = on_backend
         self._write_lock = threading.Lock()
         self._ready = threading.Event()
+        self._closed_ack = threading.Event()
         self._stopped = threading.Event()
         self._expected_exit = False
         self._outcome: dict[str, Any] = {}
@@ -161,8 +164,14 @@ class FrontProcess:
             if pending is not None:
                 self._send({"op": "version", "version": pending[0]})
 
-    def closing(self) -> None:
+    def closing(self, timeout: float = CLOSING_ACK_TIMEOUT) -> bool:
+        """Tell the front that shutdown began and wait (at most `timeout`) until it says its cache is
+        off: a call that arrives after this returns reaches Python's gate and answers UNAVAILABLE,
+        never a cached answer. False when no acknowledgement came (the front is gone or stuck; its
+        supervision reports that)."""
+        self._closed_ack.clear()
         self._send({"op": "closing"})
+        return self._closed_ack.wait(timeout)
 
     def stop(self, grace: float) -> None:
         """Graceful stop bounded by `grace` (the front cancels what still runs then); waits for the
@@ -206,6 +215,8 @@ class FrontProcess:
                 self._ready.set()
             elif kind == "log":
                 log.log(_LEVELS.get(event.get("level", ""), logging.WARNING), "%s", event.get("message", ""))
+            elif kind == "closing":
+                self._closed_ack.set()
             elif kind == "backend" and self.on_backend is not None:
                 self.on_backend(bool(event.get("up")), str(event.get("message", "")))
         code = self.proc.wait()

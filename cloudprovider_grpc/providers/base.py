@@ -278,7 +278,8 @@ class GroupProvider(CloudProvider, Generic[S]):
         self._jobs.stop(timeout)
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Block until no background operation is queued or running (tests, benchmarks)."""
+        """Block until no background operation is queued or running: a leader handing over sends
+        what it accepted before releasing the Lease (leader.py); tests and benchmarks wait on it."""
         return self._jobs.wait_idle(timeout)
 
     # ------------------------------------------------------------------ refresh (cloud I/O)

@@ -162,6 +162,8 @@ class ContainerView:
             # a pod's name is its workload's plus generated suffixes
             "metadata.name": f"{self.workload['metadata']['name']}-5d8f7c9b6-x2x4q",
             "spec.serviceAccountName": (pod_spec(self.workload) or {}).get("serviceAccountName", ""),
+            # an address from a pod network's range (this process listens on loopback only)
+            "status.podIP": "10.244.1.17",
         }
         if path not in fields:
             raise ValueError(f"fieldRef {path!r} is not modelled")

@@ -10,6 +10,8 @@ as with kube-proxy's conntrack: callers move to the new leader when the old one 
 
 from __future__ import annotations
 
+import itertools
+import re
 import select
 import signal
 import socket
@@ -17,16 +19,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from cloudprovider_grpc.config import parse_duration
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest, backend
+from tests.support.certs import Pki
 from tests.support.clouds import ExternalCloud
 from tests.support.ports import free_port
 from tests.support.probes import ServerProcess, start_server
@@ -183,11 +188,20 @@ def wait_leader(replicas: Sequence[ServerProcess], timeout: float = 60) -> Serve
 SCALE = 20
 
 
-def wait_renewals(lease: Lease, since: datetime, count: int, timeout: float = 60) -> None:
-    """Until the Lease has been renewed `count` times after `since` (read with the official client)."""
+def lease_api(lease: Lease) -> Any:
+    """The official client's coordination API, as the test's administrator."""
     from kubernetes import client, config
 
-    api = client.CoordinationV1Api(config.new_client_from_config(config_file=str(lease.kubeconfig)))
+    return client.CoordinationV1Api(config.new_client_from_config(config_file=str(lease.kubeconfig)))
+
+
+def holder(lease: Lease, api: Any) -> str:
+    return api.read_namespaced_lease(lease.name, lease.namespace).spec.holder_identity or ""
+
+
+def wait_renewals(lease: Lease, since: datetime, count: int, timeout: float = 60) -> None:
+    """Until the Lease has been renewed `count` times after `since` (read with the official client)."""
+    api = lease_api(lease)
     seen: set[datetime] = set()
 
     def renewed() -> bool:
@@ -199,15 +213,19 @@ def wait_renewals(lease: Lease, since: datetime, count: int, timeout: float = 60
     poll(renewed, timeout, f"{count} renewals of the Lease", 0.1)
 
 
-def big_cloud(name: str, tmp: Path) -> ExternalCloud:
-    """The backend's emulated cloud with a first group that has room for SCALE more machines."""
+def big_cloud(name: str, tmp: Path, room: int = SCALE) -> ExternalCloud:
+    """The backend's emulated cloud with a first group that has room for `room` more machines."""
     from tests.support.clouds import CherryCloud, ExoscaleCloud, VultrCloud
 
     if name == "cherry":
-        return CherryCloud(tmp, groups={"pool1": (0, SCALE + 5), "pool2": (0, 5)})
+        cherry = CherryCloud(tmp, groups={"pool1": (0, room + 5), "pool2": (0, 5)})
+        cherry.emulator.set_stock({"*": {"*": max(100, room + 10)}})  # 100 servers by default
+        return cherry
     if name == "vultr":
-        return VultrCloud(tmp, pool1_max=SCALE + 5)
-    return ExoscaleCloud(tmp, pool1_max=SCALE + 5)
+        return VultrCloud(tmp, pool1_max=room + 5)
+    exoscale = ExoscaleCloud(tmp, pool1_max=room + 5)
+    exoscale.emulator.quota_limit = max(exoscale.emulator.quota_limit, room + 10)  # 50 instances by default
+    return exoscale
 
 
 def destructive(cloud: ExternalCloud) -> list[str]:
@@ -246,6 +264,9 @@ class AnswerClock:
                 pass
             self._stop.wait(0.01)
 
+    def answered_within(self, seconds: float) -> bool:
+        return bool(self.answers) and self.answers[-1][1] > time.monotonic() - seconds
+
     def gap_around(self, dead: float, timeout: float = 120) -> float:
         """Seconds from the last answer before the old leader was `dead` (reaped) to the first
         answer to a call made after that (which only the new leader can have given)."""
@@ -260,56 +281,115 @@ class AnswerClock:
         self.channel.close()
 
 
-def kill_round(shape: str, backend: BackendUnderTest, lease: Lease, work: Path, phase: float = 0.0) -> float:
-    """Two replicas sharing a --state-file; IncreaseSize(SCALE) through the proxy to the leader, and
-    kill -9 of the leader at once. The standby takes over; the cloud must end with exactly SCALE
-    more machines, never more, and nothing deleted. Returns the failover time a caller saw through
-    the proxy (last answer from the old leader to the first from the new one). The kill comes
-    `phase` seconds after a renewal of the Lease (a benchmark draws it at random within the retry
-    period: a crash falls anywhere between two renewals)."""
+@dataclass(frozen=True)
+class Kill:
+    """One kill: `failover`, the seconds from the last answer of the old leader to the first of
+    the new one through the proxy; `lease_left`, the seconds the Lease still had to run at the
+    kill (its duration after the killed leader's last renewal), which no successor may shorten.
+    The difference is what the takeover itself costs."""
+
+    failover: float
+    lease_left: float
+
+    @property
+    def takeover(self) -> float:
+        return self.failover - self.lease_left
+
+
+def scale_up(s: pb_grpc.CloudProviderStub, gid: str) -> bool:
+    """IncreaseSize(SCALE) through the proxy: True once accepted; False when refused with nothing
+    recorded (a leader whose term ran out a moment before: a short lease on a loaded machine), to
+    be asked again."""
+    try:
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=SCALE), timeout=5)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAVAILABLE and "nothing was recorded" in (exc.details() or ""):
+            return False
+        raise
+    return True
+
+
+def kill_chain(
+    shape: str,
+    backend: BackendUnderTest,
+    lease: Lease,
+    work: Path,
+    rounds: int,
+    phase: Callable[[], float] = lambda: 0.0,
+) -> list[Kill]:
+    """`rounds` kills in a row on one cloud, one Lease and one shared --state-file. Each round: two
+    live replicas (the leader, and a standby that has seen it renew), IncreaseSize(SCALE) through
+    the proxy to the leader, kill -9 of the leader at once, `phase()` seconds after a renewal (a
+    crash falls anywhere between two renewals); a fresh replica joins as the next standby while the
+    old standby takes over and finishes the scale-up; the next round kills that new leader.
+    Checked every round: the cloud ends with exactly SCALE more machines, never more; nothing is
+    deleted, ever. Returns each round's failover as a caller through the proxy saw it, and how much
+    of the lease was left at the kill (see Kill)."""
     from tests.support.waits import instances, refresh
 
-    cloud = big_cloud(shape, work)
+    cloud = big_cloud(shape, work, room=SCALE * rounds)
     extra = ["--state-file", str(work / "journal.json")]
+    names = (f"r{i}" for i in itertools.count())
     replicas: list[ServerProcess] = []
+    gone: list[ServerProcess] = []
     proxy = ReadinessProxy(replicas).start()
     clock: AnswerClock | None = None
+    failovers: list[Kill] = []
     try:
-        replicas.append(start_replica(backend, work, cloud, lease, "a", extra))
-        wait_leader(replicas)
-        replicas.append(start_replica(backend, work, cloud, lease, "b", extra))
-        # a standby in its steady state: it has seen the leader renew (a candidate's expiry counts
-        # from the first renewal it saw, as in client-go), not one started a moment before the kill
-        wait_renewals(lease, since=datetime.now(UTC), count=2)
-        if phase:
-            time.sleep(phase)
+        replicas.append(start_replica(backend, work, cloud, lease, next(names), extra))
+        poll(proxy.ready, 60, "a first leader")
         gid = next(iter(cloud.groups))
-        want = len(cloud.machines(gid)) + SCALE
-        # whichever leads now (on a loaded machine a short lease may already have changed hands)
-        first = poll(proxy.ready, 30, "the proxy to follow a leader")
-        survivor = next(r for r in replicas if r is not first)
         clock = AnswerClock(proxy.address, gid)
-        poll(lambda: len(clock.answers) > 5, 10, "answers through the proxy")
-        s = pb_grpc.CloudProviderStub(grpc.insecure_channel(proxy.address))
-        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=SCALE), timeout=5)
-        first.signal(signal.SIGKILL)
-        first.wait(10)
-        failover = clock.gap_around(time.monotonic())
-        seen = [0]
+        s = pb_grpc.CloudProviderStub(clock.channel)
+        api = lease_api(lease)
 
-        def exact() -> bool:
-            held = len(cloud.machines(gid))
-            seen[0] = max(seen[0], held)
-            assert held <= want, f"{held} machines, {want} asked for"
-            if not refresh(s, timeout=5):
-                return False
-            return held == want and len(instances(s, gid)) == want
+        def stand_in(live: int) -> None:
+            """A replica that lost its term (an API server too slow for a short lease on a loaded
+            machine) has ended: fresh ones stand in until `live` run."""
+            gone.extend(r for r in replicas if r.proc.poll() is not None)
+            replicas[:] = [r for r in replicas if r.proc.poll() is None]
+            while len(replicas) < live:
+                replicas.append(start_replica(backend, work, cloud, lease, next(names), extra))
 
-        poll(exact, 120, f"exactly {want} machines after the takeover", 0.2)
-        assert destructive(cloud) == [], destructive(cloud)
-        out = survivor.output()
-        assert "Traceback" not in out, out[max(0, out.find("Traceback") - 1500) :][:5000]
-        return failover
+        for _ in range(rounds):
+            stand_in(2)
+            # the standby in its steady state: it has seen the leader renew (a candidate's expiry
+            # counts from the last renewal it saw, as in client-go)
+            wait_renewals(lease, since=datetime.now(UTC), count=2)
+            time.sleep(phase())
+            want = len(cloud.machines(gid)) + SCALE
+            poll(lambda: scale_up(s, gid), 30, f"a leader to accept {SCALE} machines")
+            # the failover is measured from the leader's last answer: one that came just now
+            poll(lambda: clock.answered_within(0.5), 10, "an answer through the proxy")
+            # the one that accepted it: the holder (a term that ran out would have refused it)
+            leader = next(r for r in replicas if r.out_path.stem == holder(lease, api))
+            leader.signal(signal.SIGKILL)
+            killed_at = datetime.now(UTC)
+            leader.wait(10)
+            dead = time.monotonic()
+            replicas.remove(leader)
+            gone.append(leader)
+            replicas.append(start_replica(backend, work, cloud, lease, next(names), extra))
+            # the killed leader's last renewal (its clock is this machine's): the Lease runs out
+            # `duration` after it, whatever the standby does
+            renewed = api.read_namespaced_lease(lease.name, lease.namespace).spec.renew_time
+            left = (renewed - killed_at).total_seconds() + parse_duration(lease.duration)
+            failovers.append(Kill(clock.gap_around(dead), left))
+
+            def exact(want: int = want) -> bool:
+                stand_in(1)
+                held = len(cloud.machines(gid))
+                assert held <= want, f"{held} machines, {want} asked for"
+                if not refresh(s, timeout=5):
+                    return False
+                return held == want and len(instances(s, gid)) == want
+
+            poll(exact, 120, f"exactly {want} machines after the takeover", 0.1)
+            assert destructive(cloud) == [], destructive(cloud)
+        for r in [*gone, *replicas]:
+            out = r.output()
+            assert "Traceback" not in out, out[max(0, out.find("Traceback") - 1500) :][:5000]
+        return failovers
     finally:
         if clock is not None:
             clock.close()
@@ -333,16 +413,23 @@ class EveryRpcLoop:
     """Calls each of the 15 RPCs in turn through one channel, as fast as answers come, counting
     calls and failed calls (FAILED) per method."""
 
-    def __init__(self, address: str, gid: str) -> None:
+    def __init__(self, address: str, gid: str, pki: Pki | None = None) -> None:
         # a caller that reconnects at once after its connection closed (its server's GOAWAY)
-        self.channel = grpc.insecure_channel(
-            address,
-            options=[("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 200)],
-        )
+        options = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 200)]
+        if pki is None:
+            self.channel = grpc.insecure_channel(address, options=options)
+        else:  # as cluster-autoscaler dials: its client certificate, the server's name
+            credentials = grpc.ssl_channel_credentials(
+                pki.read("ca"), pki.read("client_key"), pki.read("client_cert")
+            )
+            options.append(("grpc.ssl_target_name_override", "localhost"))
+            self.channel = grpc.secure_channel(address, credentials, options=options)
         self.stub = pb_grpc.CloudProviderStub(self.channel)
         self.gid = gid
         self.calls: dict[str, int] = {}
         self.failed: dict[str, list[str]] = {}
+        self.answered: dict[str, int] = {}  # calls answered OK
+        self.other: dict[str, set[str]] = {}  # the other statuses seen (the server answering)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -351,6 +438,8 @@ class EveryRpcLoop:
         return self
 
     def stop(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join(30)
         self.channel.close()
@@ -384,38 +473,68 @@ class EveryRpcLoop:
                 self.calls[method] = self.calls.get(method, 0) + 1
                 try:
                     getattr(self.stub, method)(request, timeout=5)
+                    self.answered[method] = self.answered.get(method, 0) + 1
                 except grpc.RpcError as exc:
                     if exc.code() in FAILED:
                         self.failed.setdefault(method, []).append(f"{exc.code().name}: {exc.details()}")
+                    else:
+                        self.other.setdefault(method, set()).add(exc.code().name)
 
     def failures(self) -> int:
         return sum(len(v) for v in self.failed.values())
 
 
-def rolling_upgrade(work: Path, lease: Lease) -> EveryRpcLoop:
+@dataclass
+class Upgrade:
+    """What a rolling upgrade left: the loop's counts, and each replaced replica's log."""
+
+    loop: EveryRpcLoop
+    logs: list[str]
+
+
+def rolling_upgrade(work: Path, lease: Lease, pki: Pki | None = None) -> Upgrade:
     """Two replicas; then, twice, a new replica starts and the oldest gets SIGTERM (the order of a
-    Deployment's RollingUpdate with maxSurge 1, maxUnavailable 0), under the RPC loop."""
+    Deployment's RollingUpdate with maxSurge 1, maxUnavailable 0), under the RPC loop (with mutual
+    TLS when `pki` is given). Checked at the end: every write answered OK was executed exactly once,
+    by one replica, whether it reached the leader or was forwarded by one handing over: the
+    replicas' logs hold exactly one `target a -> b` line per IncreaseSize answered OK and one
+    `(decrease)` line per DecreaseTargetSize answered OK. (The pool's final size is no measure:
+    a DecreaseTargetSize answered before the listing shows the machine it would have dropped is
+    kept, by design, so the pool may end above the sum of the answers.)"""
     cloud = big_cloud("exoscale", work)
+    tls = [] if pki is None else ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+    tls += [] if pki is None else ["--tls-ca", str(pki.ca)]
     replicas: list[ServerProcess] = []
+    logs: list[str] = []
     proxy = ReadinessProxy(replicas).start()
     loop: EveryRpcLoop | None = None
     try:
         for name in ("v1-a", "v1-b"):
-            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name))
+            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name, tls))
             wait_leader(replicas)
         poll(lambda: proxy.ready() is not None, 10, "the proxy to see the leader")
-        loop = EveryRpcLoop(proxy.address, next(iter(cloud.groups))).start()
+        gid = next(iter(cloud.groups))
+        loop = EveryRpcLoop(proxy.address, gid, pki).start()
         poll(lambda: loop.calls.get("Refresh", 0) >= 20, 30, "the loop to run")
         for name in ("v2-a", "v2-b"):
-            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name))
+            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name, tls))
             oldest = replicas.pop(0)
             replicas.append(oldest)  # still probed (not ready) until it has gone
             oldest.signal(signal.SIGTERM)
             assert oldest.wait(40) == 0, oldest.output()[-2000:]
+            logs.append(oldest.output())
             replicas.remove(oldest)
             wait_leader(replicas, timeout=30)
         poll(lambda: loop.calls.get("Refresh", 0) >= 40, 30, "the loop to go on")
-        return loop
+        loop.stop()
+        every_log = "".join([*logs, *(r.output() for r in replicas)])
+        executed = {
+            "NodeGroupIncreaseSize": len(re.findall(r"\): target \d+ -> \d+\"", every_log)),
+            "NodeGroupDecreaseTargetSize": len(re.findall(r"\): target \d+ -> \d+ \(decrease\)", every_log)),
+        }
+        answered = {method: loop.answered.get(method, 0) for method in executed}
+        assert executed == answered, f"writes executed {executed}, answered OK {answered}"
+        return Upgrade(loop, logs)
     finally:
         if loop is not None:
             loop.stop()
@@ -423,6 +542,3 @@ def rolling_upgrade(work: Path, lease: Lease) -> EveryRpcLoop:
         for r in replicas:
             r.close()
         cloud.stop()
-
-
-WRITES = {"NodeGroupIncreaseSize", "NodeGroupDecreaseTargetSize", "NodeGroupDeleteNodes"}
