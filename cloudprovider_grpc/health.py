@@ -28,16 +28,17 @@ class HealthService(health.HealthServicer):
             callback(None)  # the blocking watcher's iterator ends: the stream closes with OK
 
 
-def add_standard_services(server: grpc.Server) -> HealthService:
-    """Health and reflection on `server`; returns the health servicer (its status starts unset)."""
+def add_standard_services(server: grpc.Server) -> tuple[HealthService, dict[str, grpc.RpcMethodHandler]]:
+    """Health and reflection on `server`; returns the health servicer (its status starts unset) and the
+    handlers by full method name."""
     servicer = HealthService()
-    rawparse.add_raw_service(server, HEALTH_SERVICE, servicer)
-    rawparse.add_raw_service(
+    handlers = rawparse.add_raw_service(server, HEALTH_SERVICE, servicer)
+    handlers |= rawparse.add_raw_service(
         server,
         REFLECTION_SERVICE,
         reflection.ReflectionServicer((SERVICE_NAME, HEALTH_SERVICE.full_name, reflection.SERVICE_NAME)),
     )
-    return servicer
+    return servicer, handlers
 
 
 def set_serving(servicer: HealthService, serving: bool) -> None:

@@ -117,9 +117,13 @@ def raw_method_handler(method: MethodDescriptor, implementation: Callable[..., A
     return factory(handler_fn, response_serializer=_serialize)
 
 
-def add_raw_service(server: grpc.Server, service: ServiceDescriptor, servicer: object) -> None:
+def add_raw_service(
+    server: grpc.Server, service: ServiceDescriptor, servicer: object
+) -> dict[str, grpc.RpcMethodHandler]:
     """Register every method of `service`, implemented by the same-named methods of `servicer` (a
-    generated servicer class such as grpc_health's HealthServicer), through raw-bytes handlers."""
+    generated servicer class such as grpc_health's HealthServicer), through raw-bytes handlers; returns
+    them by full method name ("/package.Service/Method")."""
     handlers = {m.name: raw_method_handler(m, getattr(servicer, m.name)) for m in service.methods}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)
+    return {f"/{service.full_name}/{name}": handler for name, handler in handlers.items()}

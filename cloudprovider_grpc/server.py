@@ -21,6 +21,7 @@ import grpc
 
 from cloudprovider_grpc.config import Settings, is_loopback
 from cloudprovider_grpc.errors import ServerStartError
+from cloudprovider_grpc.front.link import unary_calls
 from cloudprovider_grpc.front.supervisor import FrontLink, front_binary, start_front
 from cloudprovider_grpc.handover import HandOverRelay, advertised_address
 from cloudprovider_grpc.health import HealthService, add_standard_services, set_serving
@@ -168,11 +169,13 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     handlers = method_handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
-    health_servicer = add_standard_services(server)
+    health_servicer, standard = add_standard_services(server)
     address = _grpc_address(settings.address)
     link: FrontLink | None = None
     if binary is not None:
-        link, port = start_front(binary, settings, server)
+        # every unary method goes over the front's link, the streaming ones over gRPC
+        registered = {f"/{SERVICE_NAME}/{name}": handler for name, handler in handlers.items()} | standard
+        link, port = start_front(binary, settings, server, unary_calls(registered))
     else:
         try:
             if settings.tls.enabled:
@@ -209,6 +212,8 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
 
     provider.start()
     server.start()
+    if link is not None:
+        link.serve()
     if link is not None:
         link.push_version(provider.state_version())
     handle.serving = True

@@ -237,8 +237,9 @@ def _send_version(
     context.set_trailing_metadata(((VERSION_TRAILER, str(after) if store else f"{after}!"),))
 
 
-def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> grpc.RpcMethodHandler:
-    """A handler that gets the request as bytes and returns bytes.
+def _raw_call(servicer: CloudProviderServicer, method: MethodDescriptor) -> Callable[[bytes, Any], bytes]:
+    """A handler that gets the request as bytes and returns bytes: `handle(raw, context)`, served by
+    grpcio (`method_handlers`) and by the compiled front's link (front/link.py) alike.
 
     Why not let grpcio deserialize: a body that does not parse makes grpcio log a full traceback at
     error level and keeps about 19 KB per failed request alive for good (RSS 58 -> 524 MB over 50,000
@@ -286,13 +287,19 @@ def _raw_handler(servicer: CloudProviderServicer, method: MethodDescriptor) -> g
     def handle(raw: bytes, context: grpc.ServicerContext) -> bytes:
         return _invoke(name, context, call, raw, context)
 
-    return grpc.unary_unary_rpc_method_handler(handle)
+    return handle
+
+
+def raw_calls(servicer: CloudProviderServicer) -> dict[str, Callable[[bytes, Any], bytes]]:
+    """Every RPC of the service descriptor as `handle(raw request, context) -> raw response`, by
+    method name: the one implementation behind both transports."""
+    service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
+    return {m.name: _raw_call(servicer, m) for m in service.methods}
 
 
 def method_handlers(servicer: CloudProviderServicer) -> dict[str, grpc.RpcMethodHandler]:
-    """Every RPC of the service descriptor as a raw-bytes handler, by method name."""
-    service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
-    return {m.name: _raw_handler(servicer, m) for m in service.methods}
+    """Every RPC of the service descriptor as a grpcio raw-bytes handler, by method name."""
+    return {name: grpc.unary_unary_rpc_method_handler(call) for name, call in raw_calls(servicer).items()}
 
 
 def _node_ref(node: pb.ExternalGrpcNode) -> NodeRef:

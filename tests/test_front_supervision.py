@@ -117,7 +117,8 @@ def test_a_front_that_keeps_dying_makes_the_server_exit_1(short_tmp: Path) -> No
             proc.kill()
             proc.communicate()
     assert proc.returncode == 1, err[-2000:]
-    assert len(killed) >= 2 and "the compiled front was restarted (attempt 1)" in err, err[-2000:]
+    # at least one restart served (under load, the first may itself be killed before it is ready)
+    assert len(killed) >= 2 and "the compiled front was restarted (attempt " in err, err[-2000:]
     assert "giving up so the server can be restarted" in err
     assert not list(tmp_path.glob("cloudprovider-grpc-*"))  # Python removed the private directory
 

@@ -1,16 +1,18 @@
 package main
 
-// Whether the front reaches the Python server, watched all the time.
+// Whether the front reaches the Python server, watched all the time, on both of Python's sockets: the
+// link (unary calls, see link.go) and the gRPC socket (the streaming calls: health Watch, reflection).
 //
-// Why: if the connection to Python's unix socket breaks and cannot be made again (the socket file
-// removed, the directory cleaned away), every relayed call would wait out its deadline while cached
-// reads still answered: a silent half-outage. Once the backend has been reached, a connection that
-// fails is reported to Python at once (it logs it and turns /healthz 503), relayed calls fail fast
-// with UNAVAILABLE, and the gRPC health service answers NOT_SERVING from the front itself. Before the
-// first connection (Python's server still starting) calls wait for it within their deadline.
+// Why: if a connection to Python breaks and cannot be made again (the socket file removed, the
+// directory cleaned away), every relayed call would wait out its deadline while cached reads still
+// answered: a silent half-outage. Once a socket has been reached, a connection that fails is reported
+// to Python at once (it logs it and turns /healthz 503), relayed calls fail fast with UNAVAILABLE,
+// and the gRPC health service answers NOT_SERVING from the front itself. Before the first connection
+// (Python's server still starting) calls wait for it within their deadline.
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -18,42 +20,52 @@ import (
 )
 
 type backendWatch struct {
-	conn      *grpc.ClientConn
-	ctl       *control
-	everReady atomic.Bool
-	down      atomic.Bool
+	ctl      *control
+	mu       sync.Mutex
+	grpcDown bool
+	linkDown bool
+	down     atomic.Bool // either is down
 }
 
-func watchBackend(conn *grpc.ClientConn, ctl *control) *backendWatch {
-	b := &backendWatch{conn: conn, ctl: ctl}
-	go b.loop()
-	return b
-}
+func newBackendWatch(ctl *control) *backendWatch { return &backendWatch{ctl: ctl} }
 
 func (b *backendWatch) isDown() bool { return b.down.Load() }
 
-func (b *backendWatch) loop() {
+// set records one socket's state; Python hears of a change of the whole (down when either is down).
+func (b *backendWatch) set(which *bool, down bool, message string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	*which = down
+	now := b.grpcDown || b.linkDown
+	if b.down.Swap(now) != now {
+		b.ctl.send(event{Ev: "backend", Up: !now, Message: message})
+	}
+}
+
+func (b *backendWatch) link(down bool, message string) { b.set(&b.linkDown, down, message) }
+
+// grpc follows the gRPC connection's state.
+func (b *backendWatch) grpc(conn *grpc.ClientConn) {
 	ctx := context.Background()
-	state := b.conn.GetState()
+	everReady := false
+	state := conn.GetState()
 	for {
 		switch state {
 		case connectivity.Ready:
-			b.everReady.Store(true)
-			if b.down.Swap(false) {
-				b.ctl.send(event{Ev: "backend", Up: true})
-			}
+			everReady = true
+			b.set(&b.grpcDown, false, "")
 		case connectivity.TransientFailure:
-			if b.everReady.Load() && !b.down.Swap(true) {
-				b.ctl.send(event{Ev: "backend", Up: false, Message: "the Python server's socket cannot be reached"})
+			if everReady {
+				b.set(&b.grpcDown, true, "the Python server's gRPC socket cannot be reached")
 			}
 		case connectivity.Idle:
-			b.conn.Connect() // a broken connection is made again at once, not on the next call
+			conn.Connect() // a broken connection is made again at once, not on the next call
 		case connectivity.Shutdown:
 			return
 		}
-		if !b.conn.WaitForStateChange(ctx, state) {
+		if !conn.WaitForStateChange(ctx, state) {
 			return
 		}
-		state = b.conn.GetState()
+		state = conn.GetState()
 	}
 }

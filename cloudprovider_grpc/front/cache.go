@@ -24,11 +24,6 @@ import (
 // answer struct and its status; so that maxBytes bounds what the process really holds.
 const entryOverhead = 256
 
-type cacheKey struct {
-	method  string
-	request string
-}
-
 type answer struct {
 	body []byte         // the response, when code is OK
 	err  *status.Status // the status otherwise
@@ -37,25 +32,33 @@ type answer struct {
 
 type cache struct {
 	mu         sync.Mutex
-	version    int64 // the provider's state version; -1: unknown, nothing is cached
-	closing    bool  // shutdown began: everything goes to Python, whose gate answers UNAVAILABLE
-	entries    map[cacheKey]*answer
+	version    int64                // the provider's state version; -1: unknown, nothing is cached
+	closing    bool                 // shutdown began: everything goes to Python, whose gate answers UNAVAILABLE
+	entries    []map[string]*answer // per cacheable method (its counter slot): request key -> answer
 	bytes      int
+	count      int
 	maxEntries int
 	maxBytes   int
 }
 
-func newCache(maxEntries, maxBytes int) *cache {
-	return &cache{version: -1, entries: map[cacheKey]*answer{}, maxEntries: maxEntries, maxBytes: maxBytes}
+func newCache(methods, maxEntries, maxBytes int) *cache {
+	c := &cache{version: -1, entries: make([]map[string]*answer, methods), maxEntries: maxEntries, maxBytes: maxBytes}
+	for i := range c.entries {
+		c.entries[i] = map[string]*answer{}
+	}
+	return c
 }
 
-func (c *cache) get(k cacheKey) *answer {
+// get: the answer stored for method `slot` and request key `k`. Keyed by a map per method and looked
+// up with the key bytes as they are: no key is built per call (Go does not copy []byte for a map
+// index), the lookup allocates nothing.
+func (c *cache) get(slot int, k []byte) *answer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return nil
 	}
-	return c.entries[k]
+	return c.entries[slot][string(k)]
 }
 
 // raise moves the current version forward to v (versions only grow); older news is ignored.
@@ -84,8 +87,8 @@ func (c *cache) close() {
 }
 
 // put stores an answer computed at version v, only while v is still current.
-func (c *cache) put(k cacheKey, v int64, a *answer) {
-	size := len(k.method) + len(k.request) + len(a.body) + entryOverhead
+func (c *cache) put(slot int, k []byte, v int64, a *answer) {
+	size := len(k) + len(a.body) + entryOverhead
 	if a.err != nil {
 		size += len(a.err.Message())
 	}
@@ -96,18 +99,22 @@ func (c *cache) put(k cacheKey, v int64, a *answer) {
 	}
 	// bounded so that a client sending endless distinct requests cannot grow memory: cleared when
 	// full (CA asks a fixed set of requests per version, far below the bounds)
-	if len(c.entries) >= c.maxEntries || c.bytes+size > c.maxBytes {
+	if c.count >= c.maxEntries || c.bytes+size > c.maxBytes {
 		c.clear()
 	}
-	if _, ok := c.entries[k]; !ok {
-		c.entries[k] = a
+	if _, ok := c.entries[slot][string(k)]; !ok {
+		c.entries[slot][string(k)] = a
 		c.bytes += size
+		c.count++
 	}
 }
 
 func (c *cache) clear() {
-	if len(c.entries) > 0 {
-		c.entries = map[cacheKey]*answer{}
+	for i, m := range c.entries {
+		if len(m) > 0 {
+			c.entries[i] = map[string]*answer{}
+		}
 	}
 	c.bytes = 0
+	c.count = 0
 }

@@ -20,11 +20,13 @@ type command struct {
 
 	// start
 	Listen      string             `json:"listen"`       // public address, as Go's net.Listen takes it
-	Backend     string             `json:"backend"`      // unix socket path of the Python gRPC server
+	Backend     string             `json:"backend"`      // unix socket path of the Python gRPC server (streams)
+	Link        string             `json:"link"`         // unix socket path of Python's link (unary calls)
+	LinkMethods []string           `json:"link_methods"` // full method names served on the link, by index
+	LinkCalls   int                `json:"link_calls"`   // calls in flight on the link at most
 	Dir         string             `json:"dir"`          // the private directory shared with Python (see read)
 	Counters    string             `json:"counters"`     // path of the shared counters file
 	Methods     []string           `json:"methods"`      // cacheable full method names, in counter-slot order
-	Unary       string             `json:"unary_prefix"` // "/pkg.Service/" whose methods are all unary
 	Maps        map[string][][]int `json:"maps"`         // per cacheable method: field-number paths of its map fields
 	Buckets     []float64          `json:"buckets"`      // histogram upper bounds, seconds
 	MaxEntry    int                `json:"max_entries"`

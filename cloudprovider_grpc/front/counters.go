@@ -18,7 +18,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"sort"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -69,6 +68,9 @@ func (c *counters) observe(method int, code codes.Code, d time.Duration) {
 	base := (method*numCodes + int(code)) * c.slot
 	atomic.AddUint64(&c.words[base], 1)
 	atomic.AddUint64(&c.words[base+1], uint64(d))
-	i := sort.Search(len(c.bounds), func(i int) bool { return d <= c.bounds[i] })
+	i := 0
+	for i < len(c.bounds) && d > c.bounds[i] {
+		i++
+	}
 	atomic.AddUint64(&c.words[base+2+i], 1)
 }

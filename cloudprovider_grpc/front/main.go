@@ -1,7 +1,8 @@
 // Command cpg-front is cloudprovider-grpc's compiled front: it owns the public gRPC port and answers
 // the RPCs cluster-autoscaler asks per node (NodeGroupGetOptions, NodeGroupForNode,
 // NodeGroupTargetSize) from a cache of the Python server's own answers, valid for one state version
-// of the provider; every other call is relayed to the Python server on a private unix socket.
+// of the provider; every other call is relayed to the Python server on private unix sockets (the
+// unary ones as frames on a link of their own, see link.go).
 //
 // Why: CA calls those three RPCs about 5,000 times a loop at 1,000 nodes, serially, and on
 // a node CA shares with us the server's CPU per call is loop time. grpcio alone costs 200-430 us of
@@ -22,6 +23,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -68,7 +70,7 @@ func main() {
 		"unix://"+start.Backend,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
-			grpc.ForceCodec(rawCodec{}),
+			grpc.ForceCodecV2(rawCodec{}),
 			grpc.MaxCallRecvMsgSize(math.MaxInt32),
 			// while Python's server is still starting (its first Refresh), calls wait for it within
 			// their deadline, as they waited on grpcio's bound but not yet started port before
@@ -80,25 +82,37 @@ func main() {
 		os.Exit(2)
 	}
 	backend.Connect()
+	watch := newBackendWatch(ctl)
+	go watch.grpc(backend)
+	l := newLink(start.Link, start.LinkMethods, start.LinkCalls)
+	go l.watch(watch.link)
 	f := &front{
-		backend:   backend,
-		watch:     watchBackend(backend, ctl),
-		maxKey:    start.MaxKey,
-		cache:     newCache(start.MaxEntry, start.MaxBytes),
-		counters:  counters,
-		cacheable: map[string]int{},
-		keys:      map[string]*mapPaths{},
-
-		unaryPrefix: start.Unary,
+		backend:  backend,
+		link:     l,
+		watch:    watch,
+		maxKey:   start.MaxKey,
+		cache:    newCache(len(start.Methods), start.MaxEntry, start.MaxBytes),
+		counters: counters,
+		routes:   map[string]route{},
+	}
+	for m, id := range l.ids {
+		f.routes[m] = route{id: id, slot: -1}
 	}
 	for i, m := range start.Methods {
-		f.cacheable[m] = i
-		f.keys[m] = newMapPaths(start.Maps[m])
+		if r, ok := f.routes[m]; ok {
+			r.slot, r.keys = i, newMapPaths(start.Maps[m])
+			f.routes[m] = r
+		}
 	}
 	opts := []grpc.ServerOption{
-		grpc.ForceServerCodec(rawCodec{}),
+		grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.MaxRecvMsgSize(maxRequest),
+		grpc.InTapHandle(checkMetadata),
+		// calls run on a few long-lived goroutines instead of a new one each: a new goroutine's stack
+		// grows (and is copied) through grpc-go's call path on every call, measurable in a profile of
+		// the cached answers
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 	if len(start.TLSFiles) > 0 {
 		c, err := newCerts(ctl, start.TLSFiles)

@@ -1,16 +1,18 @@
 """The compiled front as a child process, and the Python side of its control channel.
 
-The front (main.go) owns the public gRPC port; the Python gRPC server listens on a unix socket in a
-private temporary directory (mode 0700) and stays the authority for every answer. Over the front's
-stdin and stdout, as JSON lines:
+The front (main.go) owns the public gRPC port; Python listens on two unix sockets in a private
+temporary directory (mode 0700), the link for the unary calls (link.py) and its gRPC server for the
+streaming ones, and stays the authority for every answer. Over the front's stdin and
+stdout, as JSON lines:
 
-- Python -> front: `start` (addresses, the private directory, counters file, cacheable methods,
-  memory bounds, the TLS file paths), `version` (the provider's state version after every change,
-  pushed from whichever thread made it), `closing` (shutdown began: forward everything, so Python's
-  gate answers UNAVAILABLE exactly as before) and `stop` (the grace left).
+- Python -> front: `start` (addresses, the private directory, counters file, cacheable methods, the
+  link's methods in index order, memory bounds, the TLS file paths), `version` (the provider's state
+  version after every change, pushed from whichever thread made it), `closing` (shutdown began:
+  forward everything, so Python's gate answers UNAVAILABLE exactly as before) and `stop` (the grace
+  left).
 - front -> Python: `ready` (the bound port) or `error`, `log` (logged here through the logger
   `cloudprovider_grpc.front`, so format and secret redaction are unchanged), `backend` (the front
-  lost or regained its connection to Python's socket) and `stopped`.
+  lost or regained its connection to Python's sockets) and `stopped`.
 
 EOF on the front's stdin means Python is gone (even after kill -9): the front removes the private
 directory and exits at once.
@@ -69,7 +71,9 @@ class FrontProcess:
         backend: Path,
         counters: FrontCounters,
         cacheable: list[str],
-        unary_prefix: str = "",
+        link: Path | None = None,
+        link_methods: list[str] | None = None,
+        link_calls: int = 16,
         maps: dict[str, list[list[int]]] | None = None,
         directory: Path | None = None,
         tls_paths: list[Path] | None = None,
@@ -99,7 +103,9 @@ class FrontProcess:
             "backend": str(backend),
             "counters": str(counters.path),
             "methods": cacheable,
-            "unary_prefix": unary_prefix,
+            "link": str(link) if link is not None else "",
+            "link_methods": link_methods or [],
+            "link_calls": link_calls,
             "maps": maps or {},
             "buckets": list(counters.buckets),
             "max_entries": max_entries,

@@ -1,8 +1,9 @@
 package main
 
-// Every call: the three cacheable unary methods are answered from the cache or forwarded and
-// remembered; everything else (the other RPCs, health Check/Watch, reflection streams) is relayed
-// as a generic bidirectional stream. The front knows no schema: requests and responses are bytes.
+// Every call: the unary methods Python serves on the link (the CloudProvider service, the health check)
+// go over it (link.go), the three cacheable ones answered from the cache when they can and remembered;
+// everything else (health Watch, reflection streams) is relayed to Python's gRPC socket as a generic
+// bidirectional stream. The front knows no schema: requests and responses are bytes.
 
 import (
 	"context"
@@ -14,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -21,27 +23,40 @@ import (
 // versionKey is the trailer in which Python sends the provider's state version.
 const versionKey = "cpg-state-version"
 
-// rawCodec passes message bytes through untouched, in both directions.
+// rawCodec passes message bytes through untouched, in both directions: a message is a *[]byte, or (to
+// send) a mem.Buffer from grpc-go's buffer pool, which grpc-go returns to the pool once it is written
+// (a large answer relayed from Python is read into one: no garbage per call). Unmarshal takes the one
+// copy grpc-go's buffers need, as they are reused once it returns.
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = append([]byte(nil), data...)
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(mem.Buffer); ok {
+		return mem.BufferSlice{b}, nil
+	}
+	return mem.BufferSlice{mem.SliceBuffer(*(v.(*[]byte)))}, nil
+}
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*(v.(*[]byte)) = data.Materialize()
 	return nil
 }
 func (rawCodec) Name() string { return "proto" }
 
 type front struct {
-	backend   *grpc.ClientConn
-	watch     *backendWatch
-	maxKey    int // requests longer than this are forwarded, never cached (CA's are a few hundred bytes)
-	cache     *cache
-	counters  *counters
-	cacheable map[string]int       // full method name -> counter slot
-	keys      map[string]*mapPaths // full method name -> its request's map fields (see canonical.go)
-	// unaryPrefix: the service whose methods are all unary (CloudProvider): its uncached calls are
-	// forwarded as one Invoke, measurably cheaper than the generic stream relay
-	unaryPrefix string
+	backend  *grpc.ClientConn // Python's gRPC socket: the streaming calls
+	link     *link            // Python's link: the unary calls
+	watch    *backendWatch
+	maxKey   int // requests longer than this are forwarded, never cached (CA's are a few hundred bytes)
+	cache    *cache
+	counters *counters
+	routes   map[string]route // full method name -> how the link serves it
+}
+
+// route: a method served on the link: its index there and, for a cacheable one, its counter slot
+// (-1 otherwise) and its request's map fields (see canonical.go).
+type route struct {
+	id   uint16
+	slot int
+	keys *mapPaths
 }
 
 // Only these outcomes are cached: Python logs none of them (it logs UNAVAILABLE and INTERNAL), and
@@ -55,11 +70,8 @@ func (f *front) handle(_ any, stream grpc.ServerStream) error {
 	if f.watch.isDown() && strings.HasPrefix(method, healthPrefix) {
 		return f.notServing(method, stream)
 	}
-	if slot, ok := f.cacheable[method]; ok {
-		return f.unary(method, slot, stream)
-	}
-	if f.unaryPrefix != "" && strings.HasPrefix(method, f.unaryPrefix) {
-		return f.unary(method, -1, stream)
+	if r, ok := f.routes[method]; ok {
+		return f.unary(method, r, stream)
 	}
 	return f.relay(method, stream)
 }
@@ -100,10 +112,11 @@ func withoutVersion(md metadata.MD) metadata.MD {
 	return md
 }
 
-// unary forwards one unary call; for a cacheable method (slot >= 0) it answers from the cache when it
-// can and remembers Python's answer when it may.
-func (f *front) unary(method string, slot int, stream grpc.ServerStream) error {
+// unary forwards one unary call over the link; for a cacheable method (slot >= 0) it answers from the
+// cache when it can and remembers Python's answer when it may.
+func (f *front) unary(method string, r route, stream grpc.ServerStream) error {
 	start := time.Now()
+	slot := r.slot
 	var req []byte
 	if err := stream.RecvMsg(&req); err != nil {
 		if errors.Is(err, io.EOF) { // a unary call without its request message: as grpcio answers it
@@ -114,10 +127,10 @@ func (f *front) unary(method string, slot int, stream grpc.ServerStream) error {
 	if len(req) > f.maxKey {
 		slot = -1 // a hostile size: never held in the cache (its counter slot counts cached answers only)
 	}
-	var key cacheKey
+	var key []byte
 	if slot >= 0 {
-		key = cacheKey{method, string(f.keys[method].key(req))}
-		if a := f.cache.get(key); a != nil {
+		key = r.keys.key(req)
+		if a := f.cache.get(slot, key); a != nil {
 			var err error
 			if a.err != nil {
 				err = a.err.Err()
@@ -128,27 +141,34 @@ func (f *front) unary(method string, slot int, stream grpc.ServerStream) error {
 			return err
 		}
 	}
-	var resp []byte
-	var trailer metadata.MD
-	err := f.backend.Invoke(outgoing(stream.Context()), method, &req, &resp, f.callOptions(grpc.Trailer(&trailer))...)
-	version, known := f.observe(trailer)
-	st := fromBackend(err)
-	if known && slot >= 0 && cacheableCode(st.Code()) {
-		a := &answer{code: st.Code()}
-		if err != nil {
-			a.err = st
-		} else {
-			a.body = resp
-		}
-		f.cache.put(key, version, a)
+	if f.watch.isDown() {
+		return status.Error(codes.Unavailable, "the Python server cannot be reached")
 	}
-	if md := withoutVersion(trailer); len(md) > 0 {
-		stream.SetTrailer(md)
-	}
+	a, err := f.link.call(stream.Context(), r.id, req, slot < 0)
 	if err != nil {
+		return err
+	}
+	if a.pooled != nil {
+		if a.code == codes.OK {
+			return stream.SendMsg(a.pooled) // grpc-go frees it
+		}
+		a.pooled.Free()
+	}
+	if a.known {
+		// before the caller hears the answer: a serial caller never reads older state afterwards
+		f.cache.raise(a.version)
+	}
+	var st *status.Status
+	if a.code != codes.OK {
+		st = status.New(a.code, a.message)
+	}
+	if a.known && a.storable && slot >= 0 && cacheableCode(a.code) {
+		f.cache.put(slot, key, a.version, &answer{code: a.code, body: a.body, err: st})
+	}
+	if st != nil {
 		return st.Err()
 	}
-	return stream.SendMsg(&resp)
+	return stream.SendMsg(&a.body)
 }
 
 var streamDesc = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
@@ -211,10 +231,6 @@ func (f *front) relay(method string, ss grpc.ServerStream) error {
 
 // zeroMessages is grpcio's answer to a unary call that ends without its request message.
 const zeroMessages = `"b''" requires exactly one request message.`
-
-// maxMetadata is grpcio's hard limit on a request's metadata (its "absolute max metadata size"),
-// which Python's server advertises to the front as its header list limit.
-const maxMetadata = 16384
 
 // callOptions: once the connection to Python has failed, calls fail at once (UNAVAILABLE) instead of
 // waiting out their deadline for a socket that may never come back.

@@ -6,7 +6,8 @@ and what happens when it fails.
   once; the public port is back within a fraction of a second. Restarts are bounded: after
   MAX_RESTARTS within RESTART_WINDOW seconds, the server gives up and exits with status 1, so that
   Kubernetes restarts the pod rather than the server limping on without a port.
-- The front loses its connection to Python's socket: it tells Python, which logs it and turns
+- The front loses its connection to one of Python's sockets (the link that carries the unary calls,
+  see link.py, or the gRPC socket that carries the streams): it tells Python, which logs it and turns
   /healthz 503, while the front answers the gRPC health service NOT_SERVING itself; both recover
   when the connection does.
 - Python dies: the front sees EOF on its control pipe, removes the private directory and exits.
@@ -29,6 +30,7 @@ from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.errors import ConfigError, ServerStartError
 from cloudprovider_grpc.front import binary as front_binary_mod
 from cloudprovider_grpc.front.counters import FrontCounters
+from cloudprovider_grpc.front.link import Call, LinkServer
 from cloudprovider_grpc.front.process import FrontProcess, FrontStartError, map_field_paths
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.service import CACHEABLE, SERVICE_NAME
@@ -48,18 +50,24 @@ RESTART_BACKOFF = 0.1
 class FrontLink:
     """The compiled front serving the public port for this server, supervised (see the module
     docstring), and what it shares with Python: a private directory (0700) holding Python's unix
-    socket and the counters file.
+    sockets (the link and the gRPC socket) and the counters file.
 
     `spawn(listen)` starts a front process on `listen`; the server sets the callbacks: `on_serving`
     (whether the public port serves, for /healthz), `on_fatal` (restarts exhausted) and
     `version` (the provider's current state version, sent to each new front)."""
 
     def __init__(
-        self, spawn: Callable[[str], FrontProcess], listen: str, directory: Path, counters: FrontCounters
+        self,
+        spawn: Callable[[str], FrontProcess],
+        listen: str,
+        directory: Path,
+        counters: FrontCounters,
+        link: LinkServer,
     ) -> None:
         self._spawn = spawn
         self.directory = directory
         self.counters = counters
+        self.link = link
         self.on_serving: Callable[[bool], None] = lambda up: None
         self.on_fatal: Callable[[str], None] = lambda why: None
         self.version: Callable[[], int | None] = lambda: None
@@ -84,6 +92,10 @@ class FrontLink:
         return port
 
     # ------------------------------------------------------------- what the server sends
+    def serve(self) -> None:
+        """Python's handlers are ready: the link answers the calls queued meanwhile, and later ones."""
+        self.link.serve()
+
     def push_version(self, version: int | None) -> None:
         self.process.push_version(version)
 
@@ -106,6 +118,7 @@ class FrontLink:
         process.kill()
 
     def close(self) -> None:
+        self.link.close()
         metrics.RPC.retire_source(self.counters)  # the front's counts stay in the totals
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -181,14 +194,18 @@ def front_binary(settings: Settings) -> Path | None:
     return binary
 
 
-def start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple[FrontLink, int]:
-    """Python's gRPC server on a private unix socket, the front on the public address.
+def start_front(
+    binary: Path, settings: Settings, server: grpc.Server, calls: dict[str, Call]
+) -> tuple[FrontLink, int]:
+    """The link (serving `calls`, the unary methods by full name) and Python's gRPC server (the
+    streaming calls) on private unix sockets, the front on the public address.
 
     With TLS, Python checks the files once here (a clear error before anything listens); the front
     then loads them, and re-reads them when they change, itself."""
     service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
     tls_paths = CertReloader(settings.tls).paths if settings.tls.enabled else None
     directory = Path(tempfile.mkdtemp(prefix="cloudprovider-grpc-"))  # mode 0700
+    link_server: LinkServer | None = None
     try:
         socket_path = directory / "grpc.sock"
         if len(str(socket_path)) > MAX_SOCKET_PATH:
@@ -202,6 +219,16 @@ def start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple[
             bound = 0
         if not bound:
             raise ServerStartError(f"cannot listen on the private socket {socket_path}")
+        try:
+            link_server = LinkServer(
+                directory / "link.sock",
+                calls,
+                max_connections=2 * settings.grpc_workers + 2,
+            )
+        except OSError as exc:
+            raise ServerStartError(
+                f"cannot listen on the private socket {directory / 'link.sock'}: {exc.strerror or exc}"
+            ) from None
         counters = FrontCounters(directory / "counters", CACHEABLE, metrics._LATENCY_BUCKETS)
 
         def spawn(listen: str) -> FrontProcess:
@@ -215,16 +242,22 @@ def start_front(binary: Path, settings: Settings, server: grpc.Server) -> tuple[
                     f"/{SERVICE_NAME}/{name}": map_field_paths(service.methods_by_name[name].input_type)
                     for name in CACHEABLE
                 },
-                unary_prefix=f"/{SERVICE_NAME}/",  # every CloudProvider RPC is unary
+                link=link_server.path,
+                link_methods=link_server.methods,
+                link_calls=settings.grpc_workers,
                 directory=directory,
                 tls_paths=tls_paths,
             )
 
-        link = FrontLink(spawn, settings.address, directory, counters)
+        link = FrontLink(spawn, settings.address, directory, counters, link_server)
     except OSError as exc:
+        if link_server is not None:
+            link_server.close()
         shutil.rmtree(directory, ignore_errors=True)
         raise ServerStartError(f"compiled front: cannot run {binary}: {exc.strerror or exc}") from None
     except BaseException:
+        if link_server is not None:
+            link_server.close()
         shutil.rmtree(directory, ignore_errors=True)
         raise
     try:
