@@ -7,7 +7,7 @@ import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
-from cloudprovider_grpc.service import options_from_pb, options_to_pb
+from cloudprovider_grpc.wire import options_from_pb, options_to_pb
 
 pytestmark = pytest.mark.unit
 
