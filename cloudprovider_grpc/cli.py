@@ -16,8 +16,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc import __version__, logs
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.memory import limit_malloc_arenas
+
+# before grpc is imported: its core starts threads of its own, and glibc fixes the arena limit when
+# the first of them allocates
+limit_malloc_arenas()
+
+from cloudprovider_grpc import __version__, logs  # noqa: E402
+from cloudprovider_grpc.errors import ConfigError  # noqa: E402
 
 EXIT_CONFIG = 2
 
