@@ -75,3 +75,25 @@ def install_hooks() -> None:
         a.exc_traceback,
         f"in thread {a.thread.name if a.thread else '?'}",
     )
+
+
+class OncePer:
+    """Lets one event through per `interval` seconds and counts the ones held back meanwhile: a
+    fuzzer or a confused client must not flood the log, and the line that does go out says how
+    many it stands for."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._suppressed = 0
+
+    def due(self) -> int | None:
+        """The number held back since the last event let through, or None to stay silent now."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._suppressed += 1
+                return None
+            suppressed, self._suppressed, self._next = self._suppressed, 0, now + self.interval
+        return suppressed

@@ -11,8 +11,6 @@ standard health and reflection services all go through this one mechanism.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +18,8 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import DecodeError
+
+from cloudprovider_grpc.logs import OncePer
 
 log = logging.getLogger("cloudprovider_grpc.service")
 
@@ -29,25 +29,19 @@ class MalformedLog:
     count of the ones not logged: a fuzzer or a confused client must not flood the log."""
 
     def __init__(self, interval: float = 60.0) -> None:
-        self._interval = interval
-        self._lock = threading.Lock()
-        self._next = 0.0
-        self._suppressed = 0
+        self._once = OncePer(interval)
 
     def note(self, method: str, size: int) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now < self._next:
-                self._suppressed += 1
-                return
-            suppressed, self._suppressed, self._next = self._suppressed, 0, now + self._interval
+        suppressed = self._once.due()
+        if suppressed is None:
+            return
         log.warning(
             "%s: request body of %d bytes does not parse; answered INVALID_ARGUMENT "
             "(%d more malformed requests since the last warning; at most one warning per %.0fs)",
             method,
             size,
             suppressed,
-            self._interval,
+            self._once.interval,
         )
 
 

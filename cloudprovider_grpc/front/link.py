@@ -37,6 +37,7 @@ from typing import Any
 
 import grpc
 
+from cloudprovider_grpc.logs import OncePer
 from cloudprovider_grpc.service import VERSION_TRAILER
 
 log = logging.getLogger("cloudprovider_grpc.front")
@@ -140,19 +141,14 @@ class _Warnings:
     """At most one warning a minute about bad frames, with a count of the ones not logged."""
 
     def __init__(self, interval: float = 60.0) -> None:
-        self._interval = interval
-        self._next = 0.0
-        self._suppressed = 0
-        self._lock = threading.Lock()
+        self._once = OncePer(interval)
 
     def note(self, what: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if now < self._next:
-                self._suppressed += 1
-                return
-            suppressed, self._suppressed, self._next = self._suppressed, 0, now + self._interval
-        log.warning("front link: %s; connection closed (%d more since the last warning)", what, suppressed)
+        suppressed = self._once.due()
+        if suppressed is not None:
+            log.warning(
+                "front link: %s; connection closed (%d more since the last warning)", what, suppressed
+            )
 
 
 class LinkServer:
