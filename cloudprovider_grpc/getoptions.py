@@ -36,15 +36,17 @@ NO_OPTIONS = Prebuilt.of(pb.NodeGroupAutoscalingOptionsResponse())
 _OPTIONS_DESCRIPTOR = pb.NodeGroupAutoscalingOptions.DESCRIPTOR
 
 
-def _defaults_of(key: tuple[bool, bytes]) -> tuple[AutoscalingOptions, bytes]:
+def _defaults_of(key: tuple[bool, bytes]) -> tuple[AutoscalingOptions, bytes] | None:
     """From (has defaults, their encoding): the values (ours when the request has none) and the
-    encoded fields our schema does not know. Raises InvalidArgument (never memoised) for malformed
-    values."""
+    encoded fields our schema does not know; None for the defaults of CA 1.25-1.28. Raises
+    InvalidArgument (never memoised) for malformed values."""
     present, raw = key
     if not present:
         return AutoscalingOptions(), b""
-    options = options_from_pb(pb.NodeGroupAutoscalingOptions.FromString(raw))
-    return options, unknown_fields(raw, _OPTIONS_DESCRIPTOR)
+    defaults = pb.NodeGroupAutoscalingOptions.FromString(raw)
+    if from_ca_before_1_29(defaults):
+        return None
+    return options_from_pb(defaults), unknown_fields(raw, _OPTIONS_DESCRIPTOR)
 
 
 def _varint(n: int) -> bytes:
@@ -102,24 +104,25 @@ class OptionsAnswers:
 
     def __init__(self, provider: CloudProvider) -> None:
         self._provider = provider
-        # CA sends the same defaults on every call: decoded once per distinct encoding; the merged
-        # options and their encoding likewise (see Prebuilt). Both are pure functions of their keys.
-        self._defaults: Memo[tuple[bool, bytes], tuple[AutoscalingOptions, bytes]] = Memo(256)
+        # the defaults CA sent, by encoding; the merged options' answers (see Prebuilt): both are
+        # pure functions of their keys
+        self._defaults: Memo[tuple[bool, bytes], tuple[AutoscalingOptions, bytes] | None] = Memo(256)
         self._answers: Memo[tuple[AutoscalingOptions, bytes], Prebuilt] = Memo(1024)
         self._withheld = _OverridesWithheld()
 
     def answer(self, request: pb.NodeGroupAutoscalingOptionsRequest) -> Prebuilt:
-        if from_ca_before_1_29(request):
+        # CA sends the same defaults on every call: decoded (and its release told) once per encoding
+        defaults = self._defaults.get(
+            (request.HasField("defaults"), request.defaults.SerializeToString()), _defaults_of
+        )
+        if defaults is None:  # CA 1.25-1.28
             if self._group_options(request.id, AutoscalingOptions()) is not None:
                 self._withheld.note(request.id)
             return NO_OPTIONS
-        defaults, unknown = self._defaults.get(
-            (request.HasField("defaults"), request.defaults.SerializeToString()), _defaults_of
-        )
-        options = self._group_options(request.id, defaults)
+        options = self._group_options(request.id, defaults[0])
         if options is None:
             return NO_OPTIONS
-        return self._answers.get((options, unknown), _answer)
+        return self._answers.get((options, defaults[1]), _answer)
 
     def _group_options(self, group_id: str, defaults: AutoscalingOptions) -> AutoscalingOptions | None:
         """The provider's options for the group; None for no overrides, also from a backend that

@@ -148,19 +148,16 @@ _FROM_1_29 = (
 )
 
 
-def from_ca_before_1_29(request: pb.NodeGroupAutoscalingOptionsRequest) -> bool:
-    """True for the GetOptions request of CA 1.25-1.28: it has `defaults`, and they carry none of
-    fields 5-10 (no MaxNodeProvisionTime, no Duration field, both booleans false). Those releases
-    send only fields 1-4 (cluster-autoscaler-1.25.0 .. 1.28.7, externalgrpc_node_group.go), and
-    every later release sends field 5 or fields 8-10 on every call. A request without `defaults`
-    comes from no CA release and is not counted as one."""
-    if not request.HasField("defaults"):
-        return False
-    d = request.defaults
+def from_ca_before_1_29(defaults: pb.NodeGroupAutoscalingOptions) -> bool:
+    """True for the `defaults` of CA 1.25-1.28's GetOptions request: they carry none of fields 5-10
+    (no MaxNodeProvisionTime, no Duration field, both booleans false). Those releases send only
+    fields 1-4 (cluster-autoscaler-1.25.0 .. 1.28.7, externalgrpc_node_group.go), and every later
+    release sends field 5 or fields 8-10 on every call. A request without `defaults` comes from no
+    CA release and is not asked about."""
     return not (
-        any(d.HasField(name) for name in _FROM_1_29)
-        or d.zeroOrMaxNodeScaling
-        or d.ignoreDaemonSetsUtilization
+        any(defaults.HasField(name) for name in _FROM_1_29)
+        or defaults.zeroOrMaxNodeScaling
+        or defaults.ignoreDaemonSetsUtilization
     )
 
 

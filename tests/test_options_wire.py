@@ -40,15 +40,10 @@ def test_fractional_seconds_round_trip_through_both_encodings() -> None:
     assert options_from_pb(legacy_only).max_node_provision_time == 1.25
 
 
-def _request(**defaults: object) -> pb.NodeGroupAutoscalingOptionsRequest:
-    return pb.NodeGroupAutoscalingOptionsRequest(id="g", defaults=pb.NodeGroupAutoscalingOptions(**defaults))
-
-
-def test_the_request_of_ca_1_25_to_1_28_is_told_apart_by_fields_5_to_10() -> None:
+def test_the_defaults_of_ca_1_25_to_1_28_are_told_apart_by_fields_5_to_10() -> None:
     legacy = {"scaleDownUnneededTime": {"duration": 1}, "scaleDownUnreadyTime": {"duration": 2}}
-    assert from_ca_before_1_29(_request(**legacy))
-    assert from_ca_before_1_29(_request())  # defaults present, all of them zero: still none of 5-10
-    assert not from_ca_before_1_29(pb.NodeGroupAutoscalingOptionsRequest(id="g"))  # no defaults: no CA
+    assert from_ca_before_1_29(pb.NodeGroupAutoscalingOptions(**legacy))
+    assert from_ca_before_1_29(pb.NodeGroupAutoscalingOptions())  # all zero: still none of 5-10
     for later in (
         {"MaxNodeProvisionTime": {}},  # 1.29-1.34.1, even at zero
         {"zeroOrMaxNodeScaling": True},
@@ -57,7 +52,7 @@ def test_the_request_of_ca_1_25_to_1_28_is_told_apart_by_fields_5_to_10() -> Non
         {"scaleDownUnreadyDuration": {}},
         {"MaxNodeProvisionDuration": {}},
     ):
-        assert not from_ca_before_1_29(_request(**legacy, **later)), later
+        assert not from_ca_before_1_29(pb.NodeGroupAutoscalingOptions(**legacy, **later)), later
 
 
 def test_unknown_fields_are_found_byte_for_byte_whatever_their_wire_type() -> None:
