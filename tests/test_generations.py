@@ -291,3 +291,29 @@ def test_every_request_with_unknown_fields_is_answered_as_without(
         assert refused[0] == "INVALID_ARGUMENT"
         assert status_of(delete, foreign + unknown(8)) == refused
         assert raw_call(ch, "Refresh")(pb.RefreshRequest().SerializeToString() + unknown(9)) == b""
+
+
+def test_the_front_answers_every_generation_as_python_alone_does(compiled_front: Path | None) -> None:
+    """The same requests, each generation's and a newer CA's, to a server behind the front and to one
+    without it: the same bytes (or the same status and message) come back."""
+    requests = [
+        ("NodeGroupGetOptions", request(group, defaults_of(g) + extra))
+        for group in ("plain", "tuned", "strict", "nope")
+        for g in GENERATIONS
+        for extra in (b"", unknown(11))
+        if not (extra and g != "1.35+")
+    ]
+    with server("auto", compiled_front) as (_, front_ch), server("off", compiled_front) as (_, python_ch):
+        ids = [
+            pb.NodeGroupNodesResponse.FromString(
+                raw_call(ch, "NodeGroupNodes")(pb.NodeGroupNodesRequest(id="plain").SerializeToString())
+            )
+            .instances[0]
+            .id
+            for ch in (front_ch, python_ch)
+        ]
+        assert ids[0] == ids[1]  # the two sim clouds are the same
+        for method, body in requests + _reads(ids[0]):
+            for extra in (b"", unknown(12)):
+                answers = [status_of(raw_call(ch, method), body + extra) for ch in (front_ch, python_ch)]
+                assert answers[0] == answers[1], (method, body.hex(), extra.hex())
