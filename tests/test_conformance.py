@@ -1,9 +1,9 @@
 """Conformance through the project's CA-faithful client, over real sockets, at every wire generation.
 
-The pytest entry point of `tests/conformance/run.sh` (README "Conformance"): for every backend of
-`tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and spc; a new
-backend joins by being registered there) and every client generation (1.35+, 1.34.2, 1.33-1.34.1,
-1.29-1.32, 1.25-1.28), the Go client in `tests/conformance` drives three servers on loopback with
+The pytest entry point of `tests/conformance/run.sh` (docs/architecture.md "Conformance"): for every
+backend of `tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and
+spc; a new backend joins by being registered there) and every client generation (1.35+, 1.34.2,
+1.33-1.34.1, 1.29-1.32, 1.25-1.28), the Go client in `tests/conformance` drives three servers on loopback with
 mutual TLS as CA's externalgrpc client does: each generation with its own fields sent and read, its
 own error mapping (UNIMPLEMENTED passed up raw before 1.29), deadline (a fixed 5 s before 1.29,
 `grpc_timeout` after) and cloud-config reader. A sixth run per backend, `future`, is the newest
@@ -165,7 +165,10 @@ def test_conformance(be: BackendUnderTest, mode: str, tmp_path: Path) -> None:
 #: legacy `pod` and answers it correctly; only 1.35+, which sends pod_bytes alone, is misread.
 MUTATIONS = {
     "nodeBytes": ("bytes nodeBytes = 2;", {"1.35+", "1.34.2"}),
-    "nodeInfo": ("bytes nodeInfo = 1 [deprecated = true];", {"1.34.2", "1.33-1.34.1", "1.29-1.32", "1.25-1.28"}),
+    "nodeInfo": (
+        "bytes nodeInfo = 1 [deprecated = true];",
+        {"1.34.2", "1.33-1.34.1", "1.29-1.32", "1.25-1.28"},
+    ),
     "pod_bytes": ("bytes pod_bytes = 4;", {"1.35+"}),
 }
 #: a number no generation uses in any message
@@ -242,7 +245,11 @@ RAW_ERRORS = "1.25-1.28"
 def _getters(client: Path, generation: str) -> dict[str, dict[str, str]]:
     """answer ("UNIMPLEMENTED" or "empty") -> getter -> outcome, from `conformance getters`."""
     proc = subprocess.run(
-        [str(client), "getters", "-generation", generation], capture_output=True, text=True, timeout=60, check=False
+        [str(client), "getters", "-generation", generation],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out: dict[str, dict[str, str]] = {}
