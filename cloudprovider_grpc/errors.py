@@ -45,9 +45,11 @@ class Unavailable(ProviderError):
 
 
 class NotImplementedByProvider(ProviderError):
-    """An optional capability (pricing, templates, per-group options) the backend does not have.
+    """An optional capability (pricing, templates) the backend does not have.
 
-    CA maps UNIMPLEMENTED to cloudprovider.ErrNotImplemented only for the four optional RPCs.
+    CA maps UNIMPLEMENTED to cloudprovider.ErrNotImplemented from 1.29 on, and only for the two
+    pricing RPCs, NodeGroupTemplateNodeInfo and NodeGroupGetOptions; CA 1.25-1.28 take it as a plain
+    error. NodeGroupGetOptions never answers it for a known group (see getoptions.py).
     """
 
     code = grpc.StatusCode.UNIMPLEMENTED

@@ -15,9 +15,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -25,22 +24,23 @@ from google.protobuf.descriptor import MethodDescriptor
 
 from cloudprovider_grpc import metrics, rawparse
 from cloudprovider_grpc.errors import InvalidArgument, NotImplementedByProvider, ProviderError, Unavailable
+from cloudprovider_grpc.getoptions import OptionsAnswers
 from cloudprovider_grpc.handover import WRITES, HandOverRelay
 from cloudprovider_grpc.k8s.node import encode_template_node
 from cloudprovider_grpc.k8s.resources import parse_pod, pod_requests
 from cloudprovider_grpc.k8s.template import NodeTemplate
+from cloudprovider_grpc.logs import OncePer
+from cloudprovider_grpc.prebuilt import Memo, Prebuilt
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
-from cloudprovider_grpc.providers.contract import AutoscalingOptions, CloudProvider, NodeGroup
+from cloudprovider_grpc.providers.contract import CloudProvider, NodeGroup
 from cloudprovider_grpc.secrets import redact
-from cloudprovider_grpc.wire import group_pb, node_ref, options_from_pb, options_to_pb, period
+from cloudprovider_grpc.wire import group_pb, node_ref, period
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CloudProvider"].full_name
 R = TypeVar("R")
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
 
 
 class _Timer:
@@ -78,46 +78,6 @@ def safe_message(message: str, limit: int = MAX_MESSAGE) -> str:
     keep = (limit - 60) // 2
     omitted = len(line) - 2 * keep
     return f"{line[:keep]}...[{omitted} of {len(line)} characters omitted]...{line[-keep:]}"
-
-
-@dataclass(frozen=True, slots=True)
-class Prebuilt:
-    """A response encoded once and served many times: the raw-bytes path sends `raw` without
-    encoding anything, the typed path (the simulator's in-process transport) gets the same message
-    object every time.
-
-    Why: CA asks NodeGroupGetOptions, NodeGroupForNode and NodeGroupTargetSize per node, several
-    times a loop (~5,000 calls per loop at 1,000 nodes); building and encoding the answer
-    was most of our own per-call work (GetOptions: 34 us in-process, of which converting and encoding
-    the options was ~27 us)."""
-
-    message: Any
-    raw: bytes
-
-    @classmethod
-    def of(cls, message: Any) -> Prebuilt:
-        return cls(message, message.SerializeToString())
-
-
-class _Memo(Generic[K, V]):
-    """A bounded memo of a pure function of its key: nothing it holds can go stale, because the key is
-    everything the value depends on. Cleared when full (CA sends a handful of distinct keys; a client
-    sending endless distinct ones only costs the recomputation)."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._values: dict[K, V] = {}
-
-    def get(self, key: K, compute: Callable[[K], V]) -> V:
-        try:
-            return self._values[key]
-        except KeyError:
-            pass
-        value = compute(key)
-        if len(self._values) >= self._limit:
-            self._values.clear()
-        self._values[key] = value
-        return value
 
 
 class ShuttingDown(Unavailable):
@@ -308,29 +268,6 @@ def _target_answer(size: int) -> Prebuilt:
     return Prebuilt.of(pb.NodeGroupTargetSizeResponse(targetSize=size))
 
 
-def _options_answer(options: AutoscalingOptions) -> Prebuilt:
-    return Prebuilt.of(
-        pb.NodeGroupAutoscalingOptionsResponse(nodeGroupAutoscalingOptions=options_to_pb(options))
-    )
-
-
-def _defaults_of(key: tuple[bool, bytes]) -> AutoscalingOptions | None:
-    """The defaults of a NodeGroupGetOptions request from (has defaults, their encoding); None for
-    what CA 1.25-1.28 send (the legacy durations without a max node provision time). Raises
-    InvalidArgument (never memoised) for malformed values."""
-    present, raw = key
-    if not present:
-        return AutoscalingOptions()
-    d = pb.NodeGroupAutoscalingOptions.FromString(raw)
-    if (
-        d.HasField("scaleDownUnneededTime")
-        and not d.HasField("MaxNodeProvisionTime")
-        and not d.HasField("MaxNodeProvisionDuration")
-    ):
-        return None
-    return options_from_pb(d)
-
-
 class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     """All 15 RPCs over one CloudProvider."""
 
@@ -350,11 +287,10 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         # CA asks NodeGroupForNode for every node several times a loop: answers are reused per group
         # object (providers return the same NodeGroup object while the group is unchanged)
         self._for_node_answers: dict[str, tuple[NodeGroup, Prebuilt]] = {}
-        # the per-node RPCs' answers by value (see Prebuilt): a target size, the defaults CA sent, the
-        # merged options; each a pure function of its key
-        self._target_answers: _Memo[int, Prebuilt] = _Memo(4096)
-        self._defaults: _Memo[tuple[bool, bytes], AutoscalingOptions | None] = _Memo(256)
-        self._options_answers: _Memo[AutoscalingOptions, Prebuilt] = _Memo(1024)
+        # the per-node RPCs' answers by value (see Prebuilt), each a pure function of its key
+        self._target_answers: Memo[int, Prebuilt] = Memo(4096)
+        self._options = OptionsAnswers(provider)
+        self._invalid_templates = OncePer(60.0)
 
     # ---- cloud-provider level ----
     @_rpc
@@ -485,18 +421,9 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     def NodeGroupGetOptions(
         self, request: pb.NodeGroupAutoscalingOptionsRequest, context: grpc.ServicerContext
     ) -> Prebuilt:
-        # CA sends the same defaults on every call: they are decoded once per distinct encoding
-        defaults = self._defaults.get(
-            (request.HasField("defaults"), request.defaults.SerializeToString()), _defaults_of
-        )
-        if defaults is None:
-            # CA 1.25-1.28 never read MaxNodeProvisionTime from the answer and use 0 (issue #5935);
-            # leaving the RPC unimplemented makes them keep their own defaults instead
-            self.provider.target_size(request.id)  # still NOT_FOUND for unknown groups
-            raise NotImplementedByProvider(
-                "per-group options are not served to cluster-autoscaler < 1.29 (kubernetes/autoscaler#5935)"
-            )
-        return self._options_answers.get(self.provider.options(request.id, defaults), _options_answer)
+        """Never UNIMPLEMENTED for a known group: see getoptions.py for what each CA release is
+        answered and why."""
+        return self._options.answer(request)
 
     def _template_bytes(self, group_id: str) -> bytes:
         """The encoded template node, reused while the provider's template is unchanged.
@@ -511,7 +438,21 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         try:
             raw = encode_template_node(template, group_id)
         except ValueError as exc:
-            raise ProviderError(f"template for node group {group_id!r} is invalid: {exc}") from None
+            # UNIMPLEMENTED, not INTERNAL: from 1.32 CA skips a group whose template is "not
+            # implemented" but abandons the whole template build, and so its loop, on any other
+            # error (cluster-autoscaler-1.32.0 processors/nodeinfosprovider/mixed_nodeinfos_processor.go);
+            # releases before 1.32 abandon it on both
+            message = f"template for node group {group_id!r} is invalid: {exc}"
+            suppressed = self._invalid_templates.due()
+            if suppressed is not None:
+                log.warning(
+                    "NodeGroupTemplateNodeInfo: %s; answered UNIMPLEMENTED (%d more since the last "
+                    "warning; at most one warning per %.0fs)",
+                    safe_message(message),
+                    suppressed,
+                    self._invalid_templates.interval,
+                )
+            raise NotImplementedByProvider(message) from None
         with self._templates_lock:
             self._templates[group_id] = (template, raw)
         return raw

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.descriptor import FieldDescriptor
 
 from cloudprovider_grpc.errors import InvalidArgument
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
@@ -133,3 +134,102 @@ def options_to_pb(o: AutoscalingOptions) -> pb.NodeGroupAutoscalingOptions:
         scaleDownUnreadyDuration=new(o.scale_down_unready_time),
         MaxNodeProvisionDuration=new(o.max_node_provision_time),
     )
+
+
+#: the fields by which a CA release from 1.29 on marks its NodeGroupGetOptions defaults: 1.29-1.34.1
+#: always send MaxNodeProvisionTime (5), 1.33-1.34.1 also the two booleans (6, 7) when true, 1.34.2
+#: and later the Duration fields (8, 9, 10), all of them as non-nil messages
+#: (cluster-autoscaler-1.29.0 .. 1.36.x: cloudprovider/externalgrpc/externalgrpc_node_group.go, GetOptions)
+_FROM_1_29 = (
+    "MaxNodeProvisionTime",
+    "scaleDownUnneededDuration",
+    "scaleDownUnreadyDuration",
+    "MaxNodeProvisionDuration",
+)
+
+
+def from_ca_before_1_29(defaults: pb.NodeGroupAutoscalingOptions) -> bool:
+    """True for the `defaults` of CA 1.25-1.28's GetOptions request: they carry none of fields 5-10
+    (no MaxNodeProvisionTime, no Duration field, both booleans false). Those releases send only
+    fields 1-4 (cluster-autoscaler-1.25.0 .. 1.28.7, externalgrpc_node_group.go), and every later
+    release sends field 5 or fields 8-10 on every call. A request without `defaults` comes from no
+    CA release and is not asked about."""
+    return not (
+        any(defaults.HasField(name) for name in _FROM_1_29)
+        or defaults.zeroOrMaxNodeScaling
+        or defaults.ignoreDaemonSetsUtilization
+    )
+
+
+# protobuf wire types
+_VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = 0, 1, 2, 3, 4, 5
+_FIXED64 = {FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+_FIXED32 = {FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32}
+_DELIMITED = {FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES, FieldDescriptor.TYPE_MESSAGE}
+
+
+def _wire_types(field: FieldDescriptor) -> tuple[int, ...]:
+    """The wire types a parser accepts for `field`; any other one makes the field unknown."""
+    if field.type in _DELIMITED:
+        return (_LEN,)
+    if field.type == FieldDescriptor.TYPE_GROUP:
+        return (_SGROUP,)
+    scalar = _I64 if field.type in _FIXED64 else _I32 if field.type in _FIXED32 else _VARINT
+    return (scalar, _LEN) if field.is_repeated else (scalar,)  # a repeated scalar may come packed
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(raw) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip(raw: bytes, pos: int, number: int, wire: int) -> int:
+    """The position after the value of a field whose tag ended at `pos`."""
+    if wire == _VARINT:
+        return _varint(raw, pos)[1]
+    if wire in (_I64, _I32):
+        end = pos + (8 if wire == _I64 else 4)
+    elif wire == _LEN:
+        size, pos = _varint(raw, pos)
+        end = pos + size
+    elif wire == _SGROUP:
+        while True:
+            tag, pos = _varint(raw, pos)
+            if tag & 7 == _EGROUP:
+                if tag >> 3 != number:
+                    raise ValueError("mismatched end of group")
+                return pos
+            pos = _skip(raw, pos, tag >> 3, tag & 7)
+    else:
+        raise ValueError(f"wire type {wire}")
+    if end > len(raw):
+        raise ValueError("truncated field")
+    return end
+
+
+def unknown_fields(raw: bytes, descriptor: Any) -> bytes:
+    """The fields of the encoded message `raw` that `descriptor` does not know (a number it does not
+    declare, or a declared number with another wire type), byte for byte and in their order.
+    `descriptor` is a message Descriptor (the generated classes' upb one or the pure-Python one).
+
+    Why: a CA newer than our schema sends its defaults for options we do not know; echoing these
+    bytes in the answer gives it its own defaults back for them. Only the top level is scanned."""
+    out = bytearray()
+    pos = 0
+    while pos < len(raw):
+        start = pos
+        tag, pos = _varint(raw, pos)
+        number, wire = tag >> 3, tag & 7
+        pos = _skip(raw, pos, number, wire)
+        field = descriptor.fields_by_number.get(number)
+        if field is None or wire not in _wire_types(field):
+            out += raw[start:pos]
+    return bytes(out)

@@ -3,11 +3,14 @@ legacy fields 3/4/5 without a nil check, so an absent one would crash it."""
 
 from __future__ import annotations
 
+import logging
+from unittest import mock
+
 import pytest
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
-from cloudprovider_grpc.wire import options_from_pb, options_to_pb
+from cloudprovider_grpc.wire import from_ca_before_1_29, options_from_pb, options_to_pb, unknown_fields
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +38,62 @@ def test_fractional_seconds_round_trip_through_both_encodings() -> None:
     legacy_only = pb.NodeGroupAutoscalingOptions()
     legacy_only.MaxNodeProvisionTime.duration = 1_250_000_000
     assert options_from_pb(legacy_only).max_node_provision_time == 1.25
+
+
+def test_the_defaults_of_ca_1_25_to_1_28_are_told_apart_by_fields_5_to_10() -> None:
+    legacy = {"scaleDownUnneededTime": {"duration": 1}, "scaleDownUnreadyTime": {"duration": 2}}
+    assert from_ca_before_1_29(pb.NodeGroupAutoscalingOptions(**legacy))
+    assert from_ca_before_1_29(pb.NodeGroupAutoscalingOptions())  # all zero: still none of 5-10
+    for later in (
+        {"MaxNodeProvisionTime": {}},  # 1.29-1.34.1, even at zero
+        {"zeroOrMaxNodeScaling": True},
+        {"ignoreDaemonSetsUtilization": True},
+        {"scaleDownUnneededDuration": {}},
+        {"scaleDownUnreadyDuration": {}},
+        {"MaxNodeProvisionDuration": {}},
+    ):
+        assert not from_ca_before_1_29(pb.NodeGroupAutoscalingOptions(**legacy, **later)), later
+
+
+def test_unknown_fields_are_found_byte_for_byte_whatever_their_wire_type() -> None:
+    known = pb.NodeGroupAutoscalingOptions(scaleDownUtilizationThreshold=0.5, zeroOrMaxNodeScaling=True)
+    known.scaleDownUnneededDuration.seconds = 60
+    extra = (
+        bytes.fromhex("c8 3e 05")  # 1001, varint
+        + bytes.fromhex("d1 3e")
+        + bytes(range(8))  # 1002, fixed64
+        + bytes.fromhex("da 3e 02 68 69")  # 1003, length-delimited
+        + bytes.fromhex("e3 3e 08 01 e4 3e")  # 1004, a group holding field 1 = 1
+        + bytes.fromhex("ed 3e 01 02 03 04")  # 1005, fixed32
+        + bytes.fromhex("08 07")  # field 1 (a double) sent as a varint: unknown to a parser too
+    )
+    raw = known.SerializeToString()
+    mixed = raw[:9] + extra + raw[9:]  # after field 1, before the others
+    assert unknown_fields(mixed, pb.NodeGroupAutoscalingOptions.DESCRIPTOR) == extra
+    assert unknown_fields(raw, pb.NodeGroupAutoscalingOptions.DESCRIPTOR) == b""
+    # what protobuf keeps of them and writes back is the same bytes
+    parsed = pb.NodeGroupAutoscalingOptions.FromString(mixed)
+    assert parsed.scaleDownUtilizationThreshold == 0.5
+    assert unknown_fields(parsed.SerializeToString(), pb.NodeGroupAutoscalingOptions.DESCRIPTOR) == extra
+    with pytest.raises(ValueError):
+        unknown_fields(bytes.fromhex("e3 3e 08 01"), pb.NodeGroupAutoscalingOptions.DESCRIPTOR)  # no end
+
+
+def test_the_withheld_overrides_warning_names_every_group_asked_since_the_last(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from cloudprovider_grpc.getoptions import _OverridesWithheld
+
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.service")
+    clock = [100.0]
+    warning = _OverridesWithheld(interval=60.0)
+    with mock.patch("cloudprovider_grpc.logs.time.monotonic", lambda: clock[0]):
+        warning.note("a")
+        warning.note("b")
+        warning.note("c")
+        clock[0] += 61
+        warning.note("a")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "node groups 'a' are not applied" in lines[0] and "(0 more" in lines[0]
+    assert "node groups 'a', 'b', 'c' are not applied" in lines[1] and "(2 more" in lines[1]

@@ -50,20 +50,20 @@ def test_options_answers_follow_the_defaults_of_each_request(clock: ManualClock)
         assert absent.scaleDownUtilizationThreshold == pytest.approx(0.5)
         assert empty.scaleDownUtilizationThreshold == 0.0
 
-        # the legacy request of CA 1.25-1.28 stays UNIMPLEMENTED, an unknown group NOT_FOUND, and the
-        # answered form still answers after both
+        # the legacy request of CA 1.25-1.28 gets no options (OK, empty), an unknown group NOT_FOUND,
+        # a group without overrides no options either, and the answered form still answers after all
         legacy = pb.NodeGroupAutoscalingOptions(scaleDownUtilizationThreshold=0.5)
         legacy.scaleDownUnneededTime.duration = 600 * 10**9
         for _ in range(2):
-            with pytest.raises(grpc.RpcError) as info:
-                s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="tuned", defaults=legacy))
-            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            answer = s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="tuned", defaults=legacy))
+            assert not answer.HasField("nodeGroupAutoscalingOptions")
         with pytest.raises(grpc.RpcError) as info:
             s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="nope", defaults=legacy))
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
-        with pytest.raises(grpc.RpcError) as info:
-            s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="a", defaults=defaults(0.4, 600)))
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED  # "a" has no overrides
+        answer = s.NodeGroupGetOptions(
+            pb.NodeGroupAutoscalingOptionsRequest(id="a", defaults=defaults(0.4, 600))
+        )
+        assert not answer.HasField("nodeGroupAutoscalingOptions")  # "a" has no overrides
         assert (
             options(pb.NodeGroupAutoscalingOptionsRequest(id="tuned", defaults=defaults(0.4, 600))) == first
         )

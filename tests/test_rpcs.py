@@ -8,6 +8,7 @@ machines turn running when the clock passes the provisioning delay.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import grpc
 import pytest
@@ -15,6 +16,7 @@ from google.protobuf import timestamp_pb2
 
 from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.k8s.node import decode_node
+from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
 from cloudprovider_grpc.providers.contract import InstanceState
@@ -321,9 +323,11 @@ def test_error_paths(env) -> None:
     assert set(states(s, "general").values()) == {RUNNING}
     assert code_of(s.NodeGroupDeleteNodes, pb.NodeGroupDeleteNodesRequest(id="general"))[0] == ia
 
+    # GetOptions of a group without overrides: OK with no options (CA keeps its own defaults);
     # optional RPCs without data: UNIMPLEMENTED; bad pricing input: INVALID_ARGUMENT
     un = grpc.StatusCode.UNIMPLEMENTED
-    assert code_of(s.NodeGroupGetOptions, pb.NodeGroupAutoscalingOptionsRequest(id="general"))[0] == un
+    answer = s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="general"), timeout=5)
+    assert not answer.HasField("nodeGroupAutoscalingOptions")
     assert (
         code_of(
             s.PricingNodePrice,
@@ -355,12 +359,12 @@ def test_error_paths(env) -> None:
         pb.PricingPodPriceRequest(pod_bytes=b"\xff\xff\xff", startTimestamp=ts(0), endTimestamp=ts(1)),
     )
     assert code == ia and "not a valid v1.Pod" in msg
-    # CA 1.25-1.28 (legacy durations without MaxNodeProvisionTime): UNIMPLEMENTED so they keep their defaults
+    # CA 1.25-1.28 (legacy durations without MaxNodeProvisionTime): OK with no options, even for "gpu",
+    # which has overrides, so they keep their defaults
     old = pb.NodeGroupAutoscalingOptions()
     old.scaleDownUnneededTime.duration = 1
-    assert (
-        code_of(s.NodeGroupGetOptions, pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=old))[0] == un
-    )
+    answer = s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=old), timeout=5)
+    assert not answer.HasField("nodeGroupAutoscalingOptions")
 
 
 def test_stockout_shows_error_class_1(env) -> None:
@@ -425,14 +429,16 @@ class _BareDriver(MachineDriver):
         raise CloudError("read-only test cloud")
 
 
-def test_optional_rpcs_unimplemented_when_backend_lacks_them() -> None:
+def test_optional_rpcs_when_backend_lacks_them() -> None:
     settings = Settings(address="127.0.0.1:0", metrics_address="")
     handle = start_server(settings, provider=MachineProvider(_BareDriver(), inline_workers=True))
     try:
         s = stub(channel(handle))
         un = grpc.StatusCode.UNIMPLEMENTED
         assert code_of(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id="pool"))[0] == un
-        assert code_of(s.NodeGroupGetOptions, pb.NodeGroupAutoscalingOptionsRequest(id="pool"))[0] == un
+        # GetOptions never answers UNIMPLEMENTED for a known group: OK with no options
+        answer = s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="pool"), timeout=5)
+        assert not answer.HasField("nodeGroupAutoscalingOptions")
         node = pb.ExternalGrpcNode(providerID="bare://1")
         assert (
             code_of(
@@ -481,3 +487,28 @@ def test_a_backend_bug_is_internal_without_details() -> None:
         )  # still serving
     finally:
         handle.stop(1)
+
+
+class _BadTemplateDriver(_BareDriver):
+    """A cloud whose catalogue gives a machine shape Go cannot parse (a negative quantity)."""
+
+    def template(self, group: str) -> NodeTemplate | None:
+        return NodeTemplate(capacity={"cpu": "-2", "memory": "4Gi"})
+
+
+def test_an_invalid_template_is_unimplemented_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """UNIMPLEMENTED, not INTERNAL: from CA 1.32 a group whose template is "not implemented" is
+    skipped, while any other error abandons the loop's template build for every group."""
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.service")
+    settings = Settings(address="127.0.0.1:0", metrics_address="")
+    handle = start_server(settings, provider=MachineProvider(_BadTemplateDriver(), inline_workers=True))
+    try:
+        s = stub(channel(handle))
+        for _ in range(3):
+            code, msg = code_of(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id="pool"))
+            assert code == grpc.StatusCode.UNIMPLEMENTED
+            assert msg.startswith("template for node group 'pool' is invalid: ") and "negative" in msg
+    finally:
+        handle.stop(1)
+    warned = [r.getMessage() for r in caplog.records if "is invalid" in r.getMessage()]
+    assert len(warned) == 1 and "answered UNIMPLEMENTED" in warned[0], warned

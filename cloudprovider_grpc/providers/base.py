@@ -494,12 +494,10 @@ class GroupProvider(CloudProvider, Generic[S]):
             raise NotImplementedByProvider(f"{self.name}: no template is known for node group {group_id!r}")
         return tpl
 
-    def options(self, group_id: str, defaults: AutoscalingOptions) -> AutoscalingOptions:
+    def options(self, group_id: str, defaults: AutoscalingOptions) -> AutoscalingOptions | None:
         with self._lock:
             cfg = self._group(group_id).config
-        if not cfg.options:
-            raise NotImplementedByProvider(f"node group {group_id!r} has no autoscaling option overrides")
-        return defaults.merged(cfg.options)
+        return defaults.merged(cfg.options) if cfg.options else None
 
     def gpu_label(self) -> str:
         return self.driver.gpu_label

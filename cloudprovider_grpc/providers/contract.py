@@ -174,10 +174,13 @@ class CloudProvider(abc.ABC):
     def template(self, group_id: str) -> NodeTemplate:
         raise NotImplementedByProvider(f"{self.name}: node group {group_id!r} has no template")
 
-    def options(self, group_id: str, defaults: AutoscalingOptions) -> AutoscalingOptions:
-        """Per-group options; raise NotImplementedByProvider when the group has no overrides
-        (CA >= 1.35 would otherwise read a missing max-node-startup-time as 0, issue #10245)."""
-        raise NotImplementedByProvider(f"{self.name}: node group {group_id!r} has no option overrides")
+    def options(self, group_id: str, defaults: AutoscalingOptions) -> AutoscalingOptions | None:
+        """Per-group options: `defaults` with the group's overrides applied, or None when the group
+        has none (CA then keeps its own defaults: CA 1.35 and later would read a max node startup
+        time of 0 from any answered options); NotFound for an unknown group. Never
+        NotImplementedByProvider: CA 1.25-1.28 take UNIMPLEMENTED from this RPC as a failure."""
+        self.target_size(group_id)  # NotFound for an unknown group
+        return None
 
     # ---- state version (lets a front cache the per-node read answers) ----
     def state_version(self) -> int | None:

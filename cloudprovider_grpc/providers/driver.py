@@ -76,7 +76,7 @@ class GroupConfig:
     """A node group: bounds plus optional per-group autoscaling option overrides.
 
     `options` keys are `AutoscalingOptions` field names. An empty mapping means "no overrides",
-    and NodeGroupGetOptions then answers UNIMPLEMENTED for the group (see contract.options).
+    and NodeGroupGetOptions then answers with no options for the group (see contract.options).
     `name` is the human name (a pool label) for logs; `debug` is what NodeGroup.debug shows.
     """
 

@@ -363,7 +363,8 @@ class CAClient:
         return node
 
     def options(self, group: str, defaults: GroupOptions) -> GroupOptions | None:
-        """Per-group options, or None when the server does not implement them (CA keeps its flags)."""
+        """Per-group options, or None when the server has none for the group or does not implement
+        the RPC (CA keeps its flags)."""
         d = pb.NodeGroupAutoscalingOptions(
             scaleDownUtilizationThreshold=defaults.scale_down_utilization_threshold,
             scaleDownGpuUtilizationThreshold=defaults.scale_down_gpu_utilization_threshold,
@@ -385,6 +386,8 @@ class CAClient:
             if exc.unimplemented:
                 return None
             raise
+        if not resp.HasField("nodeGroupAutoscalingOptions"):
+            return None  # no per-group options: CA's client returns nil and CA keeps its flags
         o = resp.nodeGroupAutoscalingOptions
         return GroupOptions(
             o.scaleDownUtilizationThreshold,

@@ -99,7 +99,7 @@ def test_uncached_calls_and_options(client):
     opts = client.options("gpu", DEFAULTS)
     assert opts.scale_down_unneeded_time == 300.0
     assert (opts.scale_down_utilization_threshold, opts.max_node_provision_time) == (0.5, 900.0)
-    # general has no overrides: UNIMPLEMENTED, which CA reads as "use your flags"
+    # general has no overrides: an answer without options, which CA reads as "use your flags"
     assert client.options("general", DEFAULTS) is None
     assert client.options("general", DEFAULTS) is None
     assert client.counts["NodeGroupGetOptions"] == 3
