@@ -45,9 +45,10 @@ type Generation struct {
 	ConfigDialect ConfigDialect
 	// ConfigGetters are the per-group getters of CA's node-group config processor that read an
 	// option this client transports, each of which calls NodeGroup.GetOptions
-	// (processors/nodegroupconfig/node_group_config_processor.go: four at cluster-autoscaler-1.25.0,
-	// six from 1.28 on; 1.35.0 adds GetMaxNodeStartupTime, of the same shape, for an option the
-	// client does not carry).
+	// (processors/nodegroupconfig/node_group_config_processor.go: four at cluster-autoscaler-1.25.0
+	// and -1.26.0, GetMaxNodeProvisionTime added by -1.27.8, GetIgnoreDaemonSetsUtilization by
+	// -1.28.0; 1.35.0 adds GetMaxNodeStartupTime, of the same shape, for an option the client does
+	// not carry). The 1.25-1.28 generation runs the six of 1.28: every one behaves alike.
 	ConfigGetters []string
 }
 
