@@ -1,10 +1,18 @@
 """Conformance through the project's CA-faithful client, over real sockets, at every wire generation.
 
-The pytest entry point of `tests/conformance/run.sh` (README "Conformance"): for every backend of
-`tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and spc; a new
-backend joins by being registered there) and every client generation (1.35+, 1.34.2, 1.26-1.34.1,
-1.25), the Go client in `tests/conformance` drives three servers on loopback with mutual TLS as CA's
-externalgrpc client does. The README's grpcurl examples run once.
+The pytest entry point of `tests/conformance/run.sh` (docs/architecture.md "Conformance"): for every
+backend of `tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and
+spc; a new backend joins by being registered there) and every client generation (1.35+, 1.34.2,
+1.33-1.34.1, 1.29-1.32, 1.25-1.28), the Go client in `tests/conformance` drives three servers on loopback with
+mutual TLS as CA's externalgrpc client does: each generation with its own fields sent and read, its
+own error mapping (UNIMPLEMENTED passed up raw before 1.29), deadline (a fixed 5 s before 1.29,
+`grpc_timeout` after) and cloud-config reader. A sixth run per backend, `future`, is the newest
+generation with fields no release declares added to every request. The README's grpcurl examples
+run once.
+
+`test_options_getters_*` show what an UNIMPLEMENTED answer to NodeGroupGetOptions does to CA's config
+processor at each generation, against a stand-in server that answers so, and that the empty answer
+the project's server gives yields CA's defaults everywhere.
 
 The mutation tests prove the client reads the wire as each CA release does: a throwaway copy of the
 package, its proto renumbering one field and its Python code regenerated, must fail exactly the
@@ -32,6 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "tests" / "conformance" / "run.sh"
 SCHEMAS = ROOT / "tests" / "conformance" / "caclient" / "schemas"
 GOLDEN = ROOT.parent / "shared" / "golden" / "externalgrpc"
+
+#: the run that adds fields no release declares to every request of the newest generation
+FUTURE = "future"
+NEWEST = next(iter(conformance.GENERATIONS))
 
 #: every RPC of the service and the CA function that issues it; each must appear in a passed check,
 #: so no RPC goes unexercised by the client.
@@ -101,19 +113,21 @@ def test_client_sources_are_gofmt_and_go_vet_clean(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(1200)  # a cold build of the client (k8s.io/api, grpc-go) takes minutes on 2 cores
-@pytest.mark.parametrize("generation", list(conformance.GENERATIONS))
+@pytest.mark.parametrize("mode", [*conformance.GENERATIONS, FUTURE])
 @pytest.mark.parametrize("be", BACKENDS, ids=lambda b: b.name)
-def test_conformance(be: BackendUnderTest, generation: str, tmp_path: Path) -> None:
+def test_conformance(be: BackendUnderTest, mode: str, tmp_path: Path) -> None:
     client = _client()
     args = list(be.serve_args)
+    generation = NEWEST if mode == FUTURE else mode
     env = {
         **os.environ,
         "PYTHON": sys.executable,
         "CA_GENERATION": generation,
+        **({"CA_FUTURE": "1"} if mode == FUTURE else {}),
         "CONFORMANCE_BIN": str(client),
         "GRPCURL_BIN": str(conformance.grpcurl()),
         # the README's grpcurl lines once, not per generation and backend
-        "GRPCURL_EXAMPLES": "1" if (be.name, generation) == ("sim", "1.35+") else "0",
+        "GRPCURL_EXAMPLES": "1" if (be.name, mode) == ("sim", NEWEST) else "0",
     }
     if be.conformance_config:
         config = tmp_path / "conformance.yaml"
@@ -133,6 +147,7 @@ def test_conformance(be: BackendUnderTest, generation: str, tmp_path: Path) -> N
         f"{len(failed)} conformance check(s) failed; output:\n{out[-8000:]}\n{proc.stderr[-3000:]}"
     )
     assert f"client generation {generation} (wire schema {conformance.GENERATIONS[generation]})" in out
+    assert ("future mode: every request carries fields no release declares" in out) == (mode == FUTURE)
     assert "conformance: " in out and ", 0 failed" in out, out[-2000:]
     passed = [line for line in out.splitlines() if re.match(r"ok\s+\[", line) and "[grpcurl]" not in line]
     missing = [rpc for rpc, fn in CA_CALLERS.items() if not any(fn in line for line in passed)]
@@ -150,7 +165,10 @@ def test_conformance(be: BackendUnderTest, generation: str, tmp_path: Path) -> N
 #: legacy `pod` and answers it correctly; only 1.35+, which sends pod_bytes alone, is misread.
 MUTATIONS = {
     "nodeBytes": ("bytes nodeBytes = 2;", {"1.35+", "1.34.2"}),
-    "nodeInfo": ("bytes nodeInfo = 1 [deprecated = true];", {"1.34.2", "1.26-1.34.1", "1.25"}),
+    "nodeInfo": (
+        "bytes nodeInfo = 1 [deprecated = true];",
+        {"1.34.2", "1.33-1.34.1", "1.29-1.32", "1.25-1.28"},
+    ),
     "pod_bytes": ("bytes pod_bytes = 4;", {"1.35+"}),
 }
 #: a number no generation uses in any message
@@ -216,3 +234,51 @@ def test_renumbered_field_fails_the_generations_that_read_it(name: str, tmp_path
         assert failed == must_fail, f"renumbering {name}: failed {sorted(failed)}, want {sorted(must_fail)}"
     finally:
         server.close()
+
+
+# ---------------------------------------------------------------- options getters
+
+#: the generation that passes UNIMPLEMENTED up raw (CA 1.25.0-1.28.7)
+RAW_ERRORS = "1.25-1.28"
+
+
+def _getters(client: Path, generation: str) -> dict[str, dict[str, str]]:
+    """answer ("UNIMPLEMENTED" or "empty") -> getter -> outcome, from `conformance getters`."""
+    proc = subprocess.run(
+        [str(client), "getters", "-generation", generation],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out: dict[str, dict[str, str]] = {}
+    for line in proc.stdout.splitlines():
+        tag, gen, answer, getter, outcome = line.split("\t")
+        assert (tag, gen) == ("getters", generation), line
+        out.setdefault(answer, {})[getter] = outcome
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("generation", [RAW_ERRORS])
+def test_options_getters_fail_on_unimplemented_before_1_29(generation: str) -> None:
+    """CA 1.25-1.28 pass UNIMPLEMENTED up raw, so every getter of the config processor fails."""
+    outcomes = _getters(_client(), generation)
+    assert set(outcomes) == {"UNIMPLEMENTED", "empty"}
+    assert len(outcomes["UNIMPLEMENTED"]) >= 4
+    assert all(o.startswith("error: Unimplemented") for o in outcomes["UNIMPLEMENTED"].values()), outcomes
+    assert all(o == "default" for o in outcomes["empty"].values()), outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("generation", [g for g in conformance.GENERATIONS if g != RAW_ERRORS])
+def test_options_getters_fall_back_to_defaults_from_1_29(generation: str) -> None:
+    """From 1.29 UNIMPLEMENTED is ErrNotImplemented and, like the empty answer, yields CA's defaults."""
+    outcomes = _getters(_client(), generation)
+    assert set(outcomes) == {"UNIMPLEMENTED", "empty"}
+    for answer in ("UNIMPLEMENTED", "empty"):
+        assert len(outcomes[answer]) >= 6
+        assert all(o == "default" for o in outcomes[answer].values()), (answer, outcomes)

@@ -243,7 +243,7 @@ func (s *Suite) templateNodeInfo(p *Provider) {
 		s.r.Check("NodeGroup.TemplateNodeInfo("+g.Id()+")", tag, func() error {
 			before := p.calls.count("NodeGroupTemplateNodeInfo")
 			node, err := g.TemplateNodeInfo()
-			if errors.Is(err, ErrNotImplemented) && !s.sim() {
+			if p.ca.Declined(err) && !s.sim() {
 				return nil // allowed for a backend without templates
 			}
 			if err != nil {
@@ -272,20 +272,21 @@ func (s *Suite) templateNodeInfo(p *Provider) {
 
 func (s *Suite) getOptions(p *Provider) {
 	tag := p.release
+	processor := caclient.ConfigProcessor{Defaults: caDefaults}
 	for _, g := range sortedGroups(p) {
 		g := g
+		var opts *NodeGroupAutoscalingOptions
 		s.r.Check("NodeGroup.GetOptions("+g.Id()+")", tag, func() error {
-			opts, err := g.GetOptions(caDefaults)
-			if err != nil && !errors.Is(err, ErrNotImplemented) {
-				return err
+			var err error
+			opts, err = g.GetOptions(caDefaults)
+			if err != nil {
+				// Before 1.29 the client passes every error up raw, and CA's config processor with it.
+				return fmt.Errorf("answered %v; a known group must get OK (no options when it has no overrides): an error here fails every per-group option getter of CA", err)
 			}
-			if err == nil && !s.readsMaxNodeProvision() {
-				return fmt.Errorf("options %+v served to a client that reads no max node provision time and would use 0 (kubernetes/autoscaler#5935); answer UNIMPLEMENTED", opts)
+			if opts != nil && !s.readsMaxNodeProvision() {
+				return fmt.Errorf("options %+v served to a client that reads no max node provision time and would use 0 (kubernetes/autoscaler#5935); answer no options", *opts)
 			}
-			if err == nil {
-				if opts == nil {
-					return errors.New("empty answer: CA uses its defaults; answer UNIMPLEMENTED instead")
-				}
+			if opts != nil {
 				for name, v := range map[string]float64{"scaleDownUtilizationThreshold": opts.ScaleDownUtilizationThreshold, "scaleDownGpuUtilizationThreshold": opts.ScaleDownGpuUtilizationThreshold} {
 					if v <= 0 || v > 1 {
 						return fmt.Errorf("%s = %v, outside (0, 1]", name, v)
@@ -297,20 +298,30 @@ func (s *Suite) getOptions(p *Provider) {
 					}
 				}
 			}
-			if s.sim() {
-				if g.Id() == "gpu" && s.readsMaxNodeProvision() {
-					if err != nil {
-						return fmt.Errorf("gpu group has overrides but answered %v", err)
-					}
-					// gpu overrides: scale_down_unneeded_time 300 s, utilization threshold 0.3; the rest are CA's defaults sent in the request.
-					want := caDefaults
-					want.ScaleDownUnneededTime = 5 * time.Minute
-					want.ScaleDownUtilizationThreshold = 0.3
-					if *opts != want {
-						return fmt.Errorf("options %+v, want %+v", *opts, want)
-					}
-				} else if !errors.Is(err, ErrNotImplemented) {
-					return fmt.Errorf("answered %+v, %v; want UNIMPLEMENTED (ErrNotImplemented)", opts, err)
+			if !s.sim() {
+				return nil
+			}
+			if g.Id() == "gpu" && s.readsMaxNodeProvision() {
+				// gpu overrides: scale_down_unneeded_time 300 s, utilization threshold 0.3; the rest are CA's defaults sent in the request.
+				want := caDefaults
+				want.ScaleDownUnneededTime = 5 * time.Minute
+				want.ScaleDownUtilizationThreshold = 0.3
+				if opts == nil || *opts != want {
+					return fmt.Errorf("options %+v, want %+v", opts, want)
+				}
+			} else if opts != nil {
+				return fmt.Errorf("answered options %+v for a group whose overrides this client cannot take; want none (CA then uses its defaults)", *opts)
+			}
+			return nil
+		})
+		s.r.Check("NodeGroupConfigProcessor getters("+g.Id()+")", tag, func() error {
+			for _, name := range s.gen.ConfigGetters {
+				v, err := processor.Get(g.ca, name)
+				if err != nil {
+					return fmt.Errorf("Get%s failed (%v): CA cannot judge this group's nodes", name, err)
+				}
+				if opts == nil && v != processor.DefaultOf(name) {
+					return fmt.Errorf("Get%s = %v without options from the provider, want CA's default %v", name, v, processor.DefaultOf(name))
 				}
 			}
 			return nil
@@ -339,7 +350,7 @@ func (s *Suite) pricing(p *Provider) {
 		}
 		node := testNode(g.Id()+"-node", insts[0].Id, map[string]string{"kubernetes.io/os": "linux"})
 		hour, err := p.NodePrice(node, priceStart, priceStart.Add(time.Hour))
-		if errors.Is(err, ErrNotImplemented) && !s.sim() {
+		if p.ca.Declined(err) && !s.sim() {
 			return nil
 		}
 		if err != nil {
@@ -360,7 +371,7 @@ func (s *Suite) pricing(p *Provider) {
 	s.r.Check("PricingModel.PodPrice", tag, func() error {
 		small, big := testPod("1", "2Gi"), testPod("3", "8Gi")
 		ps, err := p.PodPrice(small, priceStart, priceStart.Add(time.Hour))
-		if errors.Is(err, ErrNotImplemented) && !s.sim() {
+		if p.ca.Declined(err) && !s.sim() {
 			return nil
 		}
 		if err != nil {
@@ -832,9 +843,9 @@ func (s *Suite) errorInfo() {
 		return
 	}
 	p := s.faulty
-	// The faulty server's only group has no price and no option overrides: the optional RPCs answer
-	// UNIMPLEMENTED, which the client must turn into ErrNotImplemented.
-	s.r.Check("PricingModel.NodePrice, PricingModel.PodPrice, NodeGroup.GetOptions (UNIMPLEMENTED -> ErrNotImplemented)", s.tag(), func() error {
+	// The faulty server's only group has no price and no option overrides: the pricing RPCs answer
+	// UNIMPLEMENTED (ErrNotImplemented from 1.29, the raw status before), GetOptions answers no options.
+	s.r.Check("PricingModel.NodePrice, PricingModel.PodPrice, NodeGroup.GetOptions (no price, no overrides)", s.tag(), func() error {
 		groups := p.NodeGroups()
 		if len(groups) == 0 {
 			return errors.New("faulty server lists no group")
@@ -846,11 +857,22 @@ func (s *Suite) errorInfo() {
 		}
 		_, errNode := p.NodePrice(testNode("n", insts[0].Id, nil), priceStart, priceStart.Add(time.Hour))
 		_, errPod := p.PodPrice(testPod("1", "1Gi"), priceStart, priceStart.Add(time.Hour))
-		_, errOpts := g.GetOptions(caDefaults)
-		for name, err := range map[string]error{"PricingModel.NodePrice": errNode, "PricingModel.PodPrice": errPod, "NodeGroup.GetOptions": errOpts} {
-			if !errors.Is(err, ErrNotImplemented) {
+		for name, err := range map[string]error{"PricingModel.NodePrice": errNode, "PricingModel.PodPrice": errPod} {
+			if s.gen.MapsUnimplemented && !errors.Is(err, ErrNotImplemented) {
 				return fmt.Errorf("%s: got %v, want ErrNotImplemented", name, err)
 			}
+			if !s.gen.MapsUnimplemented {
+				if errors.Is(err, ErrNotImplemented) {
+					return fmt.Errorf("%s: got ErrNotImplemented, which this generation never produces", name)
+				}
+				if err := expectCode(err, codes.Unimplemented); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+		}
+		opts, err := g.GetOptions(caDefaults)
+		if err != nil || opts != nil {
+			return fmt.Errorf("NodeGroup.GetOptions: got %v, %v; want no options and no error (CA's defaults)", opts, err)
 		}
 		return nil
 	})
@@ -979,7 +1001,7 @@ func (s *Suite) refreshAndCleanup() {
 			return errors.New("NodeGroupForNode cache survived Refresh")
 		}
 		// Templates are cached per NodeGroup object: the new objects ask again.
-		if _, err := fresh[0].TemplateNodeInfo(); err != nil && !errors.Is(err, ErrNotImplemented) {
+		if _, err := fresh[0].TemplateNodeInfo(); err != nil && !p.ca.Declined(err) {
 			return err
 		}
 		if p.calls.count("NodeGroupTemplateNodeInfo") != tplCalls+1 {

@@ -6,7 +6,8 @@
 //
 //	conformance generations
 //	conformance gencerts -dir DIR -server-name localhost
-//	conformance run -generation G -cloud-config FILE -metrics URL [-faulty-cloud-config FILE -faulty-metrics URL] [-pki DIR] [-profile sim|generic] [-only a,b]
+//	conformance run -generation G -cloud-config FILE -metrics URL [-faulty-cloud-config FILE -faulty-metrics URL] [-pki DIR] [-profile sim|generic] [-only a,b] [-future]
+//	conformance getters -generation G
 //	conformance bench -cloud-config FILE [-calls N]
 //	conformance loop -cloud-config FILE -loops N [-options-per-node 4]
 package main
@@ -28,7 +29,6 @@ import (
 	"cloudprovider-grpc/tests/conformance/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"sigs.k8s.io/yaml"
 )
 
 // Runner runs named checks and prints one line per check.
@@ -50,11 +50,11 @@ func (r *Runner) Check(name, release string, fn func() error) {
 	took := time.Since(start).Round(time.Millisecond)
 	if err != nil {
 		r.failed++
-		fmt.Printf("FAIL  %-9s %s (%v)\n      %v\n", "["+release+"]", name, took, err)
+		fmt.Printf("FAIL  %-13s %s (%v)\n      %v\n", "["+release+"]", name, took, err)
 		return
 	}
 	r.passed++
-	fmt.Printf("ok    %-9s %s (%v)\n", "["+release+"]", name, took)
+	fmt.Printf("ok    %-13s %s (%v)\n", "["+release+"]", name, took)
 }
 
 // Info prints a figure that is reported, not asserted.
@@ -69,6 +69,7 @@ type harnessConfig struct {
 	pki               string
 	profile           string
 	only              string
+	future            bool
 }
 
 func main() {
@@ -93,7 +94,7 @@ func main() {
 	case "run":
 		fs := flag.NewFlagSet("run", flag.ExitOnError)
 		cfg := &harnessConfig{}
-		fs.StringVar(&cfg.generation, "generation", "1.35+", "CA client generation: 1.35+, 1.34.2, 1.26-1.34.1 or 1.25 (or its schema release)")
+		fs.StringVar(&cfg.generation, "generation", caclient.Newest().Name, "CA client generation: "+strings.Join(generationNames(), ", ")+" (or its schema release)")
 		fs.StringVar(&cfg.cloudConfig, "cloud-config", "", "CA cloud-config (YAML: address, cert, key, cacert, grpc_timeout)")
 		fs.StringVar(&cfg.metrics, "metrics", "", "the server's /metrics URL (its RPC counters prove CA's client-side caching)")
 		fs.StringVar(&cfg.faultyCloudConfig, "faulty-cloud-config", "", "cloud-config of a server whose first group stocks out and has no price/options")
@@ -101,8 +102,14 @@ func main() {
 		fs.StringVar(&cfg.pki, "pki", "", "directory from `gencerts` (for the untrusted-client check)")
 		fs.StringVar(&cfg.profile, "profile", "sim", "sim: also check the documented demo groups exactly; generic: any backend")
 		fs.StringVar(&cfg.only, "only", "", "comma-separated check families to run (default all): "+strings.Join(familyNames(), ","))
+		fs.BoolVar(&cfg.future, "future", false, "a CA newer than the server's proto: every request carries fields the server does not know")
 		_ = fs.Parse(os.Args[2:])
 		os.Exit(run(cfg))
+	case "getters":
+		fs := flag.NewFlagSet("getters", flag.ExitOnError)
+		generation := fs.String("generation", caclient.Newest().Name, "CA client generation")
+		_ = fs.Parse(os.Args[2:])
+		os.Exit(gettersMain(*generation))
 	case "loop":
 		os.Exit(loopMain(os.Args[2:]))
 	case "bench":
@@ -127,13 +134,23 @@ var families = []struct {
 	{"groups", func(s *Suite) { s.nodeGroups(s.ca); s.seed() }},
 	{"gpu", (*Suite).gpu},
 	{"templates", func(s *Suite) { s.templateNodeInfo(s.ca); s.dualTemplateFields() }},
+	{"config", (*Suite).cloudConfigReading},
 	{"options", func(s *Suite) { s.getOptions(s.ca) }},
 	{"pricing", func(s *Suite) { s.pricing(s.ca) }},
 	{"fornode", (*Suite).nodeGroupForNode},
 	{"errors", (*Suite).errorMapping},
 	{"scaling", (*Suite).scaling},
 	{"errorinfo", (*Suite).errorInfo},
+	{"future", (*Suite).unknownFields},
 	{"refresh", (*Suite).refreshAndCleanup},
+}
+
+func generationNames() []string {
+	out := make([]string, 0, len(caclient.Generations))
+	for _, g := range caclient.Generations {
+		out = append(out, g.Name)
+	}
+	return out
 }
 
 func familyNames() []string {
@@ -165,8 +182,17 @@ func run(cfg *harnessConfig) int {
 	r := &Runner{}
 	s := &Suite{r: r, gen: gen, profile: cfg.profile, cfg: cfg}
 	fmt.Printf("client generation %s (wire schema %s)\n", gen.Name, gen.Schema)
+	fmt.Printf("  UNIMPLEMENTED from optional RPCs: %s; deadline: %s; cloud-config read with %s\n",
+		map[bool]string{true: "ErrNotImplemented", false: "passed up raw"}[gen.MapsUnimplemented],
+		map[bool]string{true: "grpc_timeout (default 5s)", false: "fixed 5s"}[gen.ConfigTimeout], gen.ConfigDialect)
+	if cfg.future {
+		fmt.Println("  future mode: every request carries fields no release declares")
+	}
 	r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.cloudConfig)+")", s.tag(), func() error {
 		p, err := BuildExternalGrpc(cfg.cloudConfig, cfg.metrics, gen)
+		if p != nil {
+			p.ca.SendFutureFields(cfg.future)
+		}
 		s.ca = p
 		return err
 	})
@@ -177,6 +203,9 @@ func run(cfg *harnessConfig) int {
 	if cfg.faultyCloudConfig != "" {
 		r.Check("CloudProvider.BuildExternalGrpc (cloud-config "+filepath.Base(cfg.faultyCloudConfig)+")", s.tag(), func() error {
 			p, err := BuildExternalGrpc(cfg.faultyCloudConfig, cfg.faultyMetrics, gen)
+			if p != nil {
+				p.ca.SendFutureFields(cfg.future)
+			}
 			s.faulty = p
 			return err
 		})
@@ -212,16 +241,12 @@ func contains(list []string, v string) bool {
 
 // variantConfig writes a copy of the cloud-config with some keys changed and returns its path.
 func variantConfig(base string, change func(*cloudConfig)) (string, error) {
-	raw, err := os.ReadFile(base)
+	c, err := caclient.ReadCloudConfig(base)
 	if err != nil {
 		return "", err
 	}
-	var c cloudConfig
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		return "", err
-	}
-	change(&c)
-	out, err := yaml.Marshal(&c)
+	change(c)
+	out, err := c.Marshal()
 	if err != nil {
 		return "", err
 	}
@@ -251,10 +276,12 @@ func refused(p *Provider, err error) error {
 
 func (s *Suite) mtls() {
 	base := s.cfg.cloudConfig
-	raw, _ := os.ReadFile(base)
-	var c cloudConfig
-	_ = yaml.Unmarshal(raw, &c)
-	if c.Cert == "" {
+	c, err := caclient.ReadCloudConfig(base)
+	if err != nil {
+		s.r.Check("CloudProvider.BuildExternalGrpc (cloud-config readable)", s.tag(), func() error { return err })
+		return
+	}
+	if c.ClientCert == "" {
 		s.r.Info("cloud-config has no cert: mTLS checks skipped")
 		return
 	}
@@ -273,7 +300,7 @@ func (s *Suite) mtls() {
 		})
 	}
 	s.r.Check("CloudProvider.BuildExternalGrpc (no cert in cloud-config = insecure client, refused)", s.tag(), func() error {
-		path, err := variantConfig(base, func(c *cloudConfig) { c.Cert, c.Key, c.Cacert = "", "", "" })
+		path, err := variantConfig(base, func(c *cloudConfig) { c.ClientCert, c.ClientKey, c.ServerCA = "", "", "" })
 		if err != nil {
 			return err
 		}
@@ -281,7 +308,7 @@ func (s *Suite) mtls() {
 		return refused(BuildExternalGrpc(path, "", s.gen))
 	})
 	s.r.Check("CloudProvider.Refresh (TLS client without a client certificate is refused)", s.tag(), func() error {
-		pem, err := os.ReadFile(c.Cacert)
+		pem, err := os.ReadFile(c.ServerCA)
 		if err != nil {
 			return err
 		}
@@ -303,7 +330,7 @@ func (s *Suite) mtls() {
 	if s.cfg.pki != "" {
 		s.r.Check("CloudProvider.BuildExternalGrpc (client certificate from an untrusted CA is refused)", s.tag(), func() error {
 			path, err := variantConfig(base, func(c *cloudConfig) {
-				c.Cert, c.Key = filepath.Join(s.cfg.pki, "rogue-client.crt"), filepath.Join(s.cfg.pki, "rogue-client.key")
+				c.ClientCert, c.ClientKey = filepath.Join(s.cfg.pki, "rogue-client.crt"), filepath.Join(s.cfg.pki, "rogue-client.key")
 			})
 			if err != nil {
 				return err

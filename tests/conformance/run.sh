@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Conformance run: makes a throwaway PKI, starts three cloudprovider-grpc servers on loopback and
-# drives them through the project's CA-faithful client at one of CA's client wire generations
-# (1.35+, 1.34.2, 1.26-1.34.1, 1.25), then runs the README's grpcurl examples.
+# drives them through the project's CA-faithful client at one of CA's client generations
+# (1.35+, 1.34.2, 1.33-1.34.1, 1.29-1.32, 1.25-1.28), then runs the README's grpcurl examples.
 #
 #   tests/conformance/run.sh                               # the sim cloud with its demo groups, 1.35+
-#   CA_GENERATION=1.25 tests/conformance/run.sh --provider cherry --emulate   # flags go to the main server
+#   CA_GENERATION=1.25-1.28 tests/conformance/run.sh --provider cherry --emulate   # flags go to the main server
+#   CA_FUTURE=1 tests/conformance/run.sh       # a CA newer than the proto: unknown fields in every request
 #
 # The client and grpcurl are built (once, cached outside the clone) by tests/support/conformance.py;
 # CONFORMANCE_BIN and GRPCURL_BIN name prebuilt ones. GRPCURL_EXAMPLES=0 skips the README's grpcurl
 # lines (the pytest entry runs them once, not per generation and backend).
 #
 # Servers: "main" (mTLS; the checks), "faulty" (mTLS; a sim group that stocks out and has no price or
-# options: error info and UNIMPLEMENTED mapping), "plain" (plaintext defaults, for the README's
+# options: error info, UNIMPLEMENTED as each generation passes it up, options answered empty), "plain" (plaintext defaults, for the README's
 # grpcurl lines). Exit status 0 only if every check passed.
 set -euo pipefail
 
@@ -110,7 +111,8 @@ status=0
 step "harness (profile $profile)"
 "$harness" run -generation "$generation" -cloud-config "$work/cloud-config.yaml" -metrics "http://127.0.0.1:$main_metrics/metrics" \
   -faulty-cloud-config "$work/faulty-cloud-config.yaml" -faulty-metrics "http://127.0.0.1:$faulty_metrics/metrics" \
-  -pki "$work/pki" -profile "$profile" ${CONFORMANCE_ONLY:+-only "$CONFORMANCE_ONLY"} || status=1
+  -pki "$work/pki" -profile "$profile" ${CONFORMANCE_ONLY:+-only "$CONFORMANCE_ONLY"} \
+  ${CA_FUTURE:+-future} || status=1
 
 if [ "${GRPCURL_EXAMPLES:-1}" != 0 ]; then
   step "README grpcurl examples"

@@ -34,8 +34,14 @@ PROTOC_GEN_GO = ("google.golang.org/protobuf/cmd/protoc-gen-go", "v1.36.12-0.202
 PROTOC_GEN_GO_GRPC = ("google.golang.org/grpc/cmd/protoc-gen-go-grpc", "v1.6.2")
 GRPCURL = ("github.com/fullstorydev/grpcurl/cmd/grpcurl", "v1.9.3")
 
-#: the client's wire generations (name -> schema release), as `conformance generations` lists them
-GENERATIONS = {"1.35+": "master", "1.34.2": "v1.34.2", "1.26-1.34.1": "v1.33.0", "1.25": "v1.25.0"}
+#: the client's generations (name -> schema release), as `conformance generations` lists them
+GENERATIONS = {
+    "1.35+": "master",
+    "1.34.2": "v1.34.2",
+    "1.33-1.34.1": "v1.33.0",
+    "1.29-1.32": "v1.29.0",
+    "1.25-1.28": "v1.25.0",
+}
 
 
 def _sources() -> list[Path]:

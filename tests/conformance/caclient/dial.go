@@ -1,6 +1,12 @@
 package caclient
 
-// The cloud-config file and the connection CA derives from it.
+// The one connection a CA process keeps to the provider, opened from its cloud-config.
+//
+// Facts (externalgrpc_cloud_provider.go at cluster-autoscaler-1.25.0 through -1.36.1): without a
+// `cert` key the connection is plaintext; with one, the client presents the cert/key pair, trusts
+// only `cacert`, and expects the server's certificate to name the host part of `address`. The dial
+// is lazy (a refused handshake surfaces at the first call) and otherwise uses grpc-go's defaults,
+// among them the 4 MiB limit on a received message and no retry policy.
 
 import (
 	"crypto/tls"
@@ -8,97 +14,77 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 )
 
-// DefaultGRPCTimeout is the deadline of every call when the cloud-config names none.
-const DefaultGRPCTimeout = 5 * time.Second
-
-// CloudConfig holds exactly the keys of CA's externalgrpc cloud-config (YAML read through its JSON
-// tags, as sigs.k8s.io/yaml does).
-type CloudConfig struct {
-	Address     string           `json:"address"`
-	Key         string           `json:"key"`
-	Cert        string           `json:"cert"`
-	Cacert      string           `json:"cacert"`
-	GRPCTimeout *metav1.Duration `json:"grpc_timeout,omitempty"`
+// pemFiles are the three files mutual TLS needs, loaded together so one error names the one missing.
+type pemFiles struct {
+	cert, key, authority []byte
 }
 
-// ReadCloudConfig parses a cloud-config file.
-func ReadCloudConfig(path string) (*CloudConfig, error) {
-	raw, err := os.ReadFile(path)
+func (c *CloudConfig) loadPEM() (pemFiles, error) {
+	var out pemFiles
+	for _, f := range []struct {
+		role, path string
+		into       *[]byte
+	}{
+		{"client certificate (cert)", c.ClientCert, &out.cert},
+		{"client key (key)", c.ClientKey, &out.key},
+		{"server authority (cacert)", c.ServerCA, &out.authority},
+	} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return pemFiles{}, fmt.Errorf("cloud-config names a %s that cannot be read: %w", f.role, err)
+		}
+		*f.into = b
+	}
+	return out, nil
+}
+
+// Credentials is the transport the cloud-config asks for.
+func (c *CloudConfig) Credentials() (credentials.TransportCredentials, error) {
+	serverName, _, err := net.SplitHostPort(c.Address)
 	if err != nil {
-		return nil, fmt.Errorf("could not open cloud provider configuration file %q: %w", path, err)
+		return nil, fmt.Errorf("cloud-config address %q is not host:port: %w", c.Address, err)
 	}
-	var c CloudConfig
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("can't parse YAML: %w", err)
-	}
-	return &c, nil
-}
-
-// Timeout is the per-call deadline.
-func (c *CloudConfig) Timeout() time.Duration {
-	if c.GRPCTimeout != nil {
-		return c.GRPCTimeout.Duration
-	}
-	return DefaultGRPCTimeout
-}
-
-// TransportCredentials are what CA dials with: no `cert` means a plaintext connection; with `cert`,
-// mutual TLS with the client pair from `cert`/`key`, the server verified against `cacert` (which is
-// then required) under ServerName = the host part of `address`.
-func (c *CloudConfig) TransportCredentials() (credentials.TransportCredentials, error) {
-	host, _, err := net.SplitHostPort(c.Address)
-	if err != nil {
-		return nil, fmt.Errorf("failed to parse address: %w", err)
-	}
-	if c.Cert == "" {
+	if c.ClientCert == "" {
 		return insecure.NewCredentials(), nil
 	}
-	certPEM, err := os.ReadFile(c.Cert)
+	files, err := c.loadPEM()
 	if err != nil {
-		return nil, fmt.Errorf("could not open Cert configuration file %q: %w", c.Cert, err)
+		return nil, err
 	}
-	keyPEM, err := os.ReadFile(c.Key)
+	identity, err := tls.X509KeyPair(files.cert, files.key)
 	if err != nil {
-		return nil, fmt.Errorf("could not open Key configuration file %q: %w", c.Key, err)
+		return nil, fmt.Errorf("client certificate and key do not form a pair: %w", err)
 	}
-	caPEM, err := os.ReadFile(c.Cacert)
-	if err != nil {
-		return nil, fmt.Errorf("could not open Cacert configuration file %q: %w", c.Cacert, err)
+	trusted := x509.NewCertPool()
+	if !trusted.AppendCertsFromPEM(files.authority) {
+		return nil, fmt.Errorf("no PEM certificate found in the server authority file %s", c.ServerCA)
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("failed to parse cert key pair: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("failed to parse ca %q", c.Cacert)
-	}
-	return credentials.NewTLS(&tls.Config{ServerName: host, Certificates: []tls.Certificate{pair}, RootCAs: pool}), nil
+	return credentials.NewTLS(&tls.Config{
+		ServerName:   serverName,
+		Certificates: []tls.Certificate{identity},
+		RootCAs:      trusted,
+	}), nil
 }
 
-// Dial opens the one connection CA keeps: lazily connected (the first RPC reports a refused
-// handshake, as with grpc.Dial), the address passed through unresolved, grpc-go's defaults otherwise
-// (4 MiB receive limit, no retries configured).
+// Dial opens the connection with the cloud-config's transport, or with `override` when it is set.
+// The address goes to the dialer unresolved (the passthrough resolver, grpc.Dial's default).
 func (c *CloudConfig) Dial(override credentials.TransportCredentials) (*grpc.ClientConn, error) {
-	creds := override
-	if creds == nil {
+	transport := override
+	if transport == nil {
 		var err error
-		if creds, err = c.TransportCredentials(); err != nil {
+		if transport, err = c.Credentials(); err != nil {
 			return nil, err
 		}
 	}
-	conn, err := grpc.NewClient("passthrough:///"+c.Address, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient("passthrough:///"+c.Address, grpc.WithTransportCredentials(transport))
 	if err != nil {
-		return nil, fmt.Errorf("failed to dial server: %w", err)
+		return nil, fmt.Errorf("no gRPC channel to %s: %w", c.Address, err)
 	}
 	return conn, nil
 }

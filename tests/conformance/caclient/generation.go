@@ -1,41 +1,77 @@
 // Package caclient is a client of the externalgrpc CloudProvider service that behaves as
-// cluster-autoscaler's own externalgrpc cloud provider does, one mode per wire generation of CA's
+// cluster-autoscaler's own externalgrpc cloud provider does, one mode per generation of CA's
 // client. It is written from the documented facts of that client (its caching, its deadlines, its
-// TLS dialling, which fields each release sends and reads and how it reads them), not from CA's code:
+// TLS dialling, which fields each release sends and reads and how it reads them, which errors it
+// passes up raw), not from CA's code:
 //
-//   - one connection, every call under its own grpc_timeout deadline (default 5 s), nothing retried;
+//   - one connection, every call under one deadline (a fixed 5 s up to 1.28; the cloud-config's
+//     grpc_timeout, default 5 s, from 1.29), nothing retried;
 //   - NodeGroups and NodeGroupForNode cached until Refresh (an empty NodeGroupForNode answer and any
 //     error are not cached); GPULabel and GetAvailableGPUTypes cached for the process after their
 //     first success; the template cached on each NodeGroup object, "no template" included;
-//   - UNIMPLEMENTED mapped to ErrNotImplemented for the optional RPCs (pricing, template, options);
+//   - from 1.29 on, UNIMPLEMENTED mapped to ErrNotImplemented for the optional RPCs (pricing,
+//     template, options); before, every error is passed up as the gRPC status it is;
 //   - Kubernetes objects encoded and decoded by Kubernetes' own Go code (k8s.io/api).
 //
 // Sources of these facts: cluster-autoscaler's cloudprovider/externalgrpc README ("Caching") and its
-// client files externalgrpc_cloud_provider.go / externalgrpc_node_group.go at the releases named
+// client files externalgrpc_cloud_provider.go / externalgrpc_node_group.go at the release tags named
 // below, as summarised in the project's research notes.
 package caclient
 
 import "fmt"
 
-// Generation is one wire generation of CA's externalgrpc client. What it sends and reads follows
-// from its schema alone: a field the release declares is sent (requests) and read (answers) the way
-// that release does; a field it does not declare is neither.
+// Generation is one generation of CA's externalgrpc client: the span of CA releases whose client
+// behaves the same on the wire. What it sends and reads follows from its schema alone (a field the
+// release declares is sent in requests and read from answers the way that release does; a field it
+// does not declare is neither); the other differences are the flags below.
 type Generation struct {
 	// Name is how the suite names the generation (the CA releases it stands for).
 	Name string
 	// Schema is the release whose externalgrpc.proto the generation speaks (schemas/<Schema>.json).
 	Schema string
+	// MapsUnimplemented: UNIMPLEMENTED from PricingNodePrice, PricingPodPrice,
+	// NodeGroupTemplateNodeInfo and NodeGroupGetOptions becomes cloudprovider.ErrNotImplemented, which
+	// CA treats as "the provider has no opinion". Before 1.29.0 the client returns the raw status
+	// (cluster-autoscaler-1.28.7 externalgrpc_node_group.go GetOptions: `return nil, err`;
+	// cluster-autoscaler-1.29.0 maps codes.Unimplemented in the same function).
+	MapsUnimplemented bool
+	// ConfigTimeout: the cloud-config's grpc_timeout sets the deadline of every call. Before 1.29.0
+	// the deadline is a fixed 5 s and the key is not read at all (cluster-autoscaler-1.28.7
+	// externalgrpc_cloud_provider.go: `grpcTimeout = 5 * time.Second`, no such key in its config).
+	ConfigTimeout bool
+	// ConfigDialect is how the cloud-config file is parsed: DialectYAMLv2 up to 1.28 (gopkg.in/yaml.v2
+	// on `yaml` tags), DialectJSONTags from 1.29 (sigs.k8s.io/yaml: YAML turned into JSON, then
+	// decoded on `json` tags), per the imports of externalgrpc_cloud_provider.go at those tags.
+	ConfigDialect ConfigDialect
+	// ConfigGetters are the per-group getters of CA's node-group config processor that read an
+	// option this client transports, each of which calls NodeGroup.GetOptions
+	// (processors/nodegroupconfig/node_group_config_processor.go: four at cluster-autoscaler-1.25.0
+	// and -1.26.0, GetMaxNodeProvisionTime added by -1.27.8, GetIgnoreDaemonSetsUtilization by
+	// -1.28.0; 1.35.0 adds GetMaxNodeStartupTime, of the same shape, for an option the client does
+	// not carry). The 1.25-1.28 generation runs the six of 1.28: every one behaves alike.
+	ConfigGetters []string
 }
 
-// Generations, newest first. 1.26-1.34.1 share the embedded Kubernetes types; the options' fields 5
-// (1.29) and 6-7 (1.33) are the only differences among them, so the 1.33 schema stands for the
-// richest of them, and 1.25 (no field 5: kubernetes/autoscaler#5935) for the poorest.
+// The config processor's getters, by the release that added them.
+var (
+	gettersSince125 = []string{"ScaleDownUnneededTime", "ScaleDownUnreadyTime", "ScaleDownUtilizationThreshold", "ScaleDownGpuUtilizationThreshold"}
+	gettersSince128 = append(append([]string(nil), gettersSince125...), "MaxNodeProvisionTime", "IgnoreDaemonSetsUtilization")
+)
+
+// Generations, newest first. The boundaries are where the client changes on the wire or in what it
+// does with an answer: 1.29.0 (options field 5, the UNIMPLEMENTED mapping, grpc_timeout and the
+// JSON-tag config reader), 1.33.0 (options fields 6-7), 1.34.2 (old and new fields both declared),
+// 1.35.0 (new fields only).
 var Generations = []Generation{
-	{Name: "1.35+", Schema: "master"},
-	{Name: "1.34.2", Schema: "v1.34.2"},
-	{Name: "1.26-1.34.1", Schema: "v1.33.0"},
-	{Name: "1.25", Schema: "v1.25.0"},
+	{Name: "1.35+", Schema: "master", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
+	{Name: "1.34.2", Schema: "v1.34.2", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
+	{Name: "1.33-1.34.1", Schema: "v1.33.0", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
+	{Name: "1.29-1.32", Schema: "v1.29.0", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
+	{Name: "1.25-1.28", Schema: "v1.25.0", MapsUnimplemented: false, ConfigTimeout: false, ConfigDialect: DialectYAMLv2, ConfigGetters: gettersSince128},
 }
+
+// Newest is the newest generation (what the benchmarks speak).
+func Newest() Generation { return Generations[0] }
 
 // GenerationByName finds a generation by its Name or its Schema release.
 func GenerationByName(name string) (Generation, error) {

@@ -159,7 +159,7 @@ func (g *NodeGroup) Nodes() ([]Instance, error) {
 // TemplateNodeInfo is the group's template Node, cached on this object ("no template" included).
 // The Node is read from nodeBytes where the generation declares it and the server sent it, else from
 // the embedded legacy nodeInfo where declared; absent both, the group has no template (nil, nil).
-// UNIMPLEMENTED -> ErrNotImplemented, not cached.
+// UNIMPLEMENTED -> ErrNotImplemented from 1.29 (raw before), not cached.
 func (g *NodeGroup) TemplateNodeInfo() (*apiv1.Node, error) {
 	g.templateMu.Lock()
 	defer g.templateMu.Unlock()
@@ -168,7 +168,7 @@ func (g *NodeGroup) TemplateNodeInfo() (*apiv1.Node, error) {
 	}
 	resp, err := g.provider.invoke("NodeGroupTemplateNodeInfo", g.idOnly)
 	if err != nil {
-		return nil, optional(err)
+		return nil, g.provider.optional(err)
 	}
 	var raw []byte
 	if hasField(resp, "nodeBytes") {
@@ -201,7 +201,7 @@ func (g *NodeGroup) GetOptions(defaults Options) (*Options, error) {
 		return g.idOnly(req)
 	})
 	if err != nil {
-		return nil, optional(err)
+		return nil, g.provider.optional(err)
 	}
 	pb := getMessage(resp, "nodeGroupAutoscalingOptions")
 	if pb == nil {

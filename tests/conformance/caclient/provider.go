@@ -18,7 +18,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 )
 
-// ErrNotImplemented is what an optional RPC answering UNIMPLEMENTED becomes (CA's
+// ErrNotImplemented is what an optional RPC answering UNIMPLEMENTED becomes from CA 1.29 on (CA's
 // cloudprovider.ErrNotImplemented): the caller falls back to its own behaviour.
 var ErrNotImplemented = errors.New("Not implemented")
 
@@ -34,11 +34,15 @@ type CloudProvider struct {
 	forNodeCache map[string]*NodeGroup
 	gpuLabel     *string
 	gpuTypes     map[string]struct{}
+
+	future bool        // every request carries futureFields (SendFutureFields)
+	twin   *twinRecord // every request is also sent with futureFields and the answers compared
 }
 
-// Build reads the cloud-config and connects, as CA does at start (CA exits on any error here).
+// Build reads the cloud-config as the generation does and connects, as CA does at start (CA exits on
+// any error here).
 func Build(cloudConfigPath string, gen Generation) (*CloudProvider, error) {
-	cfg, err := ReadCloudConfig(cloudConfigPath)
+	cfg, err := readCloudConfig(cloudConfigPath, gen.ConfigDialect)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +50,7 @@ func Build(cloudConfigPath string, gen Generation) (*CloudProvider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(conn, cfg.Timeout(), gen)
+	return New(conn, cfg.timeoutFor(gen), gen)
 }
 
 // New wraps an open connection.
@@ -80,20 +84,46 @@ func (p *CloudProvider) invoke(rpc string, fill func(req protoreflect.Message) e
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
-	if err := p.conn.Invoke(ctx, path, req, resp); err != nil {
+	if p.future {
+		addFutureFields(req)
+	}
+	err = p.send(path, req, resp)
+	if p.twin != nil {
+		p.twin.compare(p, rpc, path, req, resp, err)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
-// optional maps UNIMPLEMENTED to ErrNotImplemented, as CA does for the optional RPCs.
-func optional(err error) error {
+// send makes one call under the client's deadline.
+func (p *CloudProvider) send(path string, req, resp *dynamicpb.Message) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	return p.conn.Invoke(ctx, path, req, resp)
+}
+
+// optional is what the client makes of an optional RPC's error: from 1.29 on, UNIMPLEMENTED becomes
+// ErrNotImplemented; before, every error reaches CA as the gRPC status it is.
+func (p *CloudProvider) optional(err error) error {
+	if !p.gen.MapsUnimplemented {
+		return err
+	}
 	if st, ok := status.FromError(err); ok && err != nil && st.Code() == codes.Unimplemented {
 		return ErrNotImplemented
 	}
 	return err
+}
+
+// Declined reports whether err is an optional RPC's "not implemented", in the form the generation
+// passes it up: ErrNotImplemented from 1.29, the raw UNIMPLEMENTED status before.
+func (p *CloudProvider) Declined(err error) bool {
+	if errors.Is(err, ErrNotImplemented) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	return ok && err != nil && st.Code() == codes.Unimplemented
 }
 
 func (p *CloudProvider) group(m protoreflect.Message) *NodeGroup {
@@ -243,7 +273,7 @@ func (p *CloudProvider) price(rpc string, start, end time.Time, fill func(req pr
 		return setWindow(req, start, end)
 	})
 	if err != nil {
-		return 0, optional(err)
+		return 0, p.optional(err)
 	}
 	return getFloat(resp, "price"), nil
 }
@@ -276,7 +306,7 @@ func (p *CloudProvider) TemplateFields(id string) (legacy, current []byte, both 
 		return nil
 	})
 	if err != nil {
-		return nil, nil, false, optional(err)
+		return nil, nil, false, p.optional(err)
 	}
 	if !hasField(resp, "nodeInfo") || !hasField(resp, "nodeBytes") {
 		return nil, nil, false, nil
