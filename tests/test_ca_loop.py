@@ -72,14 +72,15 @@ def loop_calls(report: dict, rpc: str) -> list[int]:
 
 
 @pytest.mark.timeout(1200)  # a cold build of the client takes minutes on 2 cores
+@pytest.mark.parametrize("shape", ["machines", "pools"])
 @pytest.mark.parametrize("delay", [0, 3600], ids=["instance-running", "instance-creating"])
 def test_the_replayed_loop_makes_cas_calls_and_reports_what_reached_the_server(
-    delay: int, tmp_path: Path
+    shape: str, delay: int, tmp_path: Path
 ) -> None:
-    """`delay`: the unregistered instance is listed running, or still creating: either way CA's fake
-    node must find it."""
+    """`shape`: the machinery serving the backend (machines or node pools); `delay`: the unregistered
+    instance is listed running, or still creating. Either way CA's fake node must find it."""
     client = _client()
-    options = {"provisioning_delay": delay, "groups": GROUPS}
+    options = {"shape": shape, "provisioning_delay": delay, "groups": GROUPS}
     with sim_server(options) as handle:
         before = served(handle.metrics_port)
         flags = ["-loops", str(LOOPS), "-non-autoscaled-share", "0.5", "-unregistered", "1"]
