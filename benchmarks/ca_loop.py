@@ -1,21 +1,25 @@
 """cluster-autoscaler's main loop at cluster scale, replayed by the project's CA-faithful client.
 
-The Go client of tests/conformance (`conformance loop`, generation 1.35+) replays CA's quiet
-steady-state loop serially, as CA makes it: per loop one Refresh and one NodeGroups; per group
-TargetSize three times, Nodes and TemplateNodeInfo; per node one NodeGroupForNode and four
-GetOptions (5,017 calls at 1,000 nodes in 3 groups; CA 1.36.1 was measured at 5,032-5,351 against
-a real control plane). Every call has CA's 5 s deadline and waits for the one before it.
+The Go client of tests/conformance (`conformance loop`, generation 1.35+) replays CA 1.36.1's quiet
+steady-state loop serially, as CA makes it, each call under CA's 5 s deadline: per loop one Refresh
+and one NodeGroups; per group three TargetSize; per node in a group one NodeGroupForNode and four
+GetOptions; per node in no group four NodeGroupForNode (CA does not cache an empty answer); no
+TemplateNodeInfo (every group has a usable node); NodeGroupNodes only from CA's instance cache: every
+group in the first loop, then every 2 minutes in the background (one cycle = 12 loops at a 10 s scan
+interval, the default --loops). See tests/conformance/loop.go for the model and its sources.
 
-Measured for each size, in one run:
+Measured in one run, for each cluster size and share of nodes in no group (non-autoscaled):
 - our server behind the compiled front (`serve --front on`: Python and the front both counted);
 - our server, Python alone (`--front off`);
 - the canned Go server (benchmarks/cannedgrpc answering each call with the bytes our server gave for
-  the same group or node): the floor of any gRPC server on this machine.
+  the same group or node, the empty answer for a node in no group): the floor of any gRPC server on
+  this machine.
 
-Printed: loop time p50/p90 (the client's wall clock around each loop) and the server's CPU per loop
-(utime + stime of its whole process tree over the measured loops, divided by their count).
+Printed: calls per RPC per loop (averaged over the measured loops: one 2-minute cycle), loop time
+p50/p90 (the client's wall clock around each loop) and the server's CPU per loop (utime + stime of its
+whole process tree over the measured loops, divided by their count).
 
-    .venv/bin/python benchmarks/ca_loop.py [--nodes 200 1000 5000] [--groups 3] [--loops 10]
+    .venv/bin/python benchmarks/ca_loop.py [--nodes 1000 5000] [--shares 0 0.1] [--groups 3] [--loops 12]
 """
 
 from __future__ import annotations
@@ -46,10 +50,24 @@ from tests.support import conformance  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
 NODE_CPU, NODE_MEMORY_GI = 8, 32
-WARMUP_LOOPS = 2
+WARMUP_LOOPS = 1
+#: the RPCs in the order the tables print them
+RPCS = (
+    "Refresh",
+    "NodeGroups",
+    "NodeGroupNodes",
+    "NodeGroupForNode",
+    "NodeGroupTargetSize",
+    "NodeGroupGetOptions",
+    "NodeGroupTemplateNodeInfo",
+    "GPULabel",
+    "GetAvailableGPUTypes",
+)
 
 
 def server_config(nodes: int, groups: int) -> dict:
+    """`nodes` instances in `groups` sim groups, half of which override an option (so GetOptions
+    answers both with options and without)."""
     per_group, extra = divmod(nodes, groups)
     return {
         "provider": "sim",
@@ -65,7 +83,6 @@ def server_config(nodes: int, groups: int) -> dict:
                     "instance_type": f"type-{i}",
                     "capacity": {"cpu": str(NODE_CPU), "memory": f"{NODE_MEMORY_GI}Gi"},
                     "price_per_hour": 0.3,
-                    # half the groups override an option: the client gets answers and UNIMPLEMENTED alike
                     **({"options": {"scale_down_unneeded_time": 600.0}} if i % 2 else {}),
                 }
                 for i in range(groups)
@@ -79,29 +96,27 @@ class Result:
     label: str
     loops: list[float]
     cpu_per_loop: float
-    calls_per_loop: int
+    calls: dict[str, float]  # per RPC, per loop (mean over the measured loops)
 
-    def row(self, nodes: int) -> str:
+    def row(self, nodes: int, share: float) -> str:
         p50 = statistics.median(self.loops)
-        p90 = statistics.quantiles(self.loops, n=10)[8] if len(self.loops) > 1 else p50
+        p90 = statistics.quantiles(self.loops, n=10, method="inclusive")[8] if len(self.loops) > 1 else p50
         return (
-            f"| {nodes:,} | {self.label} | {p50:.3f} s | {p90:.3f} s | {self.calls_per_loop:,} "
-            f"| {self.cpu_per_loop:.3f} s |"
+            f"| {nodes:,} | {share:.0%} | {self.label} | {p50:.3f} s | {p90:.3f} s "
+            f"| {sum(self.calls.values()):,.0f} | {self.cpu_per_loop:.3f} s |"
         )
 
 
-def replay(client: Path, port: int, pid: int, loops: int, label: str, workdir: Path) -> Result:
-    """WARMUP_LOOPS loops, then `loops` measured ones, against 127.0.0.1:`port` (served by `pid`)."""
+def replay(client: Path, port: int, pid: int, loops: int, share: float, label: str, workdir: Path) -> Result:
+    """WARMUP_LOOPS loops (a client of their own), then `loops` measured ones with a fresh client (as
+    a CA that just started), against 127.0.0.1:`port` (served by `pid`)."""
     cloud_config = workdir / f"cloud-config-{port}.yaml"
     cloud_config.write_text(f'address: "127.0.0.1:{port}"\ngrpc_timeout: 5s\n')
 
     def run(n: int) -> dict:
-        proc = subprocess.run(
-            [str(client), "loop", "-cloud-config", str(cloud_config), "-loops", str(n)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        command = [str(client), "loop", "-cloud-config", str(cloud_config), "-loops", str(n)]
+        command += ["-non-autoscaled-share", str(share)]
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"loop replay against {label} failed:\n{proc.stderr[-3000:]}")
         return json.loads(proc.stdout)
@@ -115,11 +130,16 @@ def replay(client: Path, port: int, pid: int, loops: int, label: str, workdir: P
     before = cpu()
     report = run(loops)
     spent = cpu() - before
-    return Result(label, report["seconds"], spent / loops, report["calls_in_loop"])
+    calls = {rpc: sum(loop.get(rpc, 0) for loop in report["calls"]) / loops for rpc in RPCS}
+    other = {rpc for loop in report["calls"] for rpc in loop} - set(RPCS)
+    if other:
+        raise RuntimeError(f"the replay made calls this table does not show: {sorted(other)}")
+    return Result(label, report["seconds"], spent / loops, calls)
 
 
 def record(stub: pb_grpc.CloudProviderStub) -> cannedserver.Table:
-    """The canned server's replies: what our server answers now, per group and per node."""
+    """The canned server's replies: what our server answers now, per group and per node, and for a
+    node in no group."""
     groups = [g.id for g in stub.NodeGroups(pb.NodeGroupsRequest(), timeout=30).nodeGroups]
     table = cannedserver.Table()
     for name in ("Refresh", "NodeGroups", "GPULabel", "GetAvailableGPUTypes", "Cleanup"):
@@ -142,6 +162,9 @@ def record(stub: pb_grpc.CloudProviderStub) -> cannedserver.Table:
         for gid in groups:
             table.record(name, getattr(stub, name), build(gid), gid)
     table.method("NodeGroupForNode", (1, 1))
+    # the default reply: a node in no group (the loop's are named static://static-N)
+    foreign = pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(providerID="static://static-0"))
+    table.record("NodeGroupForNode", stub.NodeGroupForNode, foreign)
     for gid in groups:
         for inst in stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid), timeout=30).instances:
             request = pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(providerID=inst.id))
@@ -168,36 +191,42 @@ def our_server(config: Path, front: str, workdir: Path):
         log.close()
 
 
-def run_size(
-    client: Path, nodes: int, groups: int, loops: int, workdir: Path, fronts: list[str]
-) -> list[str]:
+def run_case(
+    client: Path, nodes: int, share: float, groups: int, loops: int, workdir: Path, fronts: list[str]
+) -> list[Result]:
+    """One cluster: `nodes` in all, `share` of them in no group (the server lists the rest)."""
     config = workdir / "server.yaml"
-    config.write_text(yaml.safe_dump(server_config(nodes, groups)))
-    rows: list[str] = []
+    config.write_text(yaml.safe_dump(server_config(round(nodes * (1 - share)), groups)))
+    results: list[Result] = []
     table = None
     for front in fronts:
         label = "our server, compiled front" if front == "on" else "our server, Python only"
-        print(f"[{nodes} nodes] {label}", flush=True)
+        print(f"[{nodes} nodes, {share:.0%} in no group] {label}", flush=True)
         with our_server(config, front, workdir) as (port, proc):
-            rows.append(replay(client, port, proc.pid, loops, label, workdir).row(nodes))
+            results.append(replay(client, port, proc.pid, loops, share, label, workdir))
             if table is None:
                 with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
                     table = record(pb_grpc.CloudProviderStub(channel))
-    print(f"[{nodes} nodes] canned Go server", flush=True)
+    print(f"[{nodes} nodes, {share:.0%} in no group] canned Go server", flush=True)
     canned_port = free_port()
     assert table is not None
     with cannedserver.serve(table, canned_port) as canned:
-        rows.append(
-            replay(client, canned_port, canned.pid, loops, "canned Go server (floor)", workdir).row(nodes)
-        )
-    return rows
+        label = "canned Go server (floor)"
+        results.append(replay(client, canned_port, canned.pid, loops, share, label, workdir))
+    return results
+
+
+def calls_row(nodes: int, share: float, result: Result) -> str:
+    cells = " | ".join(f"{result.calls[rpc]:,.2f}".rstrip("0").rstrip(".") for rpc in RPCS)
+    return f"| {nodes:,} | {share:.0%} | {cells} | {sum(result.calls.values()):,.0f} |"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, nargs="+", default=[200, 1000, 5000])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    ap.add_argument("--shares", type=float, nargs="+", default=[0.0, 0.1], help="shares of nodes in no group")
     ap.add_argument("--groups", type=int, default=3)
-    ap.add_argument("--loops", type=int, default=10, help="loops measured per server")
+    ap.add_argument("--loops", type=int, default=12, help="loops measured per server (12: a 2-minute cycle)")
     ap.add_argument("--front", choices=["both", "on", "off"], default="both")
     args = ap.parse_args()
     fronts = ["on", "off"] if args.front == "both" else [args.front]
@@ -206,14 +235,25 @@ def main() -> int:
 
         front_binary.build()
     client = conformance.client()
-    rows: list[str] = []
+    cases: list[tuple[int, float, list[Result]]] = []
     for nodes in args.nodes:
-        with tempfile.TemporaryDirectory(prefix=f"ca-loop-{nodes}-") as tmp:
-            rows += run_size(client, nodes, args.groups, args.loops, Path(tmp), fronts)
-    print(f"\nCA's main loop replayed (client generation 1.35+), quiet steady state, {args.groups} groups")
-    print("| nodes | server | loop p50 | loop p90 | calls per loop | server CPU per loop |")
-    print("|---|---|---|---|---|---|")
-    print("\n".join(rows))
+        for share in args.shares:
+            with tempfile.TemporaryDirectory(prefix=f"ca-loop-{nodes}-") as tmp:
+                results = run_case(client, nodes, share, args.groups, args.loops, Path(tmp), fronts)
+            cases.append((nodes, share, results))
+    print(f"\nCA 1.36.1's main loop replayed (client generation 1.35+), steady state, {args.groups} groups")
+    print(f"\nCalls per RPC per loop (mean of {args.loops} loops, the same against every server):")
+    print("| nodes | in no group | " + " | ".join(RPCS) + " | all |")
+    print("|---|---|" + "---|" * (len(RPCS) + 1))
+    for nodes, share, results in cases:
+        if any(r.calls != results[0].calls for r in results):
+            raise RuntimeError(f"the servers were asked different calls at {nodes} nodes, {share:.0%}")
+        print(calls_row(nodes, share, results[0]))
+    print("\n| nodes | in no group | server | loop p50 | loop p90 | calls per loop | server CPU per loop |")
+    print("|---|---|---|---|---|---|---|")
+    for nodes, share, results in cases:
+        for result in results:
+            print(result.row(nodes, share))
     return 0
 
 

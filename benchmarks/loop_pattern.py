@@ -1,15 +1,22 @@
 """The read RPCs one cluster-autoscaler loop makes, shared by the API-calls-per-loop benchmarks.
 
-The pattern (research notes peers-users-decisions.md §4.3, from CA's RunOnce): after Refresh,
-NodeGroups once; NodeGroupForNode for every node (and at several call sites for nodes outside any
-group, whose empty answer CA does not cache); about 3 TargetSize per group; about 2 GetOptions per
-node; NodeGroupNodes for about G/12 groups; TemplateNodeInfo per group without a real-node template;
-GPULabel and GetAvailableGPUTypes; on a scale-up loop, the price expander's PricingNodePrice per
-group and PricingPodPrice per pending pod. Answers UNIMPLEMENTED count as answered (optional RPCs).
+The pattern of CA 1.36.1 (tests/conformance/loop.go models it call by call): after Refresh,
+NodeGroups once; NodeGroupForNode for every node, and five times for a node in no group (CA asks at
+four call sites or more and does not cache an empty answer); 3 TargetSize per group; 2 GetOptions
+per node (CA was measured asking about 4 at 1,000 nodes; these benchmarks count the cloud API calls
+the reads cause, not the reads); NodeGroupNodes for G/12 groups (CA's instance cache lists every
+group every 2 minutes, one loop in 12 at a 10 s scan interval); TemplateNodeInfo per group, as on a
+loop where no group has a usable node to copy (the most CA asks; a steady loop asks none); GPULabel
+and GetAvailableGPUTypes; on a scale-up loop, the price expander's PricingNodePrice of each group's
+template node (`template-node-for-<group>-<random>`) and PricingPodPrice per pending pod, over
+now..now+1h.
+Answers UNIMPLEMENTED count as answered (optional RPCs).
 """
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,10 +25,14 @@ import grpc
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
 
-#: the pricing window CA's price expander asks about
-HOUR = {"startTimestamp": {"seconds": 0}, "endTimestamp": {"seconds": 3600}}
 #: call sites at which CA asks NodeGroupForNode for a node outside every group (not cached)
 FOREIGN_CALL_SITES = 5
+
+
+def next_hour() -> dict[str, dict[str, int]]:
+    """The pricing window CA's price expander asks about: now..now+1h."""
+    now = int(time.time())
+    return {"startTimestamp": {"seconds": now}, "endTimestamp": {"seconds": now + 3600}}
 
 
 def pending_pod_bytes() -> bytes:
@@ -75,9 +86,10 @@ def one_loop(
     call(stub.GPULabel, pb.GPULabelRequest())
     call(stub.GetAvailableGPUTypes, pb.GetAvailableGPUTypesRequest())
     if scale_up:
+        window = next_hour()
         for gid in groups:
-            node = pb.ExternalGrpcNode(name=f"template-node-for-{gid}-1")
-            call(stub.PricingNodePrice, pb.PricingNodePriceRequest(node=node, **HOUR))
+            node = pb.ExternalGrpcNode(name=f"template-node-for-{gid}-{random.getrandbits(63)}")
+            call(stub.PricingNodePrice, pb.PricingNodePriceRequest(node=node, **window))
             for _ in range(5):
-                call(stub.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=pod, **HOUR))
+                call(stub.PricingPodPrice, pb.PricingPodPriceRequest(pod_bytes=pod, **window))
     return count

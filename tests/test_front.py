@@ -67,6 +67,8 @@ class Dial(CloudProvider):
         self.refresh_release = threading.Event()
         self.refresh_release.set()
         self.change_while_reading = 0
+        self.members: set[str] = set()  # providerIDs outside "dial://g/" that belong to the group
+        self.refresh_drops_members = False
 
     def _change(self, size: int) -> None:
         with self._lock:
@@ -92,11 +94,19 @@ class Dial(CloudProvider):
     def node_group_for_node(self, node: NodeRef) -> NodeGroup | None:
         if "pool" in node.labels:
             return self.group if node.labels["pool"] == "g" else None
-        return self.group if node.provider_id.startswith("dial://g/") else None
+        member = node.provider_id.startswith("dial://g/") or node.provider_id in self.members
+        return self.group if member else None
+
+    def adopt(self, provider_id: str) -> None:
+        """The group takes in a machine (as a listing showing a new one would)."""
+        self.members.add(provider_id)
+        self._change(self.size)
 
     def refresh(self) -> None:
         self.refresh_entered.set()
         self.refresh_release.wait(30)
+        if self.refresh_drops_members:
+            self.members.clear()
         self._change(self.cloud_size)
 
     def target_size(self, group_id: str) -> int:
@@ -186,6 +196,39 @@ def test_cached_answers_follow_writes_refresh_and_background_changes() -> None:
         front_ok, _ = split_counts(handle, "NodeGroupForNode", "OK")
         front_options, _ = split_counts(handle, "NodeGroupGetOptions", "OK")
         assert (front_ok, front_options) == (4, 2)
+
+
+def test_a_node_in_no_group_costs_what_a_member_costs_and_follows_state_changes() -> None:
+    """CA asks NodeGroupForNode about a node in no group at four or more call sites per loop (its
+    client caches no empty answer): the empty answer is cached exactly as a member's, and dropped by
+    the same rule, any change of state (here the node joining the group in the background, then
+    leaving it on Refresh)."""
+    dial = Dial()
+    with dial_server(dial) as handle, channel(handle) as ch:
+        s = stub(ch)
+        stray = pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(providerID="static://n1", name="n1"))
+        member = pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(providerID="dial://g/1", name="g-1"))
+
+        def group_of(request: pb.NodeGroupForNodeRequest) -> str:
+            return s.NodeGroupForNode(request, timeout=5).nodeGroup.id
+
+        front0, python0 = split_counts(handle, "NodeGroupForNode", "OK")
+        assert [group_of(stray) for _ in range(4)] == [""] * 4
+        front1, python1 = split_counts(handle, "NodeGroupForNode", "OK")
+        assert (front1 - front0, python1 - python0) == (3, 1)  # Python once, then the cache
+        assert [group_of(member) for _ in range(4)] == ["g"] * 4
+        front2, python2 = split_counts(handle, "NodeGroupForNode", "OK")
+        assert (front2 - front1, python2 - python1) == (3, 1)  # the same cost as the empty answer
+
+        threading.Thread(target=dial.adopt, args=("static://n1",)).start()
+        wait_until("the node's new group to reach the front", lambda: group_of(stray) == "g")
+        dial.refresh_drops_members = True
+        s.Refresh(pb.RefreshRequest(), timeout=5)
+        assert group_of(stray) == ""  # never the cached "g" of the state before Refresh
+        front3, python3 = split_counts(handle, "NodeGroupForNode", "OK")
+        assert [group_of(stray) for _ in range(3)] == [""] * 3
+        front4, python4 = split_counts(handle, "NodeGroupForNode", "OK")
+        assert (front4 - front3, python4 - python3) == (3, 0)  # cached again for the new state
 
 
 def test_a_backend_without_a_state_version_is_never_answered_from_the_cache() -> None:

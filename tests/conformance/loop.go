@@ -1,132 +1,507 @@
 package main
 
-// `conformance loop`: cluster-autoscaler's main loop in a quiet steady state, replayed serially with
-// the CA-faithful client (generation 1.35+), for benchmarks/ca_loop.py. Per loop, as CA 1.36.1 was
-// measured to call a server with nothing to scale (1,000 nodes in 3 groups: 5,032 calls a loop):
-// one Refresh and one NodeGroups; per group TargetSize (CA asks about three times: cluster state,
-// the scale-down pre-filter, the budgets), Nodes and TemplateNodeInfo (the new objects after Refresh
-// ask again); per node one NodeGroupForNode (cached for the rest of the loop) and GetOptions
-// -options-per-node times (readiness asks twice for the max node startup time, scale-down
-// eligibility for the utilization thresholds). The nodes are the instances the server listed before
-// the first loop, named as registered Nodes. Prints one JSON object: each loop's seconds and the
-// calls made per RPC in one loop.
+// `conformance loop`: cluster-autoscaler's main loop replayed serially with the CA-faithful client
+// (generation 1.35+), for benchmarks/ca_loop.py and tests/test_ca_loop.py. What one loop asks, as
+// CA 1.36.1's code does it (k8s.io/autoscaler, cluster-autoscaler/ at tag cluster-autoscaler-1.36.1):
+//
+//   - one Refresh, then NodeGroups (cached by the client until the next Refresh);
+//   - the instance lists come from CA's cache (clusterstate/utils/node_instances_cache.go): groups
+//     missing from it are fetched in parallel inside the loop (the first loop, and a group whose
+//     entry was dropped after a deletion); every 2 minutes a background refresh lists every group
+//     one after the other, beside the loops, never inside one;
+//   - per registered node NodeGroupForNode: once per loop for a node in a group (the client caches the
+//     answer until Refresh), -fornode-per-unregistered-group times for a node in no group (default 4:
+//     the client does not cache an empty answer, and the template provider, cluster state, the
+//     scale-down pre-filter and eligibility each ask);
+//   - TemplateNodeInfo only for a group with no usable node (a quiet loop asks none); with
+//     -csi-aware, up to one per group object NodeGroupForNode returned (the upper bound: one per node
+//     in a group);
+//   - TargetSize -targets-per-group times per group; GetOptions -options-per-node times per node in a
+//     group (measured: about 4 per node at 1,000 nodes);
+//   - GPULabel and GetAvailableGPUTypes once per process (cached after their first success);
+//   - instances listed but never registered (-unregistered N creates N before the first loop) are
+//     deleted as CA deletes them (core/static_autoscaler.go removeOldUnregisteredNodes) through fake
+//     nodes (clusterstate.FakeNode): name and providerID the instance id, annotated
+//     k8s.io/cluster-autoscaler/fake-node-reason=unregistered (cloudprovider.FakeNodeReasonAnnotation).
+//     Each is asked NodeGroupForNode and GetOptions, then per group TargetSize, GetOptions and one
+//     DeleteNodes; the group's cache entry is dropped, so the next loop lists it again. The server's
+//     answer is checked (one TargetSize and one Nodes more): the target size went down by the number
+//     deleted and no deleted instance is listed as anything but deleting;
+//   - with -price-expander, every loop evaluates a scale-up for -pending-pods pods and the price
+//     expander prices each group: NodePrice of the sanitized template node, named
+//     template-node-for-<group>-<random>, and PodPrice of each pod, over now..now+1h (the option
+//     chosen is not applied: the cluster stays as it is).
+//
+// The cluster: the instances the server lists before the first loop, registered as Nodes, plus
+// nodes in no group (-non-autoscaled-share of all nodes). The loops run back to back; the simulated
+// clock advances -scan-interval per loop and drives the background refresh. Prints one JSON object:
+// each loop's seconds and, per loop, the calls made per RPC (a background refresh counted in the loop
+// it started in), and the calls made before the first loop.
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"math"
+	"math/rand"
 	"os"
+	"sync"
 	"time"
 
 	"cloudprovider-grpc/tests/conformance/caclient"
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// fakeNodeReason is the annotation CA puts on the placeholder Node of an instance that never
+// registered (cloudprovider.FakeNodeReasonAnnotation, value cloudprovider.FakeNodeUnregistered).
+const fakeNodeReason, fakeNodeUnregistered = "k8s.io/cluster-autoscaler/fake-node-reason", "unregistered"
+
+// nodesCacheRefresh is CloudProviderNodeInstancesCacheRefreshInterval.
+const nodesCacheRefresh = 2 * time.Minute
+
+type loopModel struct {
+	loops, targetsPerGroup, optionsPerNode, forNodeUngrouped, pendingPods, unregistered int
+	nonAutoscaledShare                                                                  float64
+	priceExpander, csiAware                                                             bool
+	scanInterval                                                                        time.Duration
+}
+
 type loopReport struct {
-	Nodes       int            `json:"nodes"`
-	Groups      int            `json:"groups"`
-	Seconds     []float64      `json:"seconds"`
-	CallsByRPC  map[string]int `json:"calls_per_loop"`
-	CallsInLoop int            `json:"calls_in_loop"`
+	Nodes         int              `json:"nodes"`
+	NonAutoscaled int              `json:"non_autoscaled"`
+	Groups        int              `json:"groups"`
+	Seconds       []float64        `json:"seconds"`
+	Calls         []map[string]int `json:"calls"`
+	Setup         map[string]int   `json:"setup_calls"`
+	FakeDeleted   int              `json:"fake_nodes_deleted"`
+}
+
+// tally counts the calls that reach the wire, per loop (-1: before the first loop).
+type tally struct {
+	mu    sync.Mutex
+	setup map[string]int
+	loops []map[string]int
+}
+
+func (t *tally) add(loop int, rpc string, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if loop < 0 {
+		t.setup[rpc] += n
+		return
+	}
+	for len(t.loops) <= loop {
+		t.loops = append(t.loops, map[string]int{})
+	}
+	t.loops[loop][rpc] += n
+}
+
+// instancesCache is CA's cache of the groups' instance lists.
+type instancesCache struct {
+	mu      sync.Mutex
+	byGroup map[string][]caclient.Instance
+}
+
+func (c *instancesCache) set(id string, insts []caclient.Instance) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byGroup[id] = insts
+}
+
+func (c *instancesCache) get(id string) ([]caclient.Instance, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	insts, ok := c.byGroup[id]
+	return insts, ok
+}
+
+func (c *instancesCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.byGroup, id)
+}
+
+type replay struct {
+	m          loopModel
+	ca         *caclient.CloudProvider
+	calls      *tally
+	cache      *instancesCache
+	grouped    []*apiv1.Node
+	ungrouped  []*apiv1.Node
+	registered map[string]bool
+	defaults   caclient.Options
+	pod        *apiv1.Pod
+	rng        *rand.Rand
+	fake       int
 }
 
 func loopMain(args []string) int {
 	fs := flag.NewFlagSet("loop", flag.ExitOnError)
 	cloudConfig := fs.String("cloud-config", "", "CA cloud-config (YAML: address, ...)")
-	loops := fs.Int("loops", 10, "main loops to run")
-	optionsPerNode := fs.Int("options-per-node", 4, "GetOptions calls per node per loop")
-	targetsPerGroup := fs.Int("targets-per-group", 3, "TargetSize calls per group per loop")
+	var m loopModel
+	fs.IntVar(&m.loops, "loops", 10, "main loops to run")
+	fs.IntVar(&m.optionsPerNode, "options-per-node", 4, "GetOptions calls per node in a group per loop")
+	fs.IntVar(&m.targetsPerGroup, "targets-per-group", 3, "TargetSize calls per group per loop")
+	fs.IntVar(&m.forNodeUngrouped, "fornode-per-ungrouped", 4, "NodeGroupForNode calls per loop for a node in no group")
+	fs.Float64Var(&m.nonAutoscaledShare, "non-autoscaled-share", 0, "share of all nodes that are in no group (0..0.9)")
+	fs.BoolVar(&m.priceExpander, "price-expander", false, "every loop evaluates a scale-up priced by the price expander")
+	fs.IntVar(&m.pendingPods, "pending-pods", 3, "pods the price expander prices per group (with -price-expander)")
+	fs.BoolVar(&m.csiAware, "csi-aware", false, "--enable-csi-node-aware-scheduling: templates asked of NodeGroupForNode's groups")
+	fs.IntVar(&m.unregistered, "unregistered", 0, "instances created before the first loop that never register")
+	fs.DurationVar(&m.scanInterval, "scan-interval", 10*time.Second, "simulated time per loop (drives the 2-minute instance refresh)")
 	_ = fs.Parse(args)
-
+	if m.nonAutoscaledShare < 0 || m.nonAutoscaledShare > 0.9 || m.scanInterval <= 0 || m.loops < 1 {
+		fmt.Fprintln(os.Stderr, "loop: -non-autoscaled-share must be in 0..0.9, -scan-interval and -loops positive")
+		return 2
+	}
 	ca, err := caclient.Build(*cloudConfig, caclient.Generations[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loop:", err)
 		return 1
 	}
 	defer ca.Close()
-	if err := ca.Refresh(); err != nil {
-		fmt.Fprintln(os.Stderr, "loop: Refresh:", err)
+	r := &replay{
+		m: m, ca: ca, calls: &tally{setup: map[string]int{}},
+		cache:      &instancesCache{byGroup: map[string][]caclient.Instance{}},
+		registered: map[string]bool{},
+		defaults: caclient.Options{
+			ScaleDownUtilizationThreshold: 0.5, ScaleDownGpuUtilizationThreshold: 0.5,
+			ScaleDownUnneededTime: 10 * time.Minute, ScaleDownUnreadyTime: 20 * time.Minute, MaxNodeProvisionTime: 15 * time.Minute,
+		},
+		pod: pendingPod(), rng: rand.New(rand.NewSource(1)),
+	}
+	report, err := r.run()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loop:", err)
 		return 1
 	}
-	var nodes []*apiv1.Node
-	groups := ca.NodeGroups()
+	out, _ := json.Marshal(report)
+	fmt.Println(string(out))
+	return 0
+}
+
+// pendingPod is the pod a priced scale-up is for: 500m CPU, 1Gi.
+func pendingPod() *apiv1.Pod {
+	return &apiv1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pending", Namespace: "default"},
+		Spec: apiv1.PodSpec{Containers: []apiv1.Container{{
+			Name: "app",
+			Resources: apiv1.ResourceRequirements{Requests: apiv1.ResourceList{
+				apiv1.ResourceCPU: resource.MustParse("500m"), apiv1.ResourceMemory: resource.MustParse("1Gi"),
+			}},
+		}}},
+	}
+}
+
+// setup registers the cluster's Nodes and creates the unregistered instances.
+func (r *replay) setup() error {
+	if err := r.ca.Refresh(); err != nil {
+		return fmt.Errorf("Refresh: %w", err)
+	}
+	r.calls.add(-1, "Refresh", 1)
+	groups := r.ca.NodeGroups()
+	r.calls.add(-1, "NodeGroups", 1)
 	if len(groups) == 0 {
-		fmt.Fprintln(os.Stderr, "loop: the server lists no node group")
-		return 1
+		return errors.New("the server lists no node group")
 	}
 	for _, g := range groups {
 		insts, err := g.Nodes()
+		r.calls.add(-1, "NodeGroupNodes", 1)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "loop: Nodes:", err)
-			return 1
+			return fmt.Errorf("Nodes: %w", err)
 		}
 		for i, inst := range insts {
-			nodes = append(nodes, &apiv1.Node{
+			if inst.Status != nil && inst.Status.State == caclient.InstanceDeleting {
+				continue // on its way out: its Node is gone
+			}
+			r.registered[inst.Id] = true
+			r.grouped = append(r.grouped, &apiv1.Node{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", g.Id(), i), Labels: map[string]string{"kubernetes.io/os": "linux"}},
 				Spec:       apiv1.NodeSpec{ProviderID: inst.Id},
 			})
 		}
 	}
-	defaults := caclient.Options{
-		ScaleDownUtilizationThreshold: 0.5, ScaleDownGpuUtilizationThreshold: 0.5,
-		ScaleDownUnneededTime: 10 * time.Minute, ScaleDownUnreadyTime: 20 * time.Minute, MaxNodeProvisionTime: 15 * time.Minute,
+	share := r.m.nonAutoscaledShare
+	ungrouped := int(math.Round(float64(len(r.grouped)) * share / (1 - share)))
+	for i := 0; i < ungrouped; i++ {
+		name := fmt.Sprintf("static-%d", i)
+		r.ungrouped = append(r.ungrouped, &apiv1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/os": "linux"}},
+			Spec:       apiv1.NodeSpec{ProviderID: "static://" + name},
+		})
 	}
-	report := loopReport{Nodes: len(nodes), Groups: len(groups), CallsByRPC: map[string]int{}}
-	count := func(rpc string, n int) {
-		if len(report.Seconds) == 0 {
-			report.CallsByRPC[rpc] += n
+	if r.m.unregistered > 0 {
+		g := groups[0]
+		if err := g.IncreaseSize(r.m.unregistered); err != nil {
+			return fmt.Errorf("IncreaseSize(%s, %d): %w", g.Id(), r.m.unregistered, err)
 		}
+		r.calls.add(-1, "NodeGroupIncreaseSize", 1)
 	}
-	for i := 0; i < *loops; i++ {
+	return nil
+}
+
+func (r *replay) run() (*loopReport, error) {
+	if err := r.setup(); err != nil {
+		return nil, err
+	}
+	report := &loopReport{Nodes: len(r.grouped) + len(r.ungrouped), NonAutoscaled: len(r.ungrouped)}
+	var background sync.WaitGroup
+	nextRefresh := nodesCacheRefresh
+	for i := 0; i < r.m.loops; i++ {
+		now := time.Duration(i) * r.m.scanInterval
 		start := time.Now()
-		if err := ca.Refresh(); err != nil {
-			fmt.Fprintln(os.Stderr, "loop: Refresh:", err)
-			return 1
+		groups, err := r.loop(i)
+		if err != nil {
+			background.Wait()
+			return nil, fmt.Errorf("loop %d: %w", i, err)
 		}
-		count("Refresh", 1)
-		groups := ca.NodeGroups()
-		count("NodeGroups", 1)
-		for _, g := range groups {
-			for t := 0; t < *targetsPerGroup; t++ {
-				if _, err := g.TargetSize(); err != nil {
-					fmt.Fprintln(os.Stderr, "loop: TargetSize:", err)
-					return 1
-				}
-			}
-			if _, err := g.Nodes(); err != nil {
-				fmt.Fprintln(os.Stderr, "loop: Nodes:", err)
-				return 1
-			}
-			if _, err := g.TemplateNodeInfo(); err != nil && err != caclient.ErrNotImplemented {
-				fmt.Fprintln(os.Stderr, "loop: TemplateNodeInfo:", err)
-				return 1
-			}
-		}
-		count("NodeGroupTargetSize", *targetsPerGroup*len(groups))
-		count("NodeGroupNodes", len(groups))
-		count("NodeGroupTemplateNodeInfo", len(groups))
-		for _, node := range nodes {
-			g, err := ca.NodeGroupForNode(node)
-			if err != nil || g == nil {
-				fmt.Fprintf(os.Stderr, "loop: NodeGroupForNode(%s): %v, %v\n", node.Spec.ProviderID, g, err)
-				return 1
-			}
-			for o := 0; o < *optionsPerNode; o++ {
-				if _, err := g.GetOptions(defaults); err != nil && err != caclient.ErrNotImplemented {
-					fmt.Fprintln(os.Stderr, "loop: GetOptions:", err)
-					return 1
-				}
-			}
-		}
-		count("NodeGroupForNode", len(nodes))
-		count("NodeGroupGetOptions", *optionsPerNode*len(nodes))
+		report.Groups = len(groups)
 		report.Seconds = append(report.Seconds, time.Since(start).Seconds())
+		if i+1 < r.m.loops && now+r.m.scanInterval >= nextRefresh { // the refresh falls before the next loop
+			background.Wait() // wait.Until never overlaps two runs
+			background.Add(1)
+			go func(loop int) {
+				defer background.Done()
+				r.refreshInstances(loop, groups)
+			}(i + 1)
+			nextRefresh += nodesCacheRefresh
+		}
 	}
-	for _, n := range report.CallsByRPC {
-		report.CallsInLoop += n
+	background.Wait()
+	r.calls.mu.Lock()
+	defer r.calls.mu.Unlock()
+	report.Calls = r.calls.loops[:r.m.loops]
+	report.Setup = r.calls.setup
+	report.FakeDeleted = r.fake
+	return report, nil
+}
+
+// refreshInstances is the instance cache's background refresh: every group, one after the other.
+// Counted in `loop`, the loop it runs beside.
+func (r *replay) refreshInstances(loop int, groups []*caclient.NodeGroup) {
+	for _, g := range groups {
+		insts, err := g.Nodes()
+		r.calls.add(loop, "NodeGroupNodes", 1)
+		if err == nil {
+			r.cache.set(g.Id(), insts)
+		}
 	}
-	out, _ := json.Marshal(report)
-	fmt.Println(string(out))
-	return 0
+}
+
+func (r *replay) loop(i int) ([]*caclient.NodeGroup, error) {
+	if err := r.ca.Refresh(); err != nil {
+		return nil, fmt.Errorf("Refresh: %w", err)
+	}
+	r.calls.add(i, "Refresh", 1)
+	groups := r.ca.NodeGroups()
+	r.calls.add(i, "NodeGroups", 1)
+	if i == 0 {
+		r.ca.GPULabel()
+		r.ca.GetAvailableGPUTypes()
+		r.calls.add(i, "GPULabel", 1)
+		r.calls.add(i, "GetAvailableGPUTypes", 1)
+	}
+	if err := r.fetchMissing(i, groups); err != nil {
+		return nil, err
+	}
+	if err := r.deleteUnregistered(i, groups); err != nil {
+		return nil, err
+	}
+	// the template provider: the first ready node of a group is its template; CSI-aware scheduling
+	// also asks the group object NodeGroupForNode returned for its template
+	usable := map[string]bool{}
+	forNode := map[*apiv1.Node]*caclient.NodeGroup{}
+	for _, node := range r.grouped {
+		g, err := r.ca.NodeGroupForNode(node)
+		if err != nil || g == nil {
+			return nil, fmt.Errorf("NodeGroupForNode(%s): %v, %v", node.Spec.ProviderID, g, err)
+		}
+		r.calls.add(i, "NodeGroupForNode", 1)
+		forNode[node] = g
+		usable[g.Id()] = true
+		if r.m.csiAware {
+			if err := r.template(i, g); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, g := range groups {
+		if !usable[g.Id()] {
+			if err := r.template(i, g); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// nodes in no group: asked at every call site, the empty answer is never cached
+	for _, node := range r.ungrouped {
+		for k := 0; k < r.m.forNodeUngrouped; k++ {
+			g, err := r.ca.NodeGroupForNode(node)
+			if err != nil || g != nil {
+				return nil, fmt.Errorf("NodeGroupForNode(%s): %v, %v (want no group)", node.Spec.ProviderID, g, err)
+			}
+			r.calls.add(i, "NodeGroupForNode", 1)
+		}
+	}
+	for _, g := range groups {
+		for t := 0; t < r.m.targetsPerGroup; t++ {
+			if _, err := g.TargetSize(); err != nil {
+				return nil, fmt.Errorf("TargetSize: %w", err)
+			}
+		}
+		r.calls.add(i, "NodeGroupTargetSize", r.m.targetsPerGroup)
+	}
+	for _, node := range r.grouped {
+		for o := 0; o < r.m.optionsPerNode; o++ {
+			if _, err := forNode[node].GetOptions(r.defaults); err != nil && err != caclient.ErrNotImplemented {
+				return nil, fmt.Errorf("GetOptions: %w", err)
+			}
+		}
+		r.calls.add(i, "NodeGroupGetOptions", r.m.optionsPerNode)
+	}
+	if r.m.priceExpander {
+		if err := r.price(i, groups); err != nil {
+			return nil, err
+		}
+	}
+	return groups, nil
+}
+
+// template asks a group object for its template (the client caches it on the object).
+func (r *replay) template(i int, g *caclient.NodeGroup) error {
+	if _, err := g.TemplateNodeInfo(); err != nil && err != caclient.ErrNotImplemented {
+		return fmt.Errorf("TemplateNodeInfo(%s): %w", g.Id(), err)
+	}
+	r.calls.add(i, "NodeGroupTemplateNodeInfo", 1)
+	return nil
+}
+
+// fetchMissing lists, in parallel, the groups the instance cache has no entry for.
+func (r *replay) fetchMissing(i int, groups []*caclient.NodeGroup) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(groups))
+	for k, g := range groups {
+		if _, ok := r.cache.get(g.Id()); ok {
+			continue
+		}
+		wg.Add(1)
+		go func(k int, g *caclient.NodeGroup) {
+			defer wg.Done()
+			insts, err := g.Nodes()
+			r.calls.add(i, "NodeGroupNodes", 1)
+			if err != nil {
+				errs[k] = fmt.Errorf("Nodes(%s): %w", g.Id(), err)
+				return
+			}
+			r.cache.set(g.Id(), insts)
+		}(k, g)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// deleteUnregistered is CA's removeOldUnregisteredNodes (core/static_autoscaler.go) for instances
+// listed that never registered (not deleting, no error), taken as older than max-node-provision-time:
+// per instance NodeGroupForNode of its fake node and GetOptions (the group's max provision time);
+// per group TargetSize, GetOptions (zero-or-max scaling) and one DeleteNodes of the fake nodes; then
+// the group's instance-cache entry is dropped. What the server did is checked (checkDeleted).
+func (r *replay) deleteUnregistered(i int, groups []*caclient.NodeGroup) error {
+	byGroup := map[string][]*apiv1.Node{}
+	for _, listed := range groups {
+		insts, _ := r.cache.get(listed.Id())
+		for _, inst := range insts {
+			if r.registered[inst.Id] || (inst.Status != nil && (inst.Status.State == caclient.InstanceDeleting || inst.Status.ErrorInfo != nil)) {
+				continue
+			}
+			fake := &apiv1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: inst.Id, Annotations: map[string]string{fakeNodeReason: fakeNodeUnregistered}},
+				Spec:       apiv1.NodeSpec{ProviderID: inst.Id},
+			}
+			g, err := r.ca.NodeGroupForNode(fake)
+			r.calls.add(i, "NodeGroupForNode", 1)
+			if err != nil || g == nil {
+				return fmt.Errorf("NodeGroupForNode(fake node %s, listed in %s): %v, %v", inst.Id, listed.Id(), g, err)
+			}
+			if _, err := g.GetOptions(r.defaults); err != nil && err != caclient.ErrNotImplemented {
+				return fmt.Errorf("GetOptions(%s): %w", g.Id(), err)
+			}
+			r.calls.add(i, "NodeGroupGetOptions", 1)
+			byGroup[g.Id()] = append(byGroup[g.Id()], fake)
+		}
+	}
+	for _, g := range groups {
+		fakes := byGroup[g.Id()]
+		if len(fakes) == 0 {
+			continue
+		}
+		before, err := g.TargetSize()
+		r.calls.add(i, "NodeGroupTargetSize", 1)
+		if err != nil {
+			return fmt.Errorf("TargetSize(%s): %w", g.Id(), err)
+		}
+		if _, err := g.GetOptions(r.defaults); err != nil && err != caclient.ErrNotImplemented {
+			return fmt.Errorf("GetOptions(%s): %w", g.Id(), err)
+		}
+		r.calls.add(i, "NodeGroupGetOptions", 1)
+		if err := g.DeleteNodes(fakes); err != nil {
+			return fmt.Errorf("DeleteNodes(%s, %d fake nodes): %w", g.Id(), len(fakes), err)
+		}
+		r.calls.add(i, "NodeGroupDeleteNodes", 1)
+		r.cache.drop(g.Id()) // the next loop lists the group again
+		if err := r.checkDeleted(i, g, before, fakes); err != nil {
+			return err
+		}
+		r.fake += len(fakes)
+	}
+	return nil
+}
+
+// checkDeleted: the server found each fake node by its providerID: the target size went down by
+// their number and none of them is listed as anything but deleting.
+func (r *replay) checkDeleted(i int, g *caclient.NodeGroup, before int, fakes []*apiv1.Node) error {
+	after, err := g.TargetSize()
+	r.calls.add(i, "NodeGroupTargetSize", 1)
+	if err != nil {
+		return fmt.Errorf("TargetSize(%s): %w", g.Id(), err)
+	}
+	if after != before-len(fakes) {
+		return fmt.Errorf("DeleteNodes(%s) of %d fake nodes: target size %d -> %d", g.Id(), len(fakes), before, after)
+	}
+	insts, err := g.Nodes()
+	r.calls.add(i, "NodeGroupNodes", 1)
+	if err != nil {
+		return fmt.Errorf("Nodes(%s): %w", g.Id(), err)
+	}
+	for _, inst := range insts {
+		for _, f := range fakes {
+			if inst.Id == f.Spec.ProviderID && (inst.Status == nil || inst.Status.State != caclient.InstanceDeleting) {
+				return fmt.Errorf("DeleteNodes(%s): %s is still listed, not deleting: %+v", g.Id(), inst.Id, inst.Status)
+			}
+		}
+	}
+	return nil
+}
+
+// price is the price expander on one scale-up: per group, its sanitized template node and each
+// pending pod, over the next hour.
+func (r *replay) price(i int, groups []*caclient.NodeGroup) error {
+	start := time.Now()
+	end := start.Add(time.Hour)
+	for _, g := range groups {
+		name := fmt.Sprintf("template-node-for-%s-%d", g.Id(), r.rng.Int63())
+		node := &apiv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}}
+		if _, err := r.ca.NodePrice(node, start, end); err != nil && err != caclient.ErrNotImplemented {
+			return fmt.Errorf("NodePrice(%s): %w", name, err)
+		}
+		r.calls.add(i, "PricingNodePrice", 1)
+		for p := 0; p < r.m.pendingPods; p++ {
+			if _, err := r.ca.PodPrice(r.pod, start, end); err != nil && err != caclient.ErrNotImplemented {
+				return fmt.Errorf("PodPrice: %w", err)
+			}
+		}
+		r.calls.add(i, "PricingPodPrice", r.m.pendingPods)
+	}
+	return nil
 }
