@@ -53,6 +53,7 @@ class Kind:
     watched: bool = True
 
 
+#: every kind read, in listing order; `watched` ones are also watched (the rest: snapshot only)
 KINDS = (
     Kind("Node", "v1", "CoreV1Api", "list_node"),
     Kind("Pod", "v1", "CoreV1Api", "list_pod_for_all_namespaces"),
@@ -65,6 +66,10 @@ KINDS = (
     Kind("PriorityClass", "scheduling.k8s.io/v1", "SchedulingV1Api", "list_priority_class", False),
     Kind("ConfigMap", "v1", "CoreV1Api", "list_config_map_for_all_namespaces", False),
 )
+
+
+def kind_named(name: str) -> Kind:
+    return next(k for k in KINDS if k.name == name)
 
 
 def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -200,8 +205,9 @@ class Recorder:
         return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
 
     # ------------------------------------------------------------------ start/stop
-    def start(self) -> None:
-        """List everything (the snapshot), open the log, start one watch thread per kind."""
+    def start(self, threads: bool = True) -> None:
+        """List everything (the snapshot), open the log, start one watch thread per kind (unless
+        not `threads`: then the caller runs `watch_once`)."""
         from kubernetes.client.exceptions import ApiException
 
         self.t0 = self.clock()
@@ -227,7 +233,7 @@ class Recorder:
         (self.directory / SNAPSHOT).write_text(json.dumps(snapshot, separators=(",", ":")), encoding="utf-8")
         watched = [k.name for k in KINDS if k.watched]
         self.writer = Writer(self.directory, Header(started, watched))
-        for kind in KINDS:
+        for kind in KINDS if threads else ():
             if kind.watched:
                 t = threading.Thread(target=self._watch, args=(kind,), name=f"watch-{kind.name}", daemon=True)
                 self._threads.append(t)
@@ -273,41 +279,46 @@ class Recorder:
 
     # ------------------------------------------------------------------ watching
     def _watch(self, kind: Kind) -> None:
+        while not self.stopped.is_set():
+            self.watch_once(kind)
+
+    def watch_once(self, kind: Kind) -> None:
+        """One round of a kind's watch thread: list again if the version is gone, then one watch
+        request, until the server ends it (`watch_seconds`), `410 Gone`, an error, or stop."""
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
-        call = self._call(kind)
-        while not self.stopped.is_set():
-            if self.versions.get(kind.name) is None:
-                try:
-                    self.relist(kind)
-                except Exception as exc:  # the apiserver may be away: retry
+        if self.versions.get(kind.name) is None:
+            try:
+                self.relist(kind)
+            except Exception as exc:  # the apiserver may be away: retry
+                if not self.stopped.is_set():
                     log.warning("listing %s failed, retrying: %s", kind.name, getattr(exc, "reason", exc))
                     self.stopped.wait(RETRY_SECONDS)
-                    continue
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    call,
-                    resource_version=self.versions[kind.name],
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=self.watch_seconds,
-                    _request_timeout=self.watch_seconds + 10,
-                ):
-                    if self.stopped.is_set():
-                        w.stop()
-                        break
-                    self.on_event(kind, event["type"], event["raw_object"])
-            except ApiException as exc:
-                if exc.status == 410:
-                    # the version is older than the apiserver's watch window: list again
-                    self.versions[kind.name] = None
-                    continue
+                return
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                self._call(kind),
+                resource_version=self.versions[kind.name],
+                allow_watch_bookmarks=True,
+                timeout_seconds=self.watch_seconds,
+                _request_timeout=self.watch_seconds + 10,
+            ):
+                if self.stopped.is_set():
+                    w.stop()
+                    break
+                self.on_event(kind, event["type"], event["raw_object"])
+        except ApiException as exc:
+            if exc.status == 410:
+                # the version is older than the apiserver's watch window: list again
+                self.versions[kind.name] = None
+                return
+            if not self.stopped.is_set():
                 log.warning("watching %s failed, retrying: %s %s", kind.name, exc.status, exc.reason)
                 self.stopped.wait(RETRY_SECONDS)
-            except Exception as exc:  # dropped connections, timeouts: resume
-                if self.stopped.is_set():
-                    return
+        except Exception as exc:  # dropped connections, timeouts: resume
+            if not self.stopped.is_set():
                 log.warning("watching %s interrupted, resuming: %s", kind.name, exc)
                 self.stopped.wait(RETRY_SECONDS)
 
