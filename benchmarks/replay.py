@@ -4,7 +4,7 @@ The recording is synthesised in the documented log format (`cloudprovider_grpc/s
 eventlog.py`), as `simulate --record` would have written it for a busy hour of the cluster of
 benchmarks/simulate.py (1,000 nodes in 10 node groups, 20,000 pods of 20 Deployments):
 - every Deployment rescaled once a minute by an autoscaler of pods (1,200 changes): the load
-  climbs by half over 30 minutes, then falls below where it started;
+  doubles over 30 minutes, then falls below where it started;
 - a batch Job of 40 one-CPU pods starting every two minutes, each running 4 to 12 minutes;
 - 100 bare pods created and deleted;
 - the real cluster's own node churn (recorded, not replayed);
@@ -78,9 +78,9 @@ def synthesise(directory: Path) -> tuple[dict[str, Any], int]:
     head = {"ns": "default"}
     replicas = [per] * SNAP_DEPLOYMENTS
     for minute in range(60):
-        # a peak: load climbs by half over 30 minutes (about 500 more nodes), then falls below
-        # the start (scale-downs); each Deployment a few per cent off the trend
-        trend = 1 + minute / 60 if minute < 30 else 1.5 - (minute - 30) / 40
+        # a peak: load doubles over 30 minutes (about 300 nodes more than the cluster has), then
+        # falls below the start (scale-downs); each Deployment a few per cent off the trend
+        trend = 1 + minute / 30 if minute < 30 else 2.0 - (minute - 30) / 25
         for d in range(SNAP_DEPLOYMENTS):
             replicas[d] = max(1, round(per * trend * rng.uniform(0.95, 1.05)))
             t = minute * 60 + rng.uniform(0, 60)

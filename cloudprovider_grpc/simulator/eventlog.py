@@ -22,7 +22,8 @@ A recording is a directory holding two files:
   Two more operations carry no change: `relist` (the watch of `kind` had to list again, e.g. after
   `410 Gone`; the changes it found follow as ordinary records) and `end` (the last line: `t` is the
   recording's length, `reason` why it stopped). A log without `end` was cut short (a crash, a full
-  disk); it is read up to its last complete line.
+  disk); it is read up to its last complete line. An uncompressed `events.jsonl` is read as
+  well (a log written by hand, or filtered with `zcat | jq | ...`).
 
 Fields per kind:
 
@@ -53,6 +54,7 @@ from typing import IO, Any
 FORMAT = "cloudprovider-grpc-workload-log"
 VERSION = 1
 EVENTS = "events.jsonl.gz"
+PLAIN_EVENTS = "events.jsonl"
 SNAPSHOT = "snapshot.json"
 OPS = ("add", "update", "delete", "relist", "end")
 
@@ -132,8 +134,8 @@ class Writer:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """The complete lines of a gzip file, stopping quietly where a cut-short file ends."""
-    with gzip.open(path, "rb") as f:
+    """The complete lines of the log, stopping quietly where a cut-short file ends."""
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
         n = 0
         try:
             for raw in f:
@@ -147,6 +149,8 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 def read(directory: Path) -> Log:
     """The event log of a recording directory."""
     path = directory / EVENTS
+    if not path.is_file() and (directory / PLAIN_EVENTS).is_file():
+        path = directory / PLAIN_EVENTS
     if not path.is_file():
         raise LogError(f"{directory}: no {EVENTS} (is this a directory written by --record?)")
     header: Header | None = None
