@@ -39,6 +39,7 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
 
 def record(args: argparse.Namespace, fail: Callable[[str, int], int]) -> int:
     """`simulate --record DIR --from-cluster`: exit 0 when the log was written and closed."""
+    from cloudprovider_grpc import logs
     from cloudprovider_grpc.simulator.record import record_cluster
     from cloudprovider_grpc.simulator.scenario import ScenarioError, parse_duration
 
@@ -50,6 +51,7 @@ def record(args: argparse.Namespace, fail: Callable[[str, int], int]) -> int:
             duration = parse_duration(args.record_for)
         except ValueError as exc:
             return fail(f"--for: {exc}", 2)
+    logs.setup("warning", "text")  # a watch that fails and resumes is worth a line
     print(
         f"recording into {args.record}" + (f" for {args.record_for}" if duration is not None else ""),
         flush=True,
