@@ -4,9 +4,9 @@ The main CLI registers this subcommand through `add_arguments` and `run_cli`. Ex
 1 the run failed (server unreachable, an RPC the loop cannot do without failed), 2 bad scenario,
 dump or configuration.
 
-A run starts from a scenario file, or from a cluster (`--from-dump`, `--from-cluster`) whose node
-groups come from the gRPC API; what-if edits apply on top; `--compare` runs several CA settings
-on the same cluster and workload.
+A run starts from a scenario file, or from a cluster (`--from-dump`, `--from-cluster`, or a
+recording of one: `--replay`, see `replay_cli.py`) whose node groups come from the gRPC API;
+what-if edits apply on top; `--compare` runs several CA settings on the same cluster and workload.
 """
 
 from __future__ import annotations

@@ -154,3 +154,12 @@ def test_a_bad_recording_fails_with_one_line(tmp_path: Path, capsys, setup, mess
 def test_record_needs_a_live_cluster(tmp_path: Path, capsys) -> None:
     assert main(["simulate", "--record", str(tmp_path / "r"), "--from-dump", "x.json"]) == 2
     assert "--record DIR records a live cluster: give it with --from-cluster only" in capsys.readouterr().err
+
+
+def test_help_names_the_record_and_replay_flags(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--record DIR", "--for DURATION", "--replay DIR"):
+        assert flag in text, flag
