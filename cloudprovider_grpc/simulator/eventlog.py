@@ -31,7 +31,7 @@ Fields per kind:
 |---|---|
 | Deployment, StatefulSet, ReplicaSet (one that no Deployment owns) | `replicas`, `template` |
 | Job | `parallelism`, `completions`, `suspend`, `done` (`Complete` or `Failed`), `template` |
-| Pod (one that no controller owns) | `template` (labels, annotations, spec), `done` (`Succeeded`, `Failed`) |
+| Pod (no controller, or one not watched) | `template` (labels, annotations, spec), `done`, `owner` |
 | DaemonSet | `template` |
 | PodDisruptionBudget | `spec` |
 | Node | none (nodes are recorded, not replayed) |

@@ -68,6 +68,12 @@ KINDS = (
 )
 
 
+#: controllers whose pods are not recorded one by one: the controller itself is (a ReplicaSet
+#: through its Deployment when one owns it), or its pods are not workloads (DaemonSet; Node: a
+#: static pod's mirror)
+RECORDED_OWNERS = ("ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Node")
+
+
 def kind_named(name: str) -> Kind:
     return next(k for k in KINDS if k.name == name)
 
@@ -115,13 +121,17 @@ def compact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
             "template": _template(spec.get("template")),
         }
     if kind == "Pod":
-        if _controller(meta) is not None:
+        owner = _controller(meta)
+        if owner is not None and owner.get("kind") in RECORDED_OWNERS:
             return None
         phase = status.get("phase")
-        return {
+        fields = {
             "template": _template({"metadata": meta, "spec": spec}),
             "done": phase if phase in ("Succeeded", "Failed") else None,
         }
+        if owner is not None:  # a controller the recorder does not watch (an operator's resource)
+            fields["owner"] = str(owner.get("kind"))
+        return fields
     if kind == "DaemonSet":
         return {"template": _template(spec.get("template"))}
     if kind == "PodDisruptionBudget":

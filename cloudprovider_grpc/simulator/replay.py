@@ -10,7 +10,9 @@ life over virtual time in the scenario's own terms:
 - a Job: `replicas` = its parallelism (at most its completions), `start` when it was created (or
   unsuspended), `end` when it completed, failed or was deleted: its pods leave at the recorded
   time, however long the simulated ones waited for a node;
-- a pod that no controller owns: one replica from its creation to its deletion or end.
+- a pod that no controller owns: one replica from its creation to its deletion or end; a pod of a
+  controller the recorder does not watch (an operator's custom resource) likewise, as a one-pod
+  Deployment so that CA may move it.
 
 Since the result is a scenario, every what-if edit (`--scale` multiplies every schedule step too),
 `--write-scenario` and `--compare` apply to a replay unchanged.
@@ -242,6 +244,13 @@ def _workloads(
         elif e.kind == "Job":
             par, comp = int(e.first.get("parallelism", 1)), e.first.get("completions")
             replicas, kind = (par if comp is None else min(par, int(comp))), "Job"
+        elif e.first.get("owner"):
+            # recreated elsewhere when drained, as CA expects of a controller's pod
+            replicas, kind = 1, "Deployment"
+            conv.note_once(
+                f"owner:{e.first['owner']}",
+                f"pods of {e.first['owner']} controllers are replayed one by one, as one-pod Deployments",
+            )
         else:
             replicas, kind = 1, "Pod"
         entry: dict[str, Any] = {"name": _unique(e.name, e.ns, used), "kind": kind, "replicas": replicas, **w}

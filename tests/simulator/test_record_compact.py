@@ -106,3 +106,12 @@ def test_a_job_is_done_when_its_condition_says_so(tmp_path: Path) -> None:
          "parallelism": 3, "completions": None, "suspend": False, "done": None},
         {"t": 1.0, "op": "update", "kind": "Job", "ns": "ns", "name": "b", "uid": "j", "done": "Complete"},
     ]  # fmt: skip
+
+
+def test_a_pod_of_a_controller_not_watched_is_recorded_with_its_owner(tmp_path: Path) -> None:
+    rec = _recorder(tmp_path)
+    pod = _pod("trainer-0")
+    pod["metadata"]["ownerReferences"] = [{"kind": "TrainingRun", "name": "run-1", "controller": True}]
+    rec.on_event(kind_named("Pod"), "ADDED", pod)
+    rec.on_event(kind_named("Pod"), "ADDED", _pod("web-abc-1", owner="web-abc"))
+    assert [(r["name"], r.get("owner")) for r in _records(rec, tmp_path)] == [("trainer-0", "TrainingRun")]

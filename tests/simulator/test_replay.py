@@ -29,6 +29,10 @@ def _records() -> tuple[list[dict[str, Any]], list[tuple[float, str, int]]]:
          "completions": 8, "suspend": False, "done": None, "template": template("batch", "1"), **head},
         {"t": 47.0, "op": "add", "kind": "Pod", "name": "debug", "uid": "p",
          "template": template("debug"), "done": None, **head},
+        {"t": 52.0, "op": "add", "kind": "Pod", "name": "trainer-0", "uid": "o", "owner": "TrainingRun",
+         "template": template("trainer"), "done": None, **head},
+        {"t": 80.0, "op": "update", "kind": "Pod", "name": "trainer-0", "uid": "o", "done": "Succeeded",
+         **head},
         {"t": 64.9, "op": "add", "kind": "Deployment", "name": "api", "uid": "a", "replicas": 2,
          "template": template("api"), **head},
         {"t": 70.0, "op": "update", "kind": "Job", "name": "batch", "uid": "j", "done": "Complete", **head},
@@ -39,7 +43,8 @@ def _records() -> tuple[list[dict[str, Any]], list[tuple[float, str, int]]]:
         {"t": 115.0, "op": "delete", "kind": "Deployment", "name": "api", "uid": "a", **head},
     ]  # fmt: skip
     changes = [
-        (25.0, "web", 5), (31.2, "batch", 4), (47.0, "debug", 1), (64.9, "api", 2), (70.0, "batch", 0),
+        (25.0, "web", 5), (31.2, "batch", 4), (47.0, "debug", 1), (52.0, "trainer-0", 1),
+        (64.9, "api", 2), (70.0, "batch", 0), (80.0, "trainer-0", 0),
         (88.0, "debug", 0), (90.0, "web", 1), (101.0, "api", 3), (115.0, "api", 0),
     ]  # fmt: skip
     return records, changes
@@ -66,13 +71,14 @@ def test_the_pending_timeline_follows_the_recorded_changes(tmp_path: Path, capsy
     assert tl["t"][-1] == 150.0 and len(tl["t"]) == 16  # the recording's length, a loop every 10 s
     expected = [wanted(changes, t, {"web": 2}) for t in tl["t"]]
     assert tl["pending"] == expected
-    assert max(expected) == 5 + 4 + 1 and expected[-1] == 1  # web, batch and debug at 0:50
+    assert max(expected) == 5 + 4 + 1 + 1 and expected[-1] == 1  # web, batch, debug, trainer at 1:00
     kinds = {w["name"]: (w["kind"], w["start"], w["end"]) for w in tl["workloads"]}
     assert kinds == {
         "web": ("Deployment", 0.0, None),
         "batch": ("Job", 31.2, 70.0),
         "debug": ("Pod", 47.0, 88.0),
         "api": ("Deployment", 64.9, 115.0),
+        "trainer-0": ("Deployment", 52.0, 80.0),  # a controller's pod: CA may move it
     }
     out = capsys.readouterr().out
     assert "note: nodes are not replayed: the recorded cluster had 0 node(s) at the start" in out
