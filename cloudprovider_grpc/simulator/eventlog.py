@@ -103,6 +103,7 @@ class Writer:
             "kinds": header.kinds,
         }
         self._line(head)
+        self.flush()  # a reader finds the header as soon as the file exists
 
     def _line(self, obj: dict[str, Any]) -> None:
         self._gz.write(json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n")
