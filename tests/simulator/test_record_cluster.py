@@ -200,26 +200,55 @@ def test_a_recording_replays_to_the_pending_pods_of_what_happened(control_plane,
     assert {w for _, _, w in checked} >= {2, 5, 8, 9, 6, 1}
 
 
+def _gone(api: Any, ns: str, version: str) -> bool:
+    """Whether the apiserver answers a watch from `version` with 410 Gone."""
+    from kubernetes import client, watch
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        for _ in watch.Watch().stream(
+            client.AppsV1Api(api).list_namespaced_deployment, ns, resource_version=version, timeout_seconds=1
+        ):
+            pass
+    except ApiException as exc:
+        return exc.status == 410
+    return False
+
+
 def test_a_watch_too_old_for_the_apiserver_lists_again_and_writes_what_it_missed(
     control_plane, tmp_path: Path
 ) -> None:
-    from kubernetes import config
+    """The apiserver's watch cache keeps a window of recent events per resource (75 s once it is
+    full); a watch from a version before that window gets 410 Gone, as after an etcd compaction.
+    The test pushes the version out of the window with changes to another Deployment, waiting on
+    the apiserver's own answer, not on a clock."""
+    from kubernetes import client, config
 
     plane = control_plane
     ns = plane.namespace("gone")
-    docs = [_deployment("kept", ns, 1), _deployment("scaled", ns, 1), _deployment("removed", ns, 1)]
+    docs = [_deployment(n, ns, 1) for n in ("kept", "scaled", "removed", "filler")]
     plane.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+    apps = client.AppsV1Api(api)
     rec = Recorder(api, tmp_path / "rec", watch_seconds=1)
     try:
         rec.start(threads=False)
-        # changes while the recorder is not watching, as during a long disconnect
+        listed = rec.versions["Deployment"]
+        assert listed
+        # changes while the recorder is not watching, as during a long disconnection
         plane.kubectl("scale", "deployment", "scaled", "-n", ns, "--replicas=4")
         plane.kubectl("delete", "deployment", "removed", "-n", ns)
         plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(_deployment("added", ns, 2)))
-        # a version the apiserver's watch cache no longer holds (what etcd compaction leaves behind)
+        bumps = iter(range(100_000))
+
+        def pushed_out() -> bool | None:
+            for _ in range(20):  # annotations only: nothing a replay records
+                patch = {"metadata": {"annotations": {"bump": str(next(bumps))}}}
+                apps.patch_namespaced_deployment("filler", ns, patch)
+            return _gone(api, ns, listed) or None
+
+        poll(pushed_out, 600, "the apiserver to answer 410 Gone for the listed version", interval=0.2)
         kind = kind_named("Deployment")
-        rec.versions["Deployment"] = "1"
         rec.watch_once(kind)  # answered 410 Gone
         assert rec.versions["Deployment"] is None
         rec.watch_once(kind)  # lists again, then watches from the list's version
