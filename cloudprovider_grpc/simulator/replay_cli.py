@@ -68,7 +68,7 @@ def record(args: argparse.Namespace, fail: Callable[[str, int], int]) -> int:
     extra = f", {relisted} re-list(s) after 410 Gone" if relisted else ""
     how = "interrupted" if reason == "signal" else "done"
     print(
-        f"recorded {count} change(s) over {recorder.now():g}s ({how}{extra}): {args.record}",
+        f"recorded {count} change(s) over {recorder.now():.0f}s ({how}{extra}): {args.record}",
         flush=True,
     )
     return 0
