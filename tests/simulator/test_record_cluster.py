@@ -262,3 +262,14 @@ def test_a_watch_too_old_for_the_apiserver_lists_again_and_writes_what_it_missed
     mine = sorted((r["op"], r["name"], r.get("replicas")) for r in records if r.get("ns") == ns)
     assert mine == [("add", "added", 2), ("delete", "removed", None), ("update", "scaled", 4)]
     assert rec.relists == {"Deployment": 1}
+
+
+def test_record_for_a_duration_ends_its_log_on_time(control_plane, tmp_path: Path, capsys) -> None:
+    rec = tmp_path / "rec"
+    args = ["simulate", "--record", str(rec), "--from-cluster", "--kubeconfig", str(control_plane.kubeconfig)]
+    assert main([*args, "--for", "1s"]) == 0
+    log = read(rec)
+    assert log.end_reason == "duration" and 1.0 <= log.length < 30
+    assert json.loads((rec / SNAPSHOT).read_text())["kind"] == "List"
+    out = capsys.readouterr().out
+    assert out.startswith(f"recording into {rec} for 1s\n") and "(done): " in out
