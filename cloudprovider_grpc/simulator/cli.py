@@ -4,9 +4,9 @@ The main CLI registers this subcommand through `add_arguments` and `run_cli`. Ex
 1 the run failed (server unreachable, an RPC the loop cannot do without failed), 2 bad scenario,
 dump or configuration.
 
-A run starts from a scenario file, or from a cluster (`--from-dump`, `--from-cluster`) whose node
-groups come from the gRPC API; what-if edits apply on top; `--compare` runs several CA settings
-on the same cluster and workload.
+A run starts from a scenario file, or from a cluster (`--from-dump`, `--from-cluster`, or a
+recording of one: `--replay`, see `replay_cli.py`) whose node groups come from the gRPC API;
+what-if edits apply on top; `--compare` runs several CA settings on the same cluster and workload.
 """
 
 from __future__ import annotations
@@ -60,11 +60,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.yaml",
         help="options of the in-process backend (a scenario's cloud: section), e.g. its emulator's",
     )
-    src.add_argument("--duration", default="2h", help="how long to simulate a cluster snapshot (default 2h)")
+    src.add_argument(
+        "--duration",
+        help="how long to simulate a cluster snapshot (default 2h; a replay: the recording's length)",
+    )
     src.add_argument("--name", default="my-cluster", help="the scenario name of a cluster snapshot")
     src.add_argument(
         "--write-scenario", type=Path, metavar="FILE", help="save the scenario (after what-if edits) to edit"
     )
+    from cloudprovider_grpc.simulator.replay_cli import add_record_arguments
+
+    add_record_arguments(parser)
     what = parser.add_argument_group("what if")
     what.add_argument(
         "--scale",
@@ -163,9 +169,14 @@ def run_cli(args: argparse.Namespace) -> int:
     # with the decision log; the decision log already reports them in CA's terms, so only
     # critical server problems are shown.
     logs.setup("critical" if args.server is None else "warning", "text")
+    if args.record is not None:
+        from cloudprovider_grpc.simulator.replay_cli import record
+
+        return record(args, _fail)
     sources = [args.scenario is not None, args.from_dump is not None, bool(args.from_cluster)]
+    sources.append(args.replay is not None)
     if sum(sources) != 1:
-        return _fail("give one of SCENARIO.yaml, --from-dump FILE and --from-cluster")
+        return _fail("give one of SCENARIO.yaml, --from-dump FILE, --from-cluster and --replay DIR")
     try:
         data, notes, twin = _base(args)
         from cloudprovider_grpc.simulator import whatif
@@ -254,7 +265,16 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
 
     if args.server is None and args.provider is None:
         raise ScenarioError("a cluster snapshot needs its node groups: give --server or --provider")
-    objects = load_dump(args.from_dump) if args.from_dump else read_cluster(args.kubeconfig, args.context)
+    recording = None
+    if args.replay is not None:
+        from cloudprovider_grpc.simulator.replay import load_recording
+
+        recording = load_recording(args.replay)
+        objects = recording.objects
+    elif args.from_dump:
+        objects = load_dump(args.from_dump)
+    else:
+        objects = read_cluster(args.kubeconfig, args.context)
     flags = read_flag_text(args.autoscaler_flags) if args.autoscaler_flags else []
     cloud: dict[str, Any] = {}
     if args.cloud is not None:
@@ -265,14 +285,20 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
         if not isinstance(cloud, dict):
             raise ScenarioError(f"{args.cloud}: the backend's options must be a mapping")
     with group_source(args.server, args.provider, args.emulate, cloud) as client:
-        snap = build_scenario(
-            objects,
-            client,
-            provider=None if args.server else args.provider,
-            name=args.name,
-            duration=args.duration,
-            flags=flags,
-        )
+        provider = None if args.server else args.provider
+        if recording is not None:
+            snap = recording.scenario(
+                client, provider=provider, name=args.name, duration=args.duration, flags=flags
+            )
+        else:
+            snap = build_scenario(
+                objects,
+                client,
+                provider=provider,
+                name=args.name,
+                duration=args.duration or "2h",
+                flags=flags,
+            )
     if cloud and args.server is None:
         snap.scenario["cloud"] = cloud
     return snap.scenario, snap.notes, args.server is not None
@@ -317,7 +343,7 @@ class group_source:
 def _validate(data: dict[str, Any], args: argparse.Namespace) -> Any:
     from cloudprovider_grpc.simulator.scenario import parse_scenario
 
-    source = str(args.scenario or args.from_dump or "the cluster")
+    source = str(args.scenario or args.from_dump or args.replay or "the cluster")
     return parse_scenario(data, source)
 
 

@@ -188,12 +188,14 @@ def build_scenario(
     name: str = "my-cluster",
     duration: str = "2h",
     flags: list[str] | None = None,
+    workloads: list[dict[str, Any]] | None = None,
 ) -> Snapshot:
     """The scenario mapping for these objects, with node groups from `client`.
 
     `provider`: the in-process backend the simulation will run on (its groups are the ones
     `client` reports), or None when `client` talks to a running server, whose groups are then
-    mirrored into a `sim` twin."""
+    mirrored into a `sim` twin. `workloads`: the scenario's workloads when the caller built them
+    (a replay builds them from controllers and their recorded changes), instead of from the pods."""
     notes: list[str] = []
     b = ObjectConverter(objects, notes)
     pod_flags, version = b.autoscaler_pod()
@@ -262,7 +264,7 @@ def build_scenario(
     ds = b.daemonsets()
     if ds:
         data["daemonsets"] = ds
-    wl = b.workloads()
+    wl = b.workloads() if workloads is None else workloads
     if wl:
         data["workloads"] = wl
     if static:

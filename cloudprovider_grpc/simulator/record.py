@@ -1,0 +1,411 @@
+"""`simulate --record DIR --from-cluster`: watch a live cluster and write its workload changes.
+
+One thread per kind lists it once (the objects go into the starting snapshot) and then watches
+from the list's resourceVersion with the official client's `Watch`, asking for bookmarks so the
+version it resumes from stays fresh. When the apiserver answers `410 Gone` (the version fell out
+of its watch window, e.g. after an etcd compaction or a long disconnect), the thread lists again
+and writes the difference between what it knew and what the list holds as ordinary changes, after
+a `relist` marker: no change is lost, and none is written twice. Other errors (a dropped
+connection, an apiserver restart) resume the watch from the last version seen after a short pause.
+
+Only what a replay uses is written (see `eventlog`): replica counts and templates of
+controllers, Jobs starting and finishing, bare pods, DaemonSets, PDBs, nodes coming and going.
+Each object's last written state is kept, so an update that changes nothing replayed (a status
+heartbeat, a pod of a Deployment turning Ready) writes nothing.
+
+The recording stops after `--for` or on SIGINT/SIGTERM; either way the log gets its `end` line
+and is closed, and the watch threads (daemons) are abandoned mid-request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from cloudprovider_grpc.simulator.cluster_objects import SnapshotError, meta_of
+from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Header, Writer
+
+log = logging.getLogger(__name__)
+
+#: server-side timeout of one watch request; the thread then watches again from where it was
+WATCH_SECONDS = 60
+#: pause before watching again after an error other than 410 Gone
+RETRY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    api_version: str
+    #: (api object attribute, list method) on the `kubernetes` client
+    api: str
+    method: str
+    watched: bool = True
+
+
+#: every kind read, in listing order; `watched` ones are also watched (the rest: snapshot only)
+KINDS = (
+    Kind("Node", "v1", "CoreV1Api", "list_node"),
+    Kind("Pod", "v1", "CoreV1Api", "list_pod_for_all_namespaces"),
+    Kind("Deployment", "apps/v1", "AppsV1Api", "list_deployment_for_all_namespaces"),
+    Kind("ReplicaSet", "apps/v1", "AppsV1Api", "list_replica_set_for_all_namespaces"),
+    Kind("StatefulSet", "apps/v1", "AppsV1Api", "list_stateful_set_for_all_namespaces"),
+    Kind("Job", "batch/v1", "BatchV1Api", "list_job_for_all_namespaces"),
+    Kind("DaemonSet", "apps/v1", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
+    Kind("PodDisruptionBudget", "policy/v1", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
+    Kind("PriorityClass", "scheduling.k8s.io/v1", "SchedulingV1Api", "list_priority_class", False),
+    Kind("ConfigMap", "v1", "CoreV1Api", "list_config_map_for_all_namespaces", False),
+)
+
+
+#: controllers whose pods are not recorded one by one: the controller itself is (a ReplicaSet
+#: through its Deployment when one owns it), or its pods are not workloads (DaemonSet; Node: a
+#: static pod's mirror)
+RECORDED_OWNERS = ("ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Node")
+
+
+def kind_named(name: str) -> Kind:
+    return next(k for k in KINDS if k.name == name)
+
+
+def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    return refs[0] if refs else None
+
+
+def _template(tpl: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A pod template with only what the simulator reads (and no nodeName: binding is not a change)."""
+    tpl = tpl or {}
+    meta = meta_of(tpl)
+    spec = {k: v for k, v in (tpl.get("spec") or {}).items() if k != "nodeName"}
+    out_meta = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
+    return {"metadata": out_meta, "spec": spec}
+
+
+def compact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The fields a replay uses of one object, or None when the object is not recorded (a pod
+    some controller owns, a ReplicaSet a Deployment owns: their controller is recorded)."""
+    meta, spec, status = meta_of(obj), obj.get("spec") or {}, obj.get("status") or {}
+    if kind in ("Deployment", "StatefulSet", "ReplicaSet"):
+        if kind == "ReplicaSet" and _controller(meta) is not None:
+            return None
+        replicas = spec.get("replicas")
+        return {
+            "replicas": 1 if replicas is None else int(replicas),
+            "template": _template(spec.get("template")),
+        }
+    if kind == "Job":
+        done = next(
+            (
+                c.get("type")
+                for c in status.get("conditions") or []
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            ),
+            None,
+        )
+        return {
+            "parallelism": int(spec.get("parallelism", 1) or 0),
+            "completions": spec.get("completions"),
+            "suspend": bool(spec.get("suspend")),
+            "done": done,
+            "template": _template(spec.get("template")),
+        }
+    if kind == "Pod":
+        owner = _controller(meta)
+        if owner is not None and owner.get("kind") in RECORDED_OWNERS:
+            return None
+        phase = status.get("phase")
+        fields = {
+            "template": _template({"metadata": meta, "spec": spec}),
+            "done": phase if phase in ("Succeeded", "Failed") else None,
+        }
+        if owner is not None:  # a controller the recorder does not watch (an operator's resource)
+            fields["owner"] = str(owner.get("kind"))
+        return fields
+    if kind == "DaemonSet":
+        return {"template": _template(spec.get("template"))}
+    if kind == "PodDisruptionBudget":
+        return {"spec": dict(spec)}
+    if kind == "Node":
+        return {}
+    return None
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha1(
+        json.dumps(value, sort_keys=True, default=str).encode(), usedforsecurity=False
+    ).hexdigest()
+
+
+class _Known:
+    """What the log last said about one object: its fields, and the template's digest."""
+
+    def __init__(self, fields: dict[str, Any], head: dict[str, Any]) -> None:
+        self.head = head
+        self.fields = {k: v for k, v in fields.items() if k != "template"}
+        self.template = _digest(fields.get("template"))
+
+
+def _head(kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = meta_of(obj)
+    return {
+        "kind": kind.name,
+        "ns": meta.get("namespace") or "",
+        "name": meta.get("name"),
+        "uid": str(meta.get("uid")),
+    }
+
+
+def _strip(obj: dict[str, Any], kind: Kind) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    meta.pop("managedFields", None)
+    (meta.get("annotations") or {}).pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    obj.setdefault("apiVersion", kind.api_version)
+    obj.setdefault("kind", kind.name)
+    return obj
+
+
+class Recorder:
+    """Lists, then watches, every kind; writes the snapshot and the event log under `directory`.
+
+    `api_client`: a `kubernetes.client.ApiClient`. `clock`: monotonic seconds (tests pass their
+    own). Use `start()`, then `stop(reason)` from any thread, or `run(duration)`."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        directory: Path,
+        *,
+        watch_seconds: int = WATCH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api_client = api_client
+        self.directory = directory
+        self.watch_seconds = watch_seconds
+        self.clock = clock
+        self.t0 = 0.0
+        self.writer: Writer | None = None
+        self.stopped = threading.Event()
+        self.known: dict[str, dict[str, _Known]] = {}
+        self.versions: dict[str, str | None] = {}
+        self.relists: dict[str, int] = {}
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ listing
+    def _call(self, kind: Kind) -> Callable[..., Any]:
+        from kubernetes import client
+
+        return getattr(getattr(client, kind.api)(self.api_client), kind.method)
+
+    def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
+        """Every object of `kind` (as the API serializes it) and the list's resourceVersion."""
+        resp = self._call(kind)(_preload_content=False)
+        data = json.loads(resp.data)
+        items = [_strip(i, kind) for i in data.get("items") or []]
+        return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    # ------------------------------------------------------------------ start/stop
+    def start(self, threads: bool = True) -> None:
+        """List everything (the snapshot), open the log, start one watch thread per kind (unless
+        not `threads`: then the caller runs `watch_once`)."""
+        from kubernetes.client.exceptions import ApiException
+
+        self.t0 = self.clock()
+        started = datetime.now(UTC)
+        objects: list[dict[str, Any]] = []
+        for kind in KINDS:
+            try:
+                items, rv = self.list(kind)
+            except ApiException as exc:
+                raise SnapshotError(f"cannot list {kind.name}: {exc.status} {exc.reason}") from None
+            except Exception as exc:  # urllib3 errors: one line, no traceback
+                raise SnapshotError(f"cannot list {kind.name}: {exc}") from None
+            objects.extend(items)
+            if kind.watched:
+                self.versions[kind.name] = rv
+                self.known[kind.name] = {}
+                for obj in items:
+                    fields = compact(kind.name, obj)
+                    if fields is not None:
+                        self.known[kind.name][str(meta_of(obj).get("uid"))] = _Known(fields, _head(kind, obj))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        snapshot = {"apiVersion": "v1", "kind": "List", "items": objects}
+        (self.directory / SNAPSHOT).write_text(json.dumps(snapshot, separators=(",", ":")), encoding="utf-8")
+        watched = [k.name for k in KINDS if k.watched]
+        self.writer = Writer(self.directory, Header(started, watched))
+        for kind in KINDS if threads else ():
+            if kind.watched:
+                t = threading.Thread(target=self._watch, args=(kind,), name=f"watch-{kind.name}", daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    def now(self) -> float:
+        return round(self.clock() - self.t0, 3)
+
+    def stop(self, reason: str) -> None:
+        """End the log (idempotent): its `end` line, then close. The watches stop on their own."""
+        self.stopped.set()
+        if self.writer is not None:
+            self.writer.close(self.now(), reason)
+
+    def run(self, duration: float | None, on_signal: bool = True) -> str:
+        """Record until `duration` seconds pass or SIGINT/SIGTERM (`on_signal`, main thread only);
+        returns why it stopped. The log is flushed every second meanwhile."""
+        reason = ["duration"]
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            reason[0] = "signal"
+            self.stopped.set()
+
+        previous: dict[signal.Signals, Any] = {}
+        if on_signal and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, handler)
+        try:
+            self.start()
+            deadline = None if duration is None else self.clock() + duration
+            while not self.stopped.is_set():
+                left = 1.0 if deadline is None else min(1.0, deadline - self.clock())
+                if left <= 0:
+                    break
+                self.stopped.wait(left)
+                assert self.writer is not None
+                self.writer.flush()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+            self.stop(reason[0])
+        return reason[0]
+
+    # ------------------------------------------------------------------ watching
+    def _watch(self, kind: Kind) -> None:
+        while not self.stopped.is_set():
+            self.watch_once(kind)
+
+    def watch_once(self, kind: Kind) -> None:
+        """One round of a kind's watch thread: list again if the version is gone, then one watch
+        request, until the server ends it (`watch_seconds`), `410 Gone`, an error, or stop."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        if self.versions.get(kind.name) is None:
+            try:
+                self.relist(kind)
+            except Exception as exc:  # the apiserver may be away: retry
+                if not self.stopped.is_set():
+                    log.warning("listing %s failed, retrying: %s", kind.name, getattr(exc, "reason", exc))
+                    self.stopped.wait(RETRY_SECONDS)
+                return
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                self._call(kind),
+                resource_version=self.versions[kind.name],
+                allow_watch_bookmarks=True,
+                timeout_seconds=self.watch_seconds,
+                _request_timeout=self.watch_seconds + 10,
+            ):
+                if self.stopped.is_set():
+                    w.stop()
+                    break
+                self.on_event(kind, event["type"], event["raw_object"])
+        except ApiException as exc:
+            if exc.status == 410:
+                # the version is older than the apiserver's watch window: list again
+                self.versions[kind.name] = None
+                return
+            if not self.stopped.is_set():
+                log.warning("watching %s failed, retrying: %s %s", kind.name, exc.status, exc.reason)
+                self.stopped.wait(RETRY_SECONDS)
+        except Exception as exc:  # dropped connections, timeouts: resume
+            if not self.stopped.is_set():
+                log.warning("watching %s interrupted, resuming: %s", kind.name, exc)
+                self.stopped.wait(RETRY_SECONDS)
+
+    def on_event(self, kind: Kind, type_: str, obj: Mapping[str, Any]) -> None:
+        """One watch event: remember its resourceVersion, write the change it makes, if any."""
+        meta = meta_of(obj)
+        if type_ == "ERROR":
+            if obj.get("code") == 410:
+                self.versions[kind.name] = None
+            return
+        if meta.get("resourceVersion"):
+            self.versions[kind.name] = str(meta["resourceVersion"])
+        if type_ == "BOOKMARK":
+            return
+        if type_ == "DELETED" or (kind.name == "Pod" and meta.get("deletionTimestamp")):
+            # a pod being deleted is gone for the replay: nothing waits on its grace period
+            self._delete(kind, meta)
+        else:
+            self._change(kind, obj)
+
+    def relist(self, kind: Kind) -> None:
+        """List `kind` again and write what changed since the log last spoke of it."""
+        items, rv = self.list(kind)
+        self.relists[kind.name] = self.relists.get(kind.name, 0) + 1
+        self._write({"op": "relist", "kind": kind.name, "reason": "410 Gone"})
+        seen = set()
+        for obj in items:
+            seen.add(str(meta_of(obj).get("uid")))
+            self._change(kind, obj)
+        for uid in [u for u in self.known[kind.name] if u not in seen]:
+            self._write({"op": "delete", **self.known[kind.name].pop(uid).head})
+        self.versions[kind.name] = rv
+
+    def _change(self, kind: Kind, obj: Mapping[str, Any]) -> None:
+        fields = compact(kind.name, obj)
+        if fields is None:
+            return
+        head = _head(kind, obj)
+        uid = head["uid"]
+        known = self.known[kind.name].get(uid)
+        new = _Known(fields, head)
+        if known is None:
+            self._write({"op": "add", **head, **fields})
+        else:
+            changed = {k: v for k, v in new.fields.items() if known.fields.get(k) != v}
+            if new.template != known.template:
+                changed["template"] = fields["template"]
+            if not changed:
+                return
+            self._write({"op": "update", **head, **changed})
+        self.known[kind.name][uid] = new
+
+    def _delete(self, kind: Kind, meta: Mapping[str, Any]) -> None:
+        known = self.known[kind.name].pop(str(meta.get("uid")), None)
+        if known is not None:
+            self._write({"op": "delete", **known.head})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self.writer is not None:
+            self.writer.write({"t": self.now(), **record})
+
+
+def record_cluster(
+    directory: Path, kubeconfig: str | None, context: str | None, duration: float | None
+) -> tuple[Recorder, str]:
+    """The command: record the cluster into `directory` until `duration` or a signal."""
+    try:
+        from kubernetes import config
+    except ImportError as exc:  # pragma: no cover - a dependency
+        raise SnapshotError(f"--record needs the 'kubernetes' package: {exc}") from None
+    try:
+        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+    except Exception as exc:  # the client raises ConfigException, FileNotFoundError, ...
+        raise SnapshotError(f"cannot load the kubeconfig: {exc}") from None
+    recorder = Recorder(api_client, directory)
+    try:
+        reason = recorder.run(duration)
+    finally:
+        api_client.close()
+    return recorder, reason
