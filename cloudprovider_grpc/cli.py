@@ -155,7 +155,23 @@ def _add_leader_flags(p: argparse.ArgumentParser) -> None:
         help="the Lease's namespace (default: the pod's own)",
     )
     p.add_argument(
-        "--kubeconfig", type=Path, help="kubeconfig for the Lease (default: the pod's service account)"
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig for the Lease and --kube-status (default: the pod's service account)",
+    )
+    p.add_argument(
+        "--kube-status",
+        nargs="?",
+        const=True,
+        type=_bool,
+        metavar="BOOL",
+        help="write the ConfigMap cloudprovider-grpc-status and record Kubernetes Events on it and on "
+        "Nodes (needs API access; default false)",
+    )
+    p.add_argument(
+        "--kube-status-namespace",
+        metavar="NAMESPACE",
+        help="namespace of the status ConfigMap and its Events (default: the pod's own)",
     )
 
 
@@ -182,6 +198,8 @@ def _settings(args: argparse.Namespace) -> Any:
         "front": flag("front"),
     }
     overrides["dry_run"] = flag("dry_run")
+    overrides["kube_status"] = flag("kube_status")
+    overrides["kube_status_namespace"] = flag("kube_status_namespace")
     leader = {key: flag(f"leader_elect_{key}") for key in LEADER_FLAGS}
     leader["enabled"] = flag("leader_elect")
     leader["kubeconfig"] = flag("kubeconfig")

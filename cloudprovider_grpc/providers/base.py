@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -48,6 +48,7 @@ from cloudprovider_grpc.errors import (
     Unavailable,
 )
 from cloudprovider_grpc.k8s.template import NodeTemplate
+from cloudprovider_grpc.providers.activity import Activity
 from cloudprovider_grpc.providers.contract import (
     AutoscalingOptions,
     CloudProvider,
@@ -141,6 +142,8 @@ class GroupProvider(CloudProvider, Generic[S]):
         self.name = driver.name
         self._clock = clock or time.monotonic
         self._lock = threading.RLock()
+        #: failures, back-offs and occurrences for the status page and Kubernetes Events (activity.py)
+        self.activity = Activity()
         self._jobs = JobRunner(
             concurrency=concurrency,
             clock=self._clock,
@@ -310,6 +313,7 @@ class GroupProvider(CloudProvider, Generic[S]):
             self._reindex()
             self._save_journal()
         self._publish_sizes()
+        self.activity.refreshed()
 
     def _refresh_catalog(self) -> None:
         now = self._clock()
@@ -545,6 +549,58 @@ class GroupProvider(CloudProvider, Generic[S]):
                 gid: GroupSizes(self._target(s), len(s.live_machines())) for gid, s in self._groups.items()
             }
 
+    def status(self) -> dict[str, Any]:
+        """The server's view of every group, from memory: bounds, target, instances by state, the
+        operations in flight with their age, the back-off in force and the last cloud error."""
+        now = self._clock()
+        backoffs = self.activity.current_backoffs()
+        groups = []
+        with self._lock:
+            for gid, state in self._groups.items():
+                counts = {"running": 0, "creating": 0, "deleting": 0, "failed": 0}
+                for instance in self.nodes(gid):
+                    if instance.error is not None and instance.state == InstanceState.CREATING:
+                        counts["failed"] += 1
+                    else:
+                        key = instance.state.name.lower()
+                        counts[key] = counts.get(key, 0) + 1
+                operations = [
+                    {"kind": "delete", "instance": mid, "age_seconds": round(max(now - at, 0.0), 1)}
+                    for mid, at in state.deleting.items()
+                ]
+                operations.extend(self._operations(state, now))
+                entry: dict[str, Any] = {
+                    "id": gid,
+                    "name": state.config.name or gid,
+                    "min": state.config.min_size,
+                    "max": state.config.max_size,
+                    "target": self._target(state),
+                    "instances": counts,
+                    "operations": operations,
+                }
+                backoff = backoffs.get(gid)
+                if backoff is not None:
+                    entry["backoff"] = {
+                        "reason": backoff.reason,
+                        "message": backoff.message,
+                        "until": _rfc3339(backoff.until),
+                    }
+                error = self.activity.errors.get(gid)
+                if error is not None:
+                    entry["last_error"] = {
+                        "code": error.code,
+                        "message": error.message,
+                        "at": _rfc3339(error.at),
+                    }
+                if state.listing_error is not None:
+                    entry["listing_error"] = state.listing_error.message
+                groups.append(entry)
+        return {"provider": self.name, "groups": groups}
+
+    def _operations(self, state: S, now: float) -> list[dict[str, Any]]:
+        """The shape's own operations in flight (creations, size pushes), each with its age."""
+        return []
+
     # ------------------------------------------------------------------ write-RPC rules (under the lock)
     def _check_increase(self, group_id: str, delta: int) -> tuple[S, int]:
         """The group and its target, if raising it by `delta` is allowed (CA's NodeGroup rules)."""
@@ -650,6 +706,10 @@ class GroupProvider(CloudProvider, Generic[S]):
             groups = {**self._unrestored, **self._journal_doc()}
             # asked again right before the file is replaced: the term may end while it is written
             self._journal.save({"groups": groups}, still=self._gate.may_persist)
+
+
+def _rfc3339(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _hours(start: datetime, end: datetime) -> float:
