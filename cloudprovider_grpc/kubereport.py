@@ -79,7 +79,8 @@ class KubeReporter:
         self._node_uids: dict[str, str] = {}
         self._problems: dict[str, str] = {}  # what failed last, by kind (logged once per change)
         self._thread: threading.Thread | None = None
-        self.writes = 0  # API writes made (ConfigMap and Events): tests and the status bound
+        self.configmap_writes = 0  # API writes made, by kind (tests)
+        self.event_writes = 0
 
     # ---- from the provider (any thread, possibly under its lock): queue and return
     def occurred(self, occurrence: Occurrence) -> None:
@@ -166,7 +167,7 @@ class KubeReporter:
                 "configmap", f"writing ConfigMap {self.namespace}/{CONFIGMAP} failed: {api_problem(exc)}"
             )
             return
-        self.writes += 1
+        self.configmap_writes += 1
         self._problem("configmap", None)
         self._written = fingerprint
         self._configmap_uid = written.metadata.uid or ""
@@ -208,7 +209,7 @@ class KubeReporter:
             self.correlator.forget(write)
             self._problem("event", f"recording Event {event.reason} failed: {api_problem(exc)}")
             return
-        self.writes += 1
+        self.event_writes += 1
         self._problem("event", None)
 
     def _send(self, write: Write) -> None:
