@@ -48,7 +48,8 @@ def _server_epilog() -> str:
         "(the YAML key in upper case, nested keys joined by __, e.g. CLOUDPROVIDER_GRPC_TLS__CERT); "
         "files in CLOUDPROVIDER_GRPC_SECRETS_DIR (one file per setting or credential variable); the "
         f"YAML file of --config (or CLOUDPROVIDER_GRPC_CONFIG). Cloud credentials: {clouds} "
-        "(--emulate needs none)."
+        "(--emulate needs none). Traces: the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, ...) with the otel extra installed."
     )
 
 
