@@ -101,12 +101,17 @@ class Activity:
 
     # ---- the facts the shapes report
     def cloud_failed(self, group: str, code: str, message: str) -> None:
-        self.errors[group] = CloudFailure(code, message, self._wall())
+        with self._lock:
+            self.errors[group] = CloudFailure(code, message, self._wall())
+
+    def _hold(self, group: str, backoff: BackOff) -> None:
+        with self._lock:
+            self.backoffs[group] = backoff
 
     def backing_off(self, group: str, what: str, message: str, seconds: float) -> None:
         """A transient failure retried after `seconds`: the group's back-off, and an Event."""
         self.cloud_failed(group, "RETRYING", message)
-        self.backoffs[group] = BackOff(BACKING_OFF, f"{what}: {message}", self._wall() + seconds)
+        self._hold(group, BackOff(BACKING_OFF, f"{what}: {message}", self._wall() + seconds))
         self.occurred(
             Occurrence(
                 BACKING_OFF,
@@ -125,10 +130,13 @@ class Activity:
             Occurrence(MACHINE_CREATE_FAILED, f"node group {group}: {message}", group, warning=True)
         )
         if out_of_resources:
-            self.backoffs[group] = BackOff(
-                STOCK_OUT,
-                f"the cloud has no capacity ({code}): cluster-autoscaler backs this group off",
-                self._wall() + shown_for,
+            self._hold(
+                group,
+                BackOff(
+                    STOCK_OUT,
+                    f"the cloud has no capacity ({code}): cluster-autoscaler backs this group off",
+                    self._wall() + shown_for,
+                ),
             )
             self.occurred(
                 Occurrence(
@@ -143,17 +151,24 @@ class Activity:
     def succeeded(self, group: str) -> None:
         """A write of the group went through: a retry back-off is over (a stock-out stays shown
         until its failed creations are dropped, as CA sees them)."""
-        backoff = self.backoffs.get(group)
-        if backoff is not None and backoff.reason == BACKING_OFF:
-            del self.backoffs[group]
+        with self._lock:
+            backoff = self.backoffs.get(group)
+            if backoff is not None and backoff.reason == BACKING_OFF:
+                del self.backoffs[group]
 
     def expired(self, group: str) -> None:
         """The group's failed creations were dropped: nothing holds it back any more."""
-        self.backoffs.pop(group, None)
+        with self._lock:
+            self.backoffs.pop(group, None)
 
     def current_backoffs(self) -> dict[str, BackOff]:
         now = self._wall()
-        return {gid: b for gid, b in self.backoffs.items() if b.until > now}
+        with self._lock:
+            return {gid: b for gid, b in self.backoffs.items() if b.until > now}
+
+    def last_errors(self) -> dict[str, CloudFailure]:
+        with self._lock:
+            return dict(self.errors)
 
 
 __all__ = ["Activity", "BackOff", "CloudFailure", "Occurrence"]
