@@ -139,7 +139,7 @@ class KubeReporter:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        text = status.to_json(doc)
+        text = status.to_json(doc, indent=None)
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
                 name=CONFIGMAP, namespace=self.namespace, annotations={LAST_UPDATED: _time(self._clock())}

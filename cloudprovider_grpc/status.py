@@ -77,8 +77,10 @@ def stable(value: Any) -> Any:
     return value
 
 
-def to_json(doc: dict[str, Any]) -> str:
-    return redact(json.dumps(doc, indent=2, sort_keys=False))
+def to_json(doc: dict[str, Any], *, indent: int | None = 2) -> str:
+    """The document as JSON (compact with `indent=None`: the ConfigMap's copy), redacted."""
+    separators = (",", ":") if indent is None else None
+    return redact(json.dumps(doc, indent=indent, separators=separators))
 
 
 _STYLE = (

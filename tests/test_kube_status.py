@@ -8,15 +8,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
+import yaml
 
 from cloudprovider_grpc.config import Settings
 from cloudprovider_grpc.events import SPAM_BURST
 from cloudprovider_grpc.kubereport import CONFIGMAP, KubeReporter
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.providers.activity import Occurrence
 from cloudprovider_grpc.providers.cherry import CherryEmulator
 from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.registry import build_provider
@@ -28,6 +31,8 @@ from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.integration
+
+STANDALONE_RBAC = Path(__file__).resolve().parent.parent / "manifests" / "standalone" / "kube-status.yaml"
 
 
 @pytest.fixture
@@ -137,3 +142,55 @@ def test_events_stay_bounded_under_a_ten_minute_failure_loop(
         # the last write that got through carries the count reached by then
         assert SPAM_BURST // 2 <= e.count <= rounds
         assert e.count > 1
+
+
+def test_the_standalone_rbac_is_enough_for_the_configmap_and_the_events(control_plane: ControlPlane) -> None:
+    """manifests/standalone/kube-status.yaml, moved into a fresh namespace, lets the server's own
+    ServiceAccount do everything `--kube-status` does, and not more than that on ConfigMaps."""
+    ns = control_plane.namespace("rbac")
+    suffix = ns.rsplit("-", 1)[1]
+    objects = list(yaml.safe_load_all(STANDALONE_RBAC.read_text()))
+    for o in objects:
+        meta = o["metadata"]
+        meta["name"] = f"{meta['name']}-{suffix}"  # Roles in `default` and ClusterRoles are shared
+        if meta.get("namespace") == "kube-system":
+            meta["namespace"] = ns
+        for subject in o.get("subjects", []):
+            subject["namespace"] = ns
+        if "roleRef" in o:
+            o["roleRef"]["name"] = f"{o['roleRef']['name']}-{suffix}"
+    kubeconfig = control_plane.token_kubeconfig(ns, "cloudprovider-grpc")
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    node = f"worker-{suffix}"
+    control_plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+    )
+    core = _core_from(kubeconfig)
+    doc = {"groups": [{"id": "pool1", "target": 1}]}
+    reporter = KubeReporter(core, ns, lambda: dict(doc), identity="rbac-test")
+    reporter.occurred(Occurrence("StockOut", "pool1: out of stock", "pool1", warning=True))
+    reporter.occurred(Occurrence("StockOut", "pool1: out of stock", "pool1", warning=True))  # a patch
+    reporter.occurred(Occurrence("MachineDeleted", f"deleted {node}", "pool1", node=node))
+    reporter.flush()
+    doc["groups"][0]["target"] = 2
+    reporter.flush()  # an update of the ConfigMap
+    assert (reporter.configmap_writes, reporter.event_writes) == (2, 3)
+    admin = _core(control_plane)
+    cm = admin.read_namespaced_config_map(CONFIGMAP, ns)
+    assert json.loads(cm.data["status"])["groups"][0]["target"] == 2
+    (stock_out,) = [e for e in _events(admin, ns) if e.reason == "StockOut"]
+    assert stock_out.count == 2
+    on_node = [e for e in _events(admin, "default") if e.involved_object.name == node]
+    assert [(e.reason, e.involved_object.kind) for e in on_node] == [("MachineDeleted", "Node")]
+    assert on_node[0].involved_object.uid == admin.read_node(node).metadata.uid
+    # nothing beyond its own ConfigMap
+    control_plane.kubectl("create", "configmap", "other", "-n", ns)
+    denied = control_plane.kubectl("get", "configmap", "other", "-n", ns, check=False, kubeconfig=kubeconfig)
+    assert denied.returncode != 0 and "forbidden" in denied.stderr
+
+
+def _core_from(kubeconfig: Path) -> Any:
+    return kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(kubeconfig)))

@@ -553,55 +553,62 @@ class GroupProvider(CloudProvider, Generic[S]):
 
     def status(self) -> dict[str, Any]:
         """The server's view of every group, from memory: bounds, target, instances by state, the
-        operations in flight with their age, the back-off in force and the last cloud error."""
-        now = self._clock()
+        operations in flight with their age, the back-off in force and the last cloud error. The
+        lock is taken per group, never across all of them: RPCs wait at most one group's worth."""
         backoffs = self.activity.current_backoffs()
         errors = self.activity.last_errors()
         groups = []
         with self._lock:
-            for gid, state in self._groups.items():
-                counts = {"running": 0, "creating": 0, "deleting": 0, "failed": 0}
-                for instance in self.nodes(gid):
-                    if instance.error is not None and instance.state == InstanceState.CREATING:
-                        counts["failed"] += 1
-                    else:
-                        key = instance.state.name.lower()
-                        counts[key] = counts.get(key, 0) + 1
-                operations = [
-                    {"kind": "delete", "instance": mid, "age_seconds": round(max(now - at, 0.0), 1)}
-                    for mid, at in state.deleting.items()
-                ]
-                operations.extend(self._operations(state, now))
-                if len(operations) > STATUS_OPERATIONS:
-                    omitted = len(operations) - STATUS_OPERATIONS
-                    operations = [*operations[:STATUS_OPERATIONS], {"kind": "omitted", "count": omitted}]
-                entry: dict[str, Any] = {
-                    "id": gid,
-                    "name": state.config.name or gid,
-                    "min": state.config.min_size,
-                    "max": state.config.max_size,
-                    "target": self._target(state),
-                    "instances": counts,
-                    "operations": operations,
+            ids = list(self._groups)
+        for gid in ids:
+            with self._lock:
+                state = self._groups.get(gid)
+                if state is None:
+                    continue  # forgotten meanwhile (the cloud no longer offers it)
+                entry = self._group_status(state, self._clock())
+            backoff = backoffs.get(gid)
+            if backoff is not None:
+                entry["backoff"] = {
+                    "reason": backoff.reason,
+                    "message": backoff.message,
+                    "until": _rfc3339(backoff.until),
                 }
-                backoff = backoffs.get(gid)
-                if backoff is not None:
-                    entry["backoff"] = {
-                        "reason": backoff.reason,
-                        "message": backoff.message,
-                        "until": _rfc3339(backoff.until),
-                    }
-                error = errors.get(gid)
-                if error is not None:
-                    entry["last_error"] = {
-                        "code": error.code,
-                        "message": error.message,
-                        "at": _rfc3339(error.at),
-                    }
-                if state.listing_error is not None:
-                    entry["listing_error"] = state.listing_error.message
-                groups.append(entry)
+            error = errors.get(gid)
+            if error is not None:
+                entry["last_error"] = {"code": error.code, "message": error.message, "at": _rfc3339(error.at)}
+            groups.append(entry)
         return {"provider": self.name, "groups": groups}
+
+    def _group_status(self, state: S, now: float) -> dict[str, Any]:
+        """One group's part of the status (under the lock)."""
+        gid = state.config.id
+        counts = {"running": 0, "creating": 0, "deleting": 0, "failed": 0}
+        for instance in self.nodes(gid):
+            if instance.error is not None and instance.state == InstanceState.CREATING:
+                counts["failed"] += 1
+            else:
+                key = instance.state.name.lower()
+                counts[key] = counts.get(key, 0) + 1
+        operations = [
+            {"kind": "delete", "instance": mid, "age_seconds": round(max(now - at, 0.0), 1)}
+            for mid, at in state.deleting.items()
+        ]
+        operations.extend(self._operations(state, now))
+        if len(operations) > STATUS_OPERATIONS:
+            omitted = len(operations) - STATUS_OPERATIONS
+            operations = [*operations[:STATUS_OPERATIONS], {"kind": "omitted", "count": omitted}]
+        entry: dict[str, Any] = {
+            "id": gid,
+            "name": state.config.name or gid,
+            "min": state.config.min_size,
+            "max": state.config.max_size,
+            "target": self._target(state),
+            "instances": counts,
+            "operations": operations,
+        }
+        if state.listing_error is not None:
+            entry["listing_error"] = state.listing_error.message
+        return entry
 
     def _operations(self, state: S, now: float) -> list[dict[str, Any]]:
         """The shape's own operations in flight (creations, size pushes), each with its age."""
