@@ -103,7 +103,6 @@ def test_a_failing_scale_up_records_events_and_names_the_backoff_in_the_status_c
         handle.stop(grace=1)
 
 
-@pytest.mark.slow
 def test_events_stay_bounded_under_a_ten_minute_failure_loop(
     control_plane: ControlPlane, sold_out: CherryEmulator
 ) -> None:
@@ -138,10 +137,10 @@ def test_events_stay_bounded_under_a_ten_minute_failure_loop(
     allowed = SPAM_BURST + 2  # 600 s refill two tokens at 1/300 s
     assert event_writes <= allowed, f"{event_writes} Event writes"
     assert reporter.correlator.skipped == 2 * rounds - event_writes
-    for e in events:
-        # the last write that got through carries the count reached by then
-        assert SPAM_BURST // 2 <= e.count <= rounds
-        assert e.count > 1
+    counts = {e.reason: e.count for e in events}
+    # the bucket is per object, shared by both reasons; each later write carries the count reached
+    # by then: MachineCreateFailed took the refills (at 300 s and 600 s, first in their round)
+    assert counts == {"MachineCreateFailed": rounds, "StockOut": SPAM_BURST // 2}
 
 
 def test_the_standalone_rbac_is_enough_for_the_configmap_and_the_events(control_plane: ControlPlane) -> None:
