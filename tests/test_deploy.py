@@ -538,6 +538,9 @@ def test_layout_renders_namespaced_objects(layout: str) -> None:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in CLUSTER_SCOPED:
             assert namespace is None, obj["metadata"]
+        elif obj["kind"] in ("Role", "RoleBinding") and obj["metadata"]["name"].endswith("-node-events"):
+            # --kube-status records Events on Nodes, which Kubernetes keeps in `default`
+            assert namespace == "default", obj["metadata"]
         else:
             assert namespace == NAMESPACE, obj["metadata"]
 
@@ -1226,8 +1229,11 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
     host, _ = split_host_port(config["address"])
     # the layout elects a leader on a Lease, which needs an API server: that is held to account in
     # tests/test_leader_election.py; here the wiring of TLS is, on one replica
-    assert leader_elected(objects)
-    with running_server([*mat.args, "--leader-elect=false"], mat.env, tmp_path) as server:
+    # (and writes its status to the API server: tests/test_kube_status.py)
+    assert leader_elected(objects) and kube_status(objects)
+    with running_server(
+        [*mat.args, "--leader-elect=false", "--kube-status=false"], mat.env, tmp_path
+    ) as server:
         grpc_port = server.grpc_port
         creds = grpc.ssl_channel_credentials(ca_file("cacert"), ca_file("key"), ca_file("cert"))
         options = [("grpc.ssl_target_name_override", host)]
