@@ -231,24 +231,18 @@ class HttpClient:
         host = self.base_url.split("://", 1)[-1].split("/", 1)[0]
         with tracing.cloud_call(self.backend, operation, method, path, host) as span:
             tried: list[_Attempt] = []
+            status, error = None, ""
             try:
                 reply = self._request(method, path, operation, params, json_body, ok, urgent, tried)
+                status = reply.status
+                return reply
             except CloudError as exc:
-                tracing.end_cloud_call(
-                    span,
-                    status=exc.status,
-                    resends=max(len(tried) - 1, 0),
-                    throttled=sum(1 for a in tried if a.status == 429),
-                    error=exc.code,
-                )
+                status, error = exc.status, exc.code
                 raise
-            tracing.end_cloud_call(
-                span,
-                status=reply.status,
-                resends=max(len(tried) - 1, 0),
-                throttled=sum(1 for a in tried if a.status == 429),
-            )
-            return reply
+            finally:
+                throttled = sum(1 for a in tried if a.status == 429)
+                resends = max(len(tried) - 1, 0)
+                tracing.end_cloud_call(span, status=status, resends=resends, throttled=throttled, error=error)
 
     def _request(
         self,
