@@ -48,7 +48,8 @@ def _server_epilog() -> str:
         "(the YAML key in upper case, nested keys joined by __, e.g. CLOUDPROVIDER_GRPC_TLS__CERT); "
         "files in CLOUDPROVIDER_GRPC_SECRETS_DIR (one file per setting or credential variable); the "
         f"YAML file of --config (or CLOUDPROVIDER_GRPC_CONFIG). Cloud credentials: {clouds} "
-        "(--emulate needs none)."
+        "(--emulate needs none). Traces: the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, ...) with the otel extra installed."
     )
 
 
@@ -155,7 +156,23 @@ def _add_leader_flags(p: argparse.ArgumentParser) -> None:
         help="the Lease's namespace (default: the pod's own)",
     )
     p.add_argument(
-        "--kubeconfig", type=Path, help="kubeconfig for the Lease (default: the pod's service account)"
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig for the Lease and --kube-status (default: the pod's service account)",
+    )
+    p.add_argument(
+        "--kube-status",
+        nargs="?",
+        const=True,
+        type=_bool,
+        metavar="BOOL",
+        help="write the ConfigMap cloudprovider-grpc-status and record Kubernetes Events on it and on "
+        "Nodes (needs API access; default false)",
+    )
+    p.add_argument(
+        "--kube-status-namespace",
+        metavar="NAMESPACE",
+        help="namespace of the status ConfigMap and its Events (default: the pod's own)",
     )
 
 
@@ -182,6 +199,8 @@ def _settings(args: argparse.Namespace) -> Any:
         "front": flag("front"),
     }
     overrides["dry_run"] = flag("dry_run")
+    overrides["kube_status"] = flag("kube_status")
+    overrides["kube_status_namespace"] = flag("kube_status_namespace")
     leader = {key: flag(f"leader_elect_{key}") for key in LEADER_FLAGS}
     leader["enabled"] = flag("leader_elect")
     leader["kubeconfig"] = flag("kubeconfig")

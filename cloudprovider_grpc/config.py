@@ -214,6 +214,11 @@ class Settings(BaseSettings):
     #: leader election on a coordination.k8s.io/v1 Lease (cloudprovider_grpc/leader.py), with
     #: cluster-autoscaler's flag names and defaults
     leader_elect: LeaderElection = Field(default_factory=LeaderElection)
+    #: write the status ConfigMap and record Kubernetes Events (kubereport.py); needs API access: the
+    #: pod's service account, or leader_elect.kubeconfig
+    kube_status: bool = False
+    #: the namespace of the status ConfigMap and its Events; empty: the pod's own
+    kube_status_namespace: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
     secrets_dir: Path | None = None

@@ -124,6 +124,18 @@ class Elector:
         """Ready for a Service: the leader, taken over, within its term."""
         return self._ready and self.gate.valid()
 
+    def view(self) -> dict[str, Any]:
+        """The election as the status page shows it: who this replica is, who leads, which term."""
+        with self._observed_lock:
+            observed = self._observed
+        return {
+            "identity": self.identity,
+            "leading": self.ready,
+            "holder": observed.holder if observed is not None else "",
+            "term": observed.transitions if observed is not None else None,
+            "lease": f"{self.lock.namespace}/{self.lock.name}",
+        }
+
     def start(
         self,
         provider: Any,

@@ -1,4 +1,5 @@
-"""The metrics and health HTTP port: /metrics for Prometheus, /healthz and /readyz for kubelet probes.
+"""The metrics and health HTTP port: /metrics for Prometheus, /healthz and /readyz for kubelet probes,
+/status (JSON; HTML for a browser that asks for it) and /status.html for people (status.py).
 
 /healthz answers 200 only while the server's `serving` flag is up: from the start of gRPC serving
 until shutdown begins, and never while the gRPC port is unreachable (the compiled front down or cut
@@ -10,8 +11,9 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -53,6 +55,8 @@ class _MetricsHandler(BaseHTTPRequestHandler):
                 b"not ready\n" if readiness and handle is not None and handle.serving else b"shutting down\n"
             )
             body, ctype, code = (b"ok\n" if ok else problem), "text/plain", (200 if ok else 503)
+        elif self.path.split("?")[0] in ("/status", "/status.html"):
+            body, ctype, code = self._status()
         else:
             body, ctype, code = b"not found\n", "text/plain", 404
         self.send_response(code)
@@ -60,6 +64,20 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _status(self) -> tuple[bytes, str, int]:
+        from cloudprovider_grpc import status
+
+        build: Callable[[], dict[str, Any]] | None = self.server.status_ref  # type: ignore[attr-defined]
+        if build is None:
+            return b"no status\n", "text/plain", 404
+        doc = build()
+        wants_html = self.path.split("?")[0] == "/status.html" or "text/html" in self.headers.get(
+            "Accept", ""
+        )
+        if wants_html:
+            return status.to_html(doc).encode(), "text/html; charset=utf-8", 200
+        return status.to_json(doc).encode(), "application/json", 200
 
     def log_message(self, format: str, *args: object) -> None:  # scrapes are not worth a log line
         return
@@ -75,11 +93,15 @@ class _MetricsServer(ThreadingHTTPServer):
         log.error("metrics port: a request failed: %s: %s", type(exc).__name__, exc)
 
 
-def start_metrics_http(address: str, serving: Serving) -> ThreadingHTTPServer:
-    """Bind `address` and serve on a daemon thread; raises OSError when the address is taken."""
+def start_metrics_http(
+    address: str, serving: Serving, status: Callable[[], dict[str, Any]] | None = None
+) -> ThreadingHTTPServer:
+    """Bind `address` and serve on a daemon thread; raises OSError when the address is taken.
+    `status` builds the document /status serves (none: 404)."""
     httpd = _MetricsServer(http_address(address), _MetricsHandler)
     httpd.daemon_threads = True
     httpd.handle_ref = serving  # type: ignore[attr-defined]
+    httpd.status_ref = status  # type: ignore[attr-defined]
     threading.Thread(
         target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="metrics-http", daemon=True
     ).start()

@@ -16,9 +16,11 @@ import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
+from typing import Any
 
 import grpc
 
+from cloudprovider_grpc import status, tracing
 from cloudprovider_grpc.config import Settings, is_loopback
 from cloudprovider_grpc.errors import ServerStartError
 from cloudprovider_grpc.front.link import unary_calls
@@ -70,6 +72,8 @@ class ServerHandle:
     leader: Elector | None = None
     #: with leader election: what forwards the calls reaching a leader handing over (handover.py)
     relay: HandOverRelay | None = None
+    #: `--kube-status`: what writes the status ConfigMap and the Events, or None
+    reporter: Any = None
     #: set when a part failed for good (see fail): the process then exits with status 1
     failed: threading.Event = field(default_factory=threading.Event)
     _stopping: bool = False
@@ -123,9 +127,12 @@ class ServerHandle:
             if self.front is not None:
                 self.front.close()
             self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
+            if self.reporter is not None:
+                self.reporter.stop(max(deadline - time.monotonic(), 0.0))
             if self.metrics_server is not None:
                 self.metrics_server.shutdown()
                 self.metrics_server.server_close()
+            tracing.shutdown(max(deadline - time.monotonic(), 0.5))
             self._stopped.set()
             log.info("server stopped")
 
@@ -153,6 +160,7 @@ class ServerHandle:
 def start_server(settings: Settings | None = None, *, provider: CloudProvider | None = None) -> ServerHandle:
     """Build the provider (unless given), bind the ports, start serving; raise ServerStartError."""
     settings = settings or Settings()
+    tracing.configure()  # OTEL_* variables: spans of RPCs, background jobs and cloud calls (tracing.py)
     binary = front_binary(settings)
     elector = build_elector(settings.leader_elect) if settings.leader_elect.enabled else None
     if provider is None:
@@ -197,9 +205,13 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
         link.on_fatal = handle.fail
         link.version = provider.state_version
         provider.watch_state(link.push_version)
+
+    def status_now() -> dict[str, Any]:
+        return status.snapshot(provider, elector.view if elector is not None else None)
+
     if settings.metrics_address:
         try:
-            httpd = start_metrics_http(settings.metrics_address, handle)
+            httpd = start_metrics_http(settings.metrics_address, handle, status_now)
         except OSError as exc:
             server.stop(0)
             if link is not None:
@@ -210,6 +222,10 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             ) from None
         handle.metrics_server, handle.metrics_port = httpd, httpd.server_address[1]
 
+    if settings.kube_status:
+        from cloudprovider_grpc.kubereport import start_reporting
+
+        handle.reporter = start_reporting(settings, provider, status_now, elector)
     provider.start()
     server.start()
     if link is not None:

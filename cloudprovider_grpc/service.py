@@ -22,7 +22,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.protobuf.descriptor import MethodDescriptor
 
-from cloudprovider_grpc import metrics, rawparse
+from cloudprovider_grpc import metrics, rawparse, tracing
 from cloudprovider_grpc.errors import InvalidArgument, NotImplementedByProvider, ProviderError, Unavailable
 from cloudprovider_grpc.getoptions import OptionsAnswers
 from cloudprovider_grpc.handover import WRITES, HandOverRelay
@@ -146,6 +146,7 @@ def _invoke(method: str, context: grpc.ServicerContext, call: Callable[..., R], 
     INTERNAL with a generic message (the traceback goes to the log only), so CA never sees UNKNOWN."""
     start = time.perf_counter()
     code = grpc.StatusCode.OK
+    span = tracing.start_rpc(SERVICE_NAME, method) if tracing.TRACER is not None else None
     try:
         return call(*args)
     except ProviderError as exc:
@@ -162,6 +163,8 @@ def _invoke(method: str, context: grpc.ServicerContext, call: Callable[..., R], 
         context.abort(code, f"{method}: internal error in cloudprovider-grpc (details in the server log)")
     finally:
         _TIMER.observe(method, code, time.perf_counter() - start)
+        if span is not None:
+            tracing.end_rpc(span, code)
     raise AssertionError("unreachable")  # context.abort always raises
 
 

@@ -214,6 +214,47 @@ def leader_elected(objects: Objects) -> bool:
     )
 
 
+def kube_status(objects: Objects) -> bool:
+    """Whether our server runs `--kube-status` (a flag, or the setting's environment variable)."""
+    ours = container(our_workload(objects), OUR_CONTAINER)
+    env = {v["name"]: v.get("value") for v in ours.get("env") or []}
+    return "--kube-status" in our_args(objects) or env.get("CLOUDPROVIDER_GRPC_KUBE_STATUS") == "true"
+
+
+#: the rules `--kube-status` needs (kubereport.py): its one ConfigMap, and Events on it and on Nodes
+STATUS_RULES = [
+    ("", "configmaps", ("create",), None),
+    ("", "configmaps", ("get", "update"), ("cloudprovider-grpc-status",)),
+    ("", "events", ("create", "patch"), None),
+]
+
+
+def status_rbac(objects: Objects) -> dict[str, list[tuple[object, ...]]]:
+    """The rules our server's ServiceAccount is granted besides the Lease's, by namespace ("" for
+    cluster-wide): what `--kube-status` was given."""
+    account = (pod_spec(our_workload(objects)) or {})["serviceAccountName"]
+    bound = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in objects
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"])
+    }
+    out: dict[str, list[tuple[object, ...]]] = {}
+    for o in objects:
+        if (o["kind"], o["metadata"]["name"]) not in bound:
+            continue
+        for r in o["rules"]:
+            if r["apiGroups"] == ["coordination.k8s.io"]:
+                continue
+            (group,) = r["apiGroups"]
+            (resource,) = r["resources"]
+            names = tuple(r["resourceNames"]) if "resourceNames" in r else None
+            out.setdefault(o["metadata"].get("namespace", ""), []).append(
+                (group, resource, tuple(r["verbs"]), names)
+            )
+    return {ns: sorted(rules, key=str) for ns, rules in out.items()}
+
+
 def lease_name(objects: Objects) -> str:
     ours = container(our_workload(objects), OUR_CONTAINER)
     env = {v["name"]: v.get("value") for v in ours.get("env") or []}
@@ -497,6 +538,9 @@ def test_layout_renders_namespaced_objects(layout: str) -> None:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in CLUSTER_SCOPED:
             assert namespace is None, obj["metadata"]
+        elif obj["kind"] in ("Role", "RoleBinding") and obj["metadata"]["name"].endswith("-node-events"):
+            # --kube-status records Events on Nodes, which Kubernetes keeps in `default`
+            assert namespace == "default", obj["metadata"]
         else:
             assert namespace == NAMESPACE, obj["metadata"]
 
@@ -731,8 +775,11 @@ def test_pods_are_locked_down(layout: str) -> None:
                 assert {"cpu", "memory"} <= set(c["resources"][kind]), where
             assert c.get("imagePullPolicy") == "IfNotPresent", where
         if any(c["name"] == OUR_CONTAINER for c in pod_containers(workload)) and layout in STANDALONES:
-            # the token is mounted only for the leader-election Lease
-            assert pod.get("automountServiceAccountToken") is leader_elected(rendered(layout))
+            # the token is mounted only for the leader-election Lease and the status ConfigMap
+            objects = rendered(layout)
+            assert pod.get("automountServiceAccountToken") is (
+                leader_elected(objects) or kube_status(objects)
+            )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -921,7 +968,15 @@ def test_our_chart_release_name_follows_through() -> None:
         o for o in objects if o["kind"] == "Certificate" and "server auth" in o["spec"].get("usages", [])
     )
     assert "edge-cloudprovider-grpc.autoscaling.svc" in server["spec"]["dnsNames"]
-    assert all(o["metadata"].get("namespace") in (None, "autoscaling") for o in objects)
+    # the one exception: Events of Nodes live in `default` (Kubernetes keeps cluster-scoped objects' there)
+    assert all(
+        o["metadata"].get("namespace") in (None, "autoscaling")
+        or (
+            o["metadata"]["name"] == "edge-cloudprovider-grpc-node-events"
+            and o["metadata"]["namespace"] == "default"
+        )
+        for o in objects
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -965,12 +1020,26 @@ def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
         if b["kind"] == "RoleBinding"
         and any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"])
     }
-    rules = [r for o in objects if o["kind"] == "Role" and o["metadata"]["name"] in bound for r in o["rules"]]
+    rules = [
+        r
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["name"] in bound
+        for r in o["rules"]
+        if r["apiGroups"] == ["coordination.k8s.io"]
+    ]
     assert sorted((r["verbs"], r.get("resourceNames")) for r in rules) == [
         (["create"], None),
         (["get", "update", "watch"], [lease_name(objects)]),
     ]
-    assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"] for r in rules)
+    assert all(r["resources"] == ["leases"] for r in rules)
+    # --kube-status: its ConfigMap and Events beside it, Events in `default` for Nodes, Nodes read
+    assert kube_status(objects)
+    namespace = next(o["metadata"]["namespace"] for o in objects if o["kind"] == "Deployment")
+    assert status_rbac(objects) == {
+        namespace: sorted(STATUS_RULES, key=str),
+        "default": [("", "events", ("create", "patch"), None)],
+        "": [("", "nodes", ("get",), None)],
+    }
 
 
 @pytest.mark.parametrize("layout", SIDECARS)
@@ -981,11 +1050,17 @@ def test_sidecar_layout_has_no_leader_election(layout: str) -> None:
 def test_our_chart_refuses_replicas_without_a_leader() -> None:
     error = helm_template_error(OUR_CHART, set_values=["replicas=2", "leaderElection.enabled=false"])
     assert "leaderElection.enabled" in error
-    one = render_ours("replicas=1", "leaderElection.enabled=false")
+    one = render_ours("replicas=1", "leaderElection.enabled=false", "kubeStatus.enabled=false")
     workload = our_workload(one)
     assert workload["spec"]["strategy"] == {"type": "Recreate"} and not leader_elected(one)
     assert (pod_spec(workload) or {})["automountServiceAccountToken"] is False
-    assert not [o for o in one if o["kind"] in ("Role", "RoleBinding")]
+    assert not [o for o in one if "Role" in o["kind"]]
+    # the status alone mounts the token too, and grants only what it needs
+    status_only = render_ours("replicas=1", "leaderElection.enabled=false")
+    assert (pod_spec(our_workload(status_only)) or {})["automountServiceAccountToken"] is True
+    assert kube_status(status_only) and status_rbac(status_only)["default"] == [
+        ("", "events", ("create", "patch"), None)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1154,8 +1229,11 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
     host, _ = split_host_port(config["address"])
     # the layout elects a leader on a Lease, which needs an API server: that is held to account in
     # tests/test_leader_election.py; here the wiring of TLS is, on one replica
-    assert leader_elected(objects)
-    with running_server([*mat.args, "--leader-elect=false"], mat.env, tmp_path) as server:
+    # (and writes its status to the API server: tests/test_kube_status.py)
+    assert leader_elected(objects) and kube_status(objects)
+    with running_server(
+        [*mat.args, "--leader-elect=false", "--kube-status=false"], mat.env, tmp_path
+    ) as server:
         grpc_port = server.grpc_port
         creds = grpc.ssl_channel_credentials(ca_file("cacert"), ca_file("key"), ca_file("cert"))
         options = [("grpc.ssl_target_name_override", host)]

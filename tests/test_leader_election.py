@@ -194,7 +194,12 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
     from tests.deploy_support.tools import helm_template
 
     namespace = control_plane.namespace("rbac")
-    objects = helm_template(OUR_CHART, release=OUR_RELEASE, namespace=namespace, set_values=["provider=sim"])
+    objects = helm_template(
+        OUR_CHART,
+        release=OUR_RELEASE,
+        namespace=namespace,
+        set_values=["provider=sim", "kubeStatus.enabled=false"],
+    )
     rbac = [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
     assert len(rbac) == 2
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))

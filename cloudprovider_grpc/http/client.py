@@ -22,6 +22,7 @@ import requests
 import requests.auth
 import urllib3.exceptions
 
+from cloudprovider_grpc import tracing
 from cloudprovider_grpc.clouderrors import CloudError
 from cloudprovider_grpc.http.fence import check_fence
 from cloudprovider_grpc.http.ratelimit import TokenBucket
@@ -223,14 +224,45 @@ class HttpClient:
         urgent: bool = False,
     ) -> Reply:
         """One API call with retries. `urgent` calls (the listing a Refresh waits for) take
-        rate-limit tokens before background ones."""
+        rate-limit tokens before background ones. With traces on, one client span covers it."""
         method = method.upper()
+        if tracing.TRACER is None:
+            return self._request(method, path, operation, params, json_body, ok, urgent, [])
+        host = self.base_url.split("://", 1)[-1].split("/", 1)[0]
+        with tracing.cloud_call(self.backend, operation, method, path, host) as span:
+            tried: list[_Attempt] = []
+            status, error = None, ""
+            try:
+                reply = self._request(method, path, operation, params, json_body, ok, urgent, tried)
+                status = reply.status
+                return reply
+            except CloudError as exc:
+                status, error = exc.status, exc.code
+                raise
+            finally:
+                throttled = sum(1 for a in tried if a.status == 429)
+                resends = max(len(tried) - 1, 0)
+                tracing.end_cloud_call(span, status=status, resends=resends, throttled=throttled, error=error)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        params: Mapping[str, Any] | None,
+        json_body: Any,
+        ok: Iterable[int],
+        urgent: bool,
+        tried: list[_Attempt],
+    ) -> Reply:
+        """`request` without the span: every attempt is appended to `tried`."""
         ok_statuses = frozenset(ok)
         started = time.monotonic()
         attempts = self.retry.retries + 1
         last: _Attempt | None = None
         for attempt in range(attempts):
             last = self._attempt(method, path, operation, params, json_body, ok_statuses, urgent)
+            tried.append(last)
             if last.reply is not None:
                 return last.reply
             assert last.error is not None

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -48,6 +48,7 @@ from cloudprovider_grpc.errors import (
     Unavailable,
 )
 from cloudprovider_grpc.k8s.template import NodeTemplate
+from cloudprovider_grpc.providers.activity import Activity
 from cloudprovider_grpc.providers.contract import (
     AutoscalingOptions,
     CloudProvider,
@@ -68,6 +69,8 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 #: state version recomputes every group's target at each Refresh (15,000 machines: 7 ms -> 1 ms)
 _DELETING = InstanceState.DELETING
 TEMPLATE_NAME_PREFIX = "template-node-for-"
+#: operations listed per group in the status (the rest are counted): its ConfigMap holds 1 MiB at most
+STATUS_OPERATIONS = 50
 
 
 @dataclass
@@ -141,6 +144,8 @@ class GroupProvider(CloudProvider, Generic[S]):
         self.name = driver.name
         self._clock = clock or time.monotonic
         self._lock = threading.RLock()
+        #: failures, back-offs and occurrences for the status page and Kubernetes Events (activity.py)
+        self.activity = Activity()
         self._jobs = JobRunner(
             concurrency=concurrency,
             clock=self._clock,
@@ -310,6 +315,7 @@ class GroupProvider(CloudProvider, Generic[S]):
             self._reindex()
             self._save_journal()
         self._publish_sizes()
+        self.activity.refreshed()
 
     def _refresh_catalog(self) -> None:
         now = self._clock()
@@ -543,6 +549,69 @@ class GroupProvider(CloudProvider, Generic[S]):
                 gid: GroupSizes(self._target(s), len(s.live_machines())) for gid, s in self._groups.items()
             }
 
+    def status(self) -> dict[str, Any]:
+        """The server's view of every group, from memory: bounds, target, instances by state, the
+        operations in flight with their age, the back-off in force and the last cloud error. The
+        lock is taken per group, never across all of them: RPCs wait at most one group's worth."""
+        backoffs = self.activity.current_backoffs()
+        errors = self.activity.last_errors()
+        groups = []
+        with self._lock:
+            ids = list(self._groups)
+        for gid in ids:
+            with self._lock:
+                state = self._groups.get(gid)
+                if state is None:
+                    continue  # forgotten meanwhile (the cloud no longer offers it)
+                entry = self._group_status(state, self._clock())
+            backoff = backoffs.get(gid)
+            if backoff is not None:
+                entry["backoff"] = {
+                    "reason": backoff.reason,
+                    "message": backoff.message,
+                    "until": _rfc3339(backoff.until),
+                }
+            error = errors.get(gid)
+            if error is not None:
+                entry["last_error"] = {"code": error.code, "message": error.message, "at": _rfc3339(error.at)}
+            groups.append(entry)
+        return {"provider": self.name, "groups": groups}
+
+    def _group_status(self, state: S, now: float) -> dict[str, Any]:
+        """One group's part of the status (under the lock)."""
+        gid = state.config.id
+        counts = {"running": 0, "creating": 0, "deleting": 0, "failed": 0}
+        for instance in self.nodes(gid):
+            if instance.error is not None and instance.state == InstanceState.CREATING:
+                counts["failed"] += 1
+            else:
+                key = instance.state.name.lower()
+                counts[key] = counts.get(key, 0) + 1
+        operations = [
+            {"kind": "delete", "instance": mid, "age_seconds": round(max(now - at, 0.0), 1)}
+            for mid, at in state.deleting.items()
+        ]
+        operations.extend(self._operations(state, now))
+        if len(operations) > STATUS_OPERATIONS:
+            omitted = len(operations) - STATUS_OPERATIONS
+            operations = [*operations[:STATUS_OPERATIONS], {"kind": "omitted", "count": omitted}]
+        entry: dict[str, Any] = {
+            "id": gid,
+            "name": state.config.name or gid,
+            "min": state.config.min_size,
+            "max": state.config.max_size,
+            "target": self._target(state),
+            "instances": counts,
+            "operations": operations,
+        }
+        if state.listing_error is not None:
+            entry["listing_error"] = state.listing_error.message
+        return entry
+
+    def _operations(self, state: S, now: float) -> list[dict[str, Any]]:
+        """The shape's own operations in flight (creations, size pushes), each with its age."""
+        return []
+
     # ------------------------------------------------------------------ write-RPC rules (under the lock)
     def _check_increase(self, group_id: str, delta: int) -> tuple[S, int]:
         """The group and its target, if raising it by `delta` is allowed (CA's NodeGroup rules)."""
@@ -648,6 +717,10 @@ class GroupProvider(CloudProvider, Generic[S]):
             groups = {**self._unrestored, **self._journal_doc()}
             # asked again right before the file is replaced: the term may end while it is written
             self._journal.save({"groups": groups}, still=self._gate.may_persist)
+
+
+def _rfc3339(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _hours(start: datetime, end: datetime) -> float:

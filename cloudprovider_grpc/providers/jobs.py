@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from cloudprovider_grpc import tracing
 from cloudprovider_grpc.http.fence import fenced
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,11 @@ class JobRunner:
         self._threads: list[threading.Thread] = []
 
     # ---- submission ----
-    def submit(self, job: Job, delay: float = 0.0) -> None:
+    def submit(self, job: Job, delay: float = 0.0, what: str = "") -> None:
+        """Queue `job`; `what` names it in traces (each attempt is a child of the span current now)."""
+        self._push(tracing.carry(job, what or self._name, self._name), delay)
+
+    def _push(self, job: Job, delay: float) -> None:
         with self._cond:
             heapq.heappush(self._heap, (self._clock() + max(0.0, delay), next(self._seq), job))
             self._cond.notify()
@@ -136,4 +141,4 @@ class JobRunner:
             log.exception("background job failed unexpectedly", extra={"runner": self._name})
             return
         if retry_after is not None:
-            self.submit(job, retry_after)
+            self._push(job, retry_after)

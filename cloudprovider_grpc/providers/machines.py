@@ -39,6 +39,7 @@ from typing import Any
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
 from cloudprovider_grpc.errors import Unavailable
+from cloudprovider_grpc.providers import activity
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase, ListingSpan
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, MachineListing
@@ -78,6 +79,7 @@ class _Creation:
     unknown_since: float | None = None  # untokened clouds: when the outcome became unknown
     sent: bool = False  # a create request may have left (journaled before it goes out)
     cancelled: bool = False  # CA no longer wants it; delete the machine if the inflight create lands
+    accepted_at: float = 0.0  # provider clock when IncreaseSize accepted it (the status shows its age)
 
 
 @dataclass
@@ -133,7 +135,7 @@ class MachineProvider(GroupProvider[_GroupState]):
             state, target = self._check_increase(group_id, delta)
             self._admit("create", group_id, delta)
             for _ in range(delta):
-                creation = _Creation(token=secrets.token_hex(8), group=group_id)
+                creation = _Creation(token=secrets.token_hex(8), group=group_id, accepted_at=self._clock())
                 state.creations[creation.token] = creation
                 self._index_node(self._placeholder(creation.token), group_id)
                 self._submit_create(creation)
@@ -331,6 +333,8 @@ class MachineProvider(GroupProvider[_GroupState]):
                     )
                     del state.creations[token]
                     state.tombstones[self._placeholder(token)] = now
+                    if not any(x.status == CreationStatus.FAILED for x in state.creations.values()):
+                        self.activity.expired(c.group)
             state.resolved = {
                 t: mid
                 for t, mid in state.resolved.items()
@@ -340,7 +344,7 @@ class MachineProvider(GroupProvider[_GroupState]):
 
     # ------------------------------------------------------------------ background operations
     def _submit_create(self, creation: _Creation) -> None:
-        self._jobs.submit(lambda: self._attempt_create(creation))
+        self._jobs.submit(lambda: self._attempt_create(creation), what="create machine")
 
     def _attempt_create(self, c: _Creation) -> float | None:
         with self._changing(c.group):
@@ -389,6 +393,12 @@ class MachineProvider(GroupProvider[_GroupState]):
                 self._index_node(machine.id, c.group, machine.name)
             self._save_journal()
         log.info("node group %s: created %s", self._shown(c.group), machine.id)
+        self.activity.succeeded(c.group)
+        self.activity.occurred(
+            activity.Occurrence(
+                activity.MACHINE_CREATED, f"node group {c.group}: created {machine.id}", c.group
+            )
+        )
         return None
 
     def _create_failed(self, c: _Creation, exc: CloudError) -> float | None:
@@ -417,6 +427,7 @@ class MachineProvider(GroupProvider[_GroupState]):
                     exc.message,
                     delay,
                 )
+                self.activity.backing_off(c.group, "creating a machine", exc.message, delay)
                 return delay
             c.status = CreationStatus.FAILED
             c.failed_at = self._clock()
@@ -426,6 +437,9 @@ class MachineProvider(GroupProvider[_GroupState]):
             c.error = error
             metrics.OPERATIONS.labels(self.name, "create", "failed").inc()
             self._save_journal()
+            self.activity.create_failed(
+                c.group, error.code, error.message, error.error_class, self._failed_ttl
+            )
         log.error("node group %s: creating a machine failed: %s", self._shown(c.group), exc.message)
         return None
 
@@ -447,8 +461,20 @@ class MachineProvider(GroupProvider[_GroupState]):
             except CloudError as exc:
                 if exc.transient and attempts[0] < self._max_attempts:
                     metrics.OPERATIONS.labels(self.name, "delete", "retry").inc()
-                    return self._backoff(attempts[0])
+                    delay = self._backoff(attempts[0])
+                    self.activity.backing_off(machine.group, f"deleting {machine.id}", exc.message, delay)
+                    return delay
                 metrics.OPERATIONS.labels(self.name, "delete", "failed").inc()
+                self.activity.cloud_failed(machine.group, exc.code, exc.message)
+                self.activity.occurred(
+                    activity.Occurrence(
+                        activity.MACHINE_DELETE_FAILED,
+                        f"node group {machine.group}: deleting {machine.id} failed: {exc.message}",
+                        machine.group,
+                        warning=True,
+                        node=machine.name,
+                    )
+                )
                 log.error(
                     "node group %s: deleting %s failed: %s",
                     self._shown(machine.group),
@@ -463,9 +489,18 @@ class MachineProvider(GroupProvider[_GroupState]):
                 return None
             metrics.OPERATIONS.labels(self.name, "delete", "ok").inc()
             log.info("node group %s: deleted %s", self._shown(machine.group), machine.id)
+            self.activity.succeeded(machine.group)
+            self.activity.occurred(
+                activity.Occurrence(
+                    activity.MACHINE_DELETED,
+                    f"node group {machine.group}: deleted machine {machine.id}",
+                    machine.group,
+                    node=machine.name,
+                )
+            )
             return None
 
-        self._jobs.submit(attempt)
+        self._jobs.submit(attempt, what="delete machine")
 
     def _cancel_creation(self, state: _GroupState, c: _Creation) -> None:
         if c.status in (CreationStatus.INFLIGHT, CreationStatus.UNKNOWN):
@@ -474,6 +509,19 @@ class MachineProvider(GroupProvider[_GroupState]):
             state.creations.pop(c.token, None)
             state.tombstones[self._placeholder(c.token)] = self._clock()
         self._unindex_node(self._placeholder(c.token))
+
+    def _operations(self, state: _GroupState, now: float) -> list[dict[str, Any]]:
+        return [
+            {
+                "kind": "create",
+                "instance": self._placeholder(c.token),
+                "state": c.status.name.lower(),
+                "attempts": c.attempts,
+                "age_seconds": round(max(now - c.accepted_at, 0.0), 1),
+            }
+            for c in state.creations.values()
+            if not c.cancelled
+        ]
 
     # ------------------------------------------------------------------ helpers
     def _placeholder(self, token: str) -> str:
@@ -544,11 +592,13 @@ class MachineProvider(GroupProvider[_GroupState]):
         now = self._clock()
         for token, sent in entry["creations"]:
             if sent:  # it may have left before the restart: look the token up (or adopt) first
-                creation = _Creation(token, state.config.id, CreationStatus.UNKNOWN, sent=True)
+                creation = _Creation(
+                    token, state.config.id, CreationStatus.UNKNOWN, sent=True, accepted_at=now
+                )
                 if not self.driver.create_carries_token:
                     creation.unknown_since = now
             else:  # never sent: send it
-                creation = _Creation(token, state.config.id)
+                creation = _Creation(token, state.config.id, accepted_at=now)
             state.creations[token] = creation
             self._submit_create(creation)
         for machine in entry["deleting"]:

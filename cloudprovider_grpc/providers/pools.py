@@ -41,6 +41,7 @@ from typing import Any
 from cloudprovider_grpc import metrics
 from cloudprovider_grpc.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.errors import Unavailable
+from cloudprovider_grpc.providers import activity
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase, ListingSpan
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (
@@ -84,6 +85,7 @@ class _PoolState(GroupStateBase):
     failed: InstanceError | None = None  # a push or operation of ours failed: hold, show, don't re-push
     failed_at: float = 0.0
     operations: dict[str, Operation] = field(default_factory=dict)  # ref -> operation being polled
+    started: dict[str, float] = field(default_factory=dict)  # "sync" or an operation ref -> when it began
 
     def base_size(self) -> int:
         return self.expected if self.expected is not None else self.desired
@@ -217,6 +219,7 @@ class PoolProvider(GroupProvider[_PoolState]):
             self._note_listing_error(state, pool.listing_error)
             if pool.listing_error is not None:
                 continue  # keep what we knew; queued changes go on in the background
+            gid = state.config.id
             fresh = {m.id: m for m in pool.machines}
             for mid in set(state.machines) - set(fresh):
                 state.tombstones[mid] = now
@@ -224,6 +227,12 @@ class PoolProvider(GroupProvider[_PoolState]):
                 state.removing.pop(mid, None)
             state.machines = fresh
             state.desired = pool.desired
+            if pool.failure != state.cloud_failure:  # the cloud reports a new scaling failure, or none
+                if pool.failure is not None:
+                    f = pool.failure
+                    self.activity.create_failed(gid, f.code, f.message, f.error_class, self._failed_ttl)
+                else:
+                    self.activity.expired(gid)
             state.cloud_failure = pool.failure
             state.listed_once = True
             settled = (
@@ -262,6 +271,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                     now - state.failed_at,
                 )
                 state.failed = None
+                self.activity.expired(state.config.id)
                 if not state.sync_queued and not state.operations:
                     state.wanted = None
                 self._fit_placeholders(state)
@@ -287,8 +297,9 @@ class PoolProvider(GroupProvider[_PoolState]):
         if state.sync_queued:
             return
         state.sync_queued = True
+        state.started["sync"] = self._clock()
         gid = state.config.id
-        self._jobs.submit(lambda: self._sync(gid), self._coalesce)
+        self._jobs.submit(lambda: self._sync(gid), self._coalesce, what="sync group size")
 
     def _sync(self, gid: str) -> float | None:
         """One round for a group: the pending removals in one call, then one absolute size push.
@@ -323,6 +334,7 @@ class PoolProvider(GroupProvider[_PoolState]):
         except CloudError as exc:
             return self._push_failed(state, size, exc)
         metrics.SIZE_PUSHES.labels(self.name, gid, "ok").inc()
+        self.activity.succeeded(gid)
         log.info("node group %s: cloud desired size set to %d", self._shown(gid), size)
         with self._changing(gid):
             state.expected = size
@@ -366,6 +378,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                             state.removing.setdefault(m.id, m)
                     metrics.OPERATIONS.labels(self.name, "remove", "retry").inc()
                     delay = self._backoff(state.sync_attempts)
+                    self.activity.backing_off(gid, f"removing {len(batch)} machine(s)", exc.message, delay)
                     log.warning(
                         "node group %s: removing %d machine(s) failed (%s); retrying in %.1fs",
                         self._shown(gid),
@@ -408,6 +421,15 @@ class PoolProvider(GroupProvider[_PoolState]):
                     state.expected = state.base_size() - len(removed)
                 state.acked_at = self._clock()
                 log.info("node group %s: removed %s", self._shown(gid), ", ".join(m.id for m in removed))
+                for m in removed:
+                    self.activity.occurred(
+                        activity.Occurrence(
+                            activity.MACHINE_DELETED,
+                            f"node group {gid}: removed machine {m.id}",
+                            gid,
+                            node=m.name,
+                        )
+                    )
             if outcome.operation is not None:
                 self._track(state, outcome.operation)
             if retry_in is None:
@@ -419,6 +441,17 @@ class PoolProvider(GroupProvider[_PoolState]):
         for mid, exc in failed.items():
             metrics.OPERATIONS.labels(self.name, "remove", "failed").inc()
             log.error("node group %s: removing %s failed: %s", self._shown(state.config.id), mid, exc.message)
+            machine = state.machines.get(mid)
+            self.activity.cloud_failed(state.config.id, exc.code, exc.message)
+            self.activity.occurred(
+                activity.Occurrence(
+                    activity.MACHINE_DELETE_FAILED,
+                    f"node group {state.config.id}: removing {mid} failed: {exc.message}",
+                    state.config.id,
+                    warning=True,
+                    node=machine.name if machine else "",
+                )
+            )
             if state.deleting.pop(mid, None) is not None and state.wanted is not None:
                 state.wanted += 1
         self._fit_placeholders(state)
@@ -438,6 +471,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                     exc.message,
                     delay,
                 )
+                self.activity.backing_off(gid, f"setting size {size}", exc.message, delay)
                 return delay
             metrics.SIZE_PUSHES.labels(self.name, gid, "failed").inc()
             self._fail(
@@ -452,9 +486,33 @@ class PoolProvider(GroupProvider[_PoolState]):
             state.sync_attempts = 0
         return None
 
+    def _operations(self, state: _PoolState, now: float) -> list[dict[str, Any]]:
+        def age(key: str) -> float:
+            return round(max(now - state.started.get(key, now), 0.0), 1)
+
+        out: list[dict[str, Any]] = []
+        if state.sync_queued:
+            out.append(
+                {
+                    "kind": "set_size",
+                    "size": state.wanted,
+                    "removals": len(state.removing),
+                    "attempts": state.sync_attempts,
+                    "age_seconds": age("sync"),
+                }
+            )
+        out.extend(
+            {"kind": op.kind, "operation": op.ref, "age_seconds": age(op.ref)}
+            for op in state.operations.values()
+        )
+        return out
+
     def _fail(self, state: _PoolState, error: InstanceError) -> None:
         log.error("node group %s: scaling failed: %s", self._shown(state.config.id), error.message)
         state.failed, state.failed_at = error, self._clock()
+        self.activity.create_failed(
+            state.config.id, error.code, error.message, error.error_class, self._failed_ttl
+        )
         self._fit_placeholders(state)
         self._save_journal()
 
@@ -462,6 +520,7 @@ class PoolProvider(GroupProvider[_PoolState]):
     def _track(self, state: _PoolState, operation: Operation) -> None:
         state.operations[operation.ref] = operation
         started = self._clock()
+        state.started[operation.ref] = started
         delay = [POLL_FIRST]
 
         def poll() -> float | None:
@@ -481,6 +540,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                     )
                     with self._changing(operation.group):
                         current.operations.pop(operation.ref, None)
+                        current.started.pop(operation.ref, None)
                     return None
                 status = None
             if status is None or status.state is OperationState.PENDING:
@@ -493,11 +553,13 @@ class PoolProvider(GroupProvider[_PoolState]):
                     )
                     with self._changing(operation.group):
                         current.operations.pop(operation.ref, None)
+                        current.started.pop(operation.ref, None)
                     return None
                 delay[0] = min(POLL_MAX, delay[0] * 1.5)
                 return delay[0]
             with self._changing(operation.group):
                 current.operations.pop(operation.ref, None)
+                current.started.pop(operation.ref, None)
                 if status.state is OperationState.FAILED:
                     metrics.OPERATIONS.labels(self.name, operation.kind, "failed").inc()
                     self._fail(
@@ -508,7 +570,7 @@ class PoolProvider(GroupProvider[_PoolState]):
                     metrics.OPERATIONS.labels(self.name, operation.kind, "ok").inc()
             return None
 
-        self._jobs.submit(poll, POLL_FIRST)
+        self._jobs.submit(poll, POLL_FIRST, what="poll cloud operation")
 
     # ------------------------------------------------------------------ helpers
     def _resolve(self, state: _PoolState, node: NodeRef) -> tuple[Resolved, Machine | str | None]:
