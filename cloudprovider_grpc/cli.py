@@ -1,4 +1,4 @@
-"""The `cloudprovider-grpc` command: serve, check-config, emulate, simulate, build-front, version.
+"""The `cloudprovider-grpc` command: serve, check-config, look into a server (groups, nodes, ...), emulate.
 
 Invalid configuration prints one line naming the offending key and exits with status 2 before
 anything starts.
@@ -317,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
         "build-front", help="build the compiled front (needs Go) into the user cache; prints its path"
     )
     build_front.set_defaults(func=cmd_build_front)
+    from cloudprovider_grpc import inspect_cli
+
+    inspect_cli.add_commands(sub)
     version = sub.add_parser("version", help="print versions")
     version.set_defaults(func=cmd_version)
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cloudprovider_grpc import __version__
 from cloudprovider_grpc.config import load_settings
 from cloudprovider_grpc.errors import ConfigError
 
@@ -33,7 +34,7 @@ def run(
 def test_version() -> None:
     out = run("version")
     assert out.returncode == 0
-    assert out.stdout.startswith("cloudprovider-grpc 0.1.0 (grpcio 1.")
+    assert out.stdout.startswith(f"cloudprovider-grpc {__version__} (grpcio 1.")
 
 
 def test_check_config_defaults() -> None:
