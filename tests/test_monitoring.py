@@ -16,10 +16,14 @@ import grpc
 import pytest
 import yaml
 
+from cloudprovider_grpc.config import load_settings
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.deploy_support import crds
 from tests.deploy_support.layouts import OUR_CHART, render_ours
 from tests.deploy_support.tools import KUSTOMIZE, kustomize_build, run, tool
+from tests.support.clouds import VultrCloud
 from tests.support.gotools import PROMTOOL
 from tests.support.promql import Exposition, Selector, grafana_expand, selectors
 from tests.support.servers import channel, sim_server, stub
@@ -123,9 +127,15 @@ def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def scrape(handle: ServerHandle) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{handle.metrics_port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
 @pytest.fixture(scope="module")
-def exported() -> Exposition:
-    """What a real server's /metrics offers after answering CA's usual calls (one of them an error)."""
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exposition:
+    """What real servers' /metrics offer after answering CA's usual calls (one of them an error):
+    the sim cloud, and Vultr's API emulator (so the cloud API families carry samples and labels)."""
     with sim_server() as handle:
         s = stub(channel(handle))
         s.NodeGroups(pb.NodeGroupsRequest(), timeout=5)
@@ -133,8 +143,24 @@ def exported() -> Exposition:
         with pytest.raises(grpc.RpcError):
             s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="missing"), timeout=5)
         s.Refresh(pb.RefreshRequest(), timeout=5)
-        with urllib.request.urlopen(f"http://127.0.0.1:{handle.metrics_port}/metrics", timeout=5) as resp:
-            return Exposition.parse(resp.read().decode())
+        text = scrape(handle)
+    cloud = VultrCloud(tmp_path_factory.mktemp("vultr"))
+    try:
+        settings = load_settings(
+            Path(cloud.serve_args[-1]),
+            {"provider": "vultr", "metrics_address": "127.0.0.1:0", "address": "127.0.0.1:0"},
+        )
+        handle = start_server(
+            settings, provider=build_provider("vultr", settings.provider_context(env=dict(cloud.env)))
+        )
+        try:
+            stub(channel(handle)).Refresh(pb.RefreshRequest(), timeout=5)
+            text += scrape(handle)
+        finally:
+            handle.stop(grace=1)
+    finally:
+        cloud.stop()
+    return Exposition.parse(text)
 
 
 @pytest.mark.integration
