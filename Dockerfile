@@ -2,7 +2,7 @@
 #
 # Container image for cloudprovider-grpc: the external gRPC cloud provider for cluster-autoscaler.
 #
-#   docker build -t ghcr.io/cloudprovider-grpc/cloudprovider-grpc:0.1.0 .
+#   docker build -t ghcr.io/cloudprovider-grpc/cloudprovider-grpc:0.2.0 .
 #
 # Released images are built from this file by .github/workflows/release.yml for linux/amd64 and
 # linux/arm64, with VERSION and REVISION passed as build arguments.
@@ -56,7 +56,7 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/cpg-front . \
 FROM ${PYTHON_IMAGE}
 
 ARG PYTHON_IMAGE
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG REVISION=unknown
 
 LABEL org.opencontainers.image.title="cloudprovider-grpc" \

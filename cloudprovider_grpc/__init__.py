@@ -1,3 +1,3 @@
 """cloudprovider-grpc: cluster-autoscaler's externalgrpc cloud provider, in Python."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,4 +1,5 @@
-"""The `cloudprovider-grpc` command: serve, check-config, emulate, simulate, build-front, version.
+"""The `cloudprovider-grpc` command: serve, check-config, emulate, simulate, build-front, version, and
+groups, nodes, scale, delete, options, template to look into a running server.
 
 Invalid configuration prints one line naming the offending key and exits with status 2 before
 anything starts.
@@ -35,7 +36,36 @@ CREDENTIAL_VARIABLES: dict[str, tuple[str, ...]] = {
     "vultr": ("VULTR_API_KEY",),
     "exoscale": ("EXOSCALE_API_KEY", "EXOSCALE_API_SECRET", "EXOSCALE_ZONE"),
     "alicloud": ("ACCESS_KEY_ID", "ACCESS_KEY_SECRET", "REGION_ID", "ALIBABA_CLOUD_ROLE_ARN"),
-    "spc": ("CLUSTER_API_TOKEN", "ORGANIZATION_ID", "CLUSTER_ID"),
+    "spc": ("CLUSTER_API_TOKEN", "SPC_API_BASE_URL", "ORGANIZATION_ID", "CLUSTER_ID"),
+}
+
+#: Every other variable each cloud reads: API endpoints, discovery, the in-tree providers' options
+#: and older names kept as fallbacks (also named in `serve --help` and each cloud's page; a test
+#: checks the lists against what the backends read).
+SETTING_VARIABLES: dict[str, tuple[str, ...]] = {
+    "cherry": ("CHERRY_API_URL", "CHERRY_MANAGER", "CHERRY_CONTROLLER_NODE_IDENTIFIER_LABEL"),
+    "vultr": ("VULTR_API_URL",),
+    "exoscale": (
+        "EXOSCALE_API_ENDPOINT",
+        "EXOSCALE_API_ENVIRONMENT",
+        "EXOSCALE_SKS_CLUSTER",
+        "EXOSCALE_INSTANCE_POOLS",
+    ),
+    "alicloud": (
+        "ALIBABA_CLOUD_OIDC_PROVIDER_ARN",
+        "ALIBABA_CLOUD_OIDC_TOKEN_FILE",
+        "ALIBABA_CLOUD_SESSION_NAME",
+        "ALICLOUD_ROLE_ARN",
+        "ALICLOUD_OIDC_PROVIDER_ARN",
+        "ALICLOUD_OIDC_TOKEN_FILE_PATH",
+        "ALICLOUD_SESSION_NAME",
+        "ALICLOUD_ESS_ENDPOINT",
+        "ALICLOUD_ECS_ENDPOINT",
+        "ALICLOUD_VPC_ENDPOINT",
+        "ALICLOUD_STS_ENDPOINT",
+        "METADATA_ENDPOINT",
+    ),
+    "spc": ("SPC_BASE_API_URL", "SPC_NODE_POOLS_FILE"),
 }
 
 TOP_LEVEL_EPILOG = "Needs Python 3.11 or newer. `cloudprovider-grpc COMMAND --help` shows a command's flags."
@@ -43,13 +73,15 @@ TOP_LEVEL_EPILOG = "Needs Python 3.11 or newer. `cloudprovider-grpc COMMAND --he
 
 def _server_epilog() -> str:
     clouds = "; ".join(f"{cloud}: {', '.join(names)}" for cloud, names in CREDENTIAL_VARIABLES.items())
+    others = "; ".join(f"{cloud}: {', '.join(names)}" for cloud, names in SETTING_VARIABLES.items())
     return (
         "Settings come from, highest first: flags; environment variables CLOUDPROVIDER_GRPC_<KEY> "
         "(the YAML key in upper case, nested keys joined by __, e.g. CLOUDPROVIDER_GRPC_TLS__CERT); "
         "files in CLOUDPROVIDER_GRPC_SECRETS_DIR (one file per setting or credential variable); the "
         f"YAML file of --config (or CLOUDPROVIDER_GRPC_CONFIG). Cloud credentials: {clouds} "
-        "(--emulate needs none). Traces: the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, "
-        "OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, ...) with the otel extra installed."
+        f"(--emulate needs none). Other variables the clouds read: {others}. Traces: the standard "
+        "OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, ...) "
+        "with the otel extra installed."
     )
 
 
@@ -231,32 +263,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    """Validate flags, files and the backend's configuration without starting anything."""
-    from cloudprovider_grpc.providers.registry import backend_module, build_provider
+    """Validate flags, files and the backend's configuration, then (unless --offline) ask the
+    cloud's API once with the given credentials (cloudprovider_grpc/checkconfig.py)."""
+    from cloudprovider_grpc import checkconfig
 
-    settings = _settings(args)
-    # with --emulate the backend validates its emulated configuration (demo defaults included); the
-    # emulator it starts for that listens on loopback and stops with the provider just below
-    ctx = settings.provider_context()
-    provider = build_provider(settings.provider, ctx)
-    try:
-        groups = provider.node_groups()
-        # a backend may add read-only checks against its real cloud (Exoscale: max sizes beyond the
-        # quota); an emulated demo cloud has nothing to tell
-        backend_checks = getattr(backend_module(settings.provider), "check_config", None)
-        if backend_checks is not None and not ctx.emulate:
-            for line in backend_checks(ctx):
-                print(line)
-    finally:
-        provider.stop(timeout=0)
-    tls = "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext"
-    print(
-        f"configuration OK: provider {settings.provider}, {len(groups)} node group(s) "
-        f"[{', '.join(f'{g.id} {g.min_size}..{g.max_size}' for g in groups)}], "
-        f"gRPC {settings.address} ({tls}), "
-        + (f"metrics {settings.metrics_address}" if settings.metrics_address else "metrics disabled")
-    )
-    return 0
+    return checkconfig.run(_settings(args), offline=args.offline)
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
@@ -301,7 +312,9 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cloudprovider-grpc", description=__doc__.splitlines()[0], epilog=TOP_LEVEL_EPILOG
+        prog="cloudprovider-grpc",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog=TOP_LEVEL_EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -312,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
         "check-config", help="validate the configuration and exit", epilog=_server_epilog()
     )
     _add_server_flags(check)
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="only validate: skip the read-only call to the cloud's API (exit 1 when that call fails)",
+    )
     check.set_defaults(func=cmd_check_config)
     emulate = sub.add_parser("emulate", help="run a cloud's API emulator standalone")
     emulate.add_argument("cloud", help="backend whose API to emulate (e.g. cherry)")
@@ -336,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
         "build-front", help="build the compiled front (needs Go) into the user cache; prints its path"
     )
     build_front.set_defaults(func=cmd_build_front)
+    from cloudprovider_grpc import inspect_cli
+
+    inspect_cli.add_commands(sub)
     version = sub.add_parser("version", help="print versions")
     version.set_defaults(func=cmd_version)
     try:

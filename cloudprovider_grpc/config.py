@@ -22,8 +22,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.errors import ConfigError, raise_all
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
+from cloudprovider_grpc.pydantic_errors import problems
 from cloudprovider_grpc.secrets import register_environment
 from cloudprovider_grpc.tlsfiles import TLSFileError, load_tls_files
 
@@ -352,9 +353,8 @@ def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] 
             kwargs["_secrets_dir"] = secrets_dir
         return Settings(**init, **kwargs)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(loc, msg) from None
+        # every problem at once, an unknown key with the nearest known one
+        raise_all(problems(exc, Settings, extra_keys=BACKENDS))
+        raise  # unreachable: a ValidationError has at least one error
     finally:
         _yaml_data.clear()

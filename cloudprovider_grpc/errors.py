@@ -7,6 +7,9 @@ safe to show to the caller: no secrets, no stack traces.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 import grpc
 
 
@@ -86,3 +89,20 @@ def raise_all(problems: list[ConfigError]) -> None:
         raise problems[0]
     if problems:
         raise ConfigErrors(problems)
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the known key nearest to a misspelt one (difflib), else ''."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def unknown_key(
+    where: str, key: str, known: Iterable[str], *, what: str = "key", note: str = ""
+) -> ConfigError:
+    """The one error for a key nobody reads: names it, suggests the nearest known one and lists them
+    when none is near (a typo must never fall back to a default silently)."""
+    names = sorted(set(known))
+    suggestion = did_you_mean(key, names)
+    listed = f" (known: {', '.join(names)})" if names and not suggestion else ""
+    return ConfigError(where, f"unknown {what}{note}{suggestion}{listed}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cloudprovider_grpc import __version__
 from cloudprovider_grpc.config import load_settings
 from cloudprovider_grpc.errors import ConfigError
 
@@ -33,7 +34,7 @@ def run(
 def test_version() -> None:
     out = run("version")
     assert out.returncode == 0
-    assert out.stdout.startswith("cloudprovider-grpc 0.1.0 (grpcio 1.")
+    assert out.stdout.startswith(f"cloudprovider-grpc {__version__} (grpcio 1.")
 
 
 def test_check_config_defaults() -> None:
@@ -41,7 +42,7 @@ def test_check_config_defaults() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
         "configuration OK: provider sim, 3 node group(s) [general 1..10, highmem 0..5, gpu 0..3], "
-        "gRPC 127.0.0.1:8086 (plaintext), metrics 127.0.0.1:8087"
+        "gRPC 127.0.0.1:8086 (plaintext), metrics 127.0.0.1:8087; cloud API listed with these credentials"
     )
 
 
@@ -53,7 +54,9 @@ def test_plaintext_beyond_loopback_must_be_asked_for() -> None:
     )
     out = run("check-config", "--address", ":8086", "--allow-plaintext", "--metrics-address", "")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().endswith("gRPC :8086 (plaintext), metrics disabled")
+    assert out.stdout.strip().endswith(
+        "gRPC :8086 (plaintext), metrics disabled; cloud API listed with these credentials"
+    )
 
 
 def test_a_broken_yaml_file_is_reported_with_its_line(tmp_path: Path) -> None:

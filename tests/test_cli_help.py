@@ -67,3 +67,27 @@ def test_every_server_flag_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--log-level", "--log-format"):
         m = re.search(rf"^\s+{flag} \{{[^}}]+\}}\s*\n?\s+(\S.*)$", text, re.M)
         assert m, (flag, text)
+
+
+def test_every_variable_a_cloud_reads_is_in_serve_help_and_its_page(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The other direction: each quoted variable name a backend's configuration code reads (config.py,
+    credentials.py), and the endpoint overrides it builds by name, is listed for that cloud."""
+    text = " ".join(help_of(capsys, "serve").split())
+    for backend in cli.CREDENTIAL_VARIABLES:
+        folder = ROOT / "cloudprovider_grpc/providers" / backend
+        source = "".join(p.read_text() for p in folder.glob("*.py") if p.stem in ("config", "credentials"))
+        read = set(re.findall(r'"([A-Z][A-Z0-9]+_[A-Z0-9_]+)"', source))
+        read |= (
+            {f"ALICLOUD_{api}_ENDPOINT" for api in ("ESS", "ECS", "VPC", "STS")}
+            if backend == "alicloud"
+            else set()
+        )
+        listed = {*cli.CREDENTIAL_VARIABLES[backend], *cli.SETTING_VARIABLES[backend]}
+        assert read <= listed, (backend, sorted(read - listed))
+        assert listed <= read, (backend, sorted(listed - read))
+        page = (ROOT / "docs" / "clouds" / f"{backend}.md").read_text()
+        for var in sorted(listed):
+            assert var in text, var
+            assert var in page, (backend, var)

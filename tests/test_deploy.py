@@ -1098,7 +1098,7 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 def test_check_config_accepts_layout_args(layout: str, tmp_path: Path) -> None:
     objects = rendered(layout)
     mat, _ = materialize_ours(objects, tmp_path / "pod", example_secrets(layout))
-    result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
+    result = run_cli(["check-config", "--offline", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 0, f"check-config {shlex.join(mat.args[1:])}\n{result.stdout}{result.stderr}"
     assert "configuration OK" in result.stdout
 
@@ -1114,7 +1114,7 @@ def test_cherry_missing_bootstrap_secret_is_reported(layout: str, tmp_path: Path
     ]
     mat, _ = materialize_ours(rendered(layout), tmp_path / "pod", secrets)
     assert "BOOTSTRAP_TOKEN_ID" not in mat.env and mat.env["CHERRY_AUTH_TOKEN"]
-    result = run_cli(["check-config", *mat.args[1:]], mat.env, tmp_path)
+    result = run_cli(["check-config", "--offline", *mat.args[1:]], mat.env, tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "BOOTSTRAP_TOKEN_" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
@@ -1135,7 +1135,7 @@ def test_check_config_rejects_broken_layout_args(
     flag, value = mutation
     if flag == "--tls-ca":
         value = str(mat.mounts["/etc/cloudprovider-grpc/server"] / "missing.crt")
-    result = run_cli(["check-config", *mat.args[1:], flag, value], mat.env, tmp_path)
+    result = run_cli(["check-config", "--offline", *mat.args[1:], flag, value], mat.env, tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and key in lines[0], result.stderr

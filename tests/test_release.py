@@ -63,6 +63,20 @@ def test_every_image_reference_names_the_released_image_at_this_version() -> Non
     assert not wrong, wrong
 
 
+def test_every_layout_deploys_the_package_version() -> None:
+    """kustomize's `images:` override (newTag) and the chart's default tag are the package's version,
+    so no layout runs an image older (or newer) than the code beside it."""
+    tags = {}
+    for kfile in sorted((ROOT / "manifests").rglob("kustomization.yaml")):
+        for image in yaml.safe_load(kfile.read_text()).get("images") or []:
+            if image["name"].endswith("cloudprovider-grpc"):
+                tags[str(kfile.relative_to(ROOT))] = str(image.get("newTag"))
+    assert tags, "no kustomization pins our image"
+    assert set(tags.values()) == {__version__}, tags
+    chart = yaml.safe_load((ROOT / "deploy/helm/cloudprovider-grpc/Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
+
+
 def git_tree_copy(dest: Path) -> Path:
     """The tracked files only, as a release checkout has them (no venv, caches or build output)."""
     for name in tracked_files():

@@ -612,6 +612,12 @@ class GroupProvider(CloudProvider, Generic[S]):
         """The shape's own operations in flight (creations, size pushes), each with its age."""
         return []
 
+    def listing_errors(self) -> dict[str, str]:
+        """Groups the last Refresh could not list, with the cloud's answer (`check-config` reports
+        them: a token refused for one project fails there, not at CA's first scale-up)."""
+        with self._lock:
+            return {gid: s.listing_error.message for gid, s in self._groups.items() if s.listing_error}
+
     # ------------------------------------------------------------------ write-RPC rules (under the lock)
     def _check_increase(self, group_id: str, delta: int) -> tuple[S, int]:
         """The group and its target, if raising it by `delta` is allowed (CA's NodeGroup rules)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.errors import ConfigError, unknown_key
 
 #: a Kubernetes quantity ("100m", "512Mi", "1"), for `reserved` resources
 _QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[kMGTPE]i?|[munk])?$")
@@ -75,7 +75,7 @@ def check_known(section: Mapping[str, Any], where: str, known: set[str] | frozen
     """Unknown keys are errors, not silently ignored (a typo must not fall back to a default)."""
     for key in section:
         if norm_key(key) not in known:
-            raise ConfigError(f"{where}.{key}", f"unknown option (known: {', '.join(sorted(known))})")
+            raise unknown_key(f"{where}.{key}", norm_key(key), known, what="option")
 
 
 def read_reserved(value: Any, where: str) -> dict[str, str]:

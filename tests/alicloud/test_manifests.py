@@ -39,7 +39,7 @@ def secret_refs(container: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 def check_config(args: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cloudprovider_grpc.cli", "check-config", *args[1:]],
+        [sys.executable, "-m", "cloudprovider_grpc.cli", "check-config", "--offline", *args[1:]],
         env={"PATH": "/usr/bin:/bin", **env},
         capture_output=True,
         text=True,

@@ -141,7 +141,8 @@ def test_check_config_with_the_forks_environment() -> None:
         "ORGANIZATION_ID": "4",
         "CLUSTER_ID": "12",
     }
-    out = cli("check-config", "--provider", "spc", "--nodes", "0:5:t2.medium:legacy", env=env)
+    # offline: validation only, nothing is sent to that address
+    out = cli("check-config", "--offline", "--provider", "spc", "--nodes", "0:5:t2.medium:legacy", env=env)
     assert out.returncode == 0, out.stderr
     assert "provider spc, 1 node group(s) [autoscaling-legacy 0..5]" in out.stdout
     del env["CLUSTER_ID"]
@@ -161,7 +162,7 @@ def test_a_secret_never_reaches_the_output(secret: str) -> None:
         "ORGANIZATION_ID": "1",
         "CLUSTER_ID": "1",
     }
-    out = cli("check-config", "--provider", "spc", env=env)
+    out = cli("check-config", "--offline", "--provider", "spc", env=env)
     assert out.returncode == 2 and "s3cr3t" not in out.stdout + out.stderr
 
 
@@ -173,5 +174,5 @@ def test_the_example_configuration_is_valid() -> None:
         "ORGANIZATION_ID": "4",
         "CLUSTER_ID": "12",
     }
-    out = cli("check-config", "--config", str(root / "examples" / "spc.yaml"), env=env)
+    out = cli("check-config", "--offline", "--config", str(root / "examples" / "spc.yaml"), env=env)
     assert out.returncode == 0 and "configuration OK: provider spc" in out.stdout, out.stderr

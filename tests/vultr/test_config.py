@@ -198,9 +198,9 @@ def test_missing_cloud_config_file_is_named(tmp_path: Path) -> None:
 
 
 def test_check_config_reports_min_zero_and_a_bad_key(tmp_path: Path) -> None:
-    """`check-config` (a real process) validates without network I/O: OK with a warning line for a
+    """`check-config --offline` (a real process) validates without network I/O: OK with a warning line for a
     min of 0; one line naming the key and exit 2 for a bad file."""
-    base = [sys.executable, "-m", "cloudprovider_grpc", "check-config", "--provider", "vultr"]
+    base = [sys.executable, "-m", "cloudprovider_grpc", "check-config", "--offline", "--provider", "vultr"]
     ok = subprocess.run(
         [*base, "--cloud-config", str(CLOUD_CONFIG), "--nodes", "0:5:general"],
         capture_output=True, text=True, timeout=60,

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cloudprovider_grpc import secrets
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.errors import ConfigError, unknown_key
 from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -184,9 +184,8 @@ def _read_cloud_config(path: Path) -> dict[str, tuple[str, str]]:
             where = f"cloud-config [global] {key}"
             fld = _FILE_KEYS.get(key.lower())
             if fld is None:
-                known = "RegionId, AccessKeyID, AccessKeySecret, OIDCProviderARN, OIDCTokenFilePath, "
-                known += "RoleARN, RoleSessionName"
-                raise ConfigError(where, f"unknown key (known: {known})")
+                known = ("RegionId", "AccessKeyID", "AccessKeySecret", "OIDCProviderARN", "OIDCTokenFilePath")
+                raise unknown_key(where, key, (*known, "RoleARN", "RoleSessionName"))
             out[fld] = (values[-1] if values else "", where)
     return out
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc.errors import ConfigError, raise_all
+from cloudprovider_grpc.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
 from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS, GroupConfig
@@ -180,7 +180,7 @@ def _read_cloud_config(path: Path) -> tuple[_Raw | None, _Raw | None, dict[str, 
         for key, values in sec.values.items():
             where = f"cloud-config {sec.label()} {key}"
             if key not in POOL_KEYS and key not in BOUND_KEYS:
-                raise ConfigError(where, f"unknown key (line {sec.lines[key]})")
+                raise unknown_key(where, key, {*POOL_KEYS, *BOUND_KEYS}, note=f" (line {sec.lines[key]})")
             raw.set(key, values, where)
     pools.pop("default", None)
     return glob, default, pools
@@ -193,7 +193,7 @@ def _merge_yaml_pool(target: _Raw, section: Any, where: str) -> None:
         key = norm_key(k)
         w = f"{where}.{key}"
         if key not in POOL_KEYS and key not in BOUND_KEYS:
-            raise ConfigError(w, "unknown key")
+            raise unknown_key(w, key, {*POOL_KEYS, *BOUND_KEYS})
         target.set(key, _yaml_values(v, w), w)
 
 

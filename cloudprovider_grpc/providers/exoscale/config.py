@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.exoscale.emulator_seed import instance_types
 from cloudprovider_grpc.providers.options import (
     ClientTuning,
@@ -185,7 +185,7 @@ def _seed_nodepool(raw: Any, where: str) -> dict[str, Any]:
     opts = {norm_key(k): v for k, v in raw.items()}
     for k in opts:
         if k not in _NODEPOOL_KEYS:
-            raise ConfigError(f"{where}.{k}", f"unknown key (known: {', '.join(sorted(_NODEPOOL_KEYS))})")
+            raise unknown_key(f"{where}.{k}", k, _NODEPOOL_KEYS)
     name = str(opts.get("name") or "").strip()
     if not name:
         raise ConfigError(f"{where}.name", "missing (a non-empty string)")
@@ -290,33 +290,41 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
     opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
     for key in opts:
         if key not in _TOP_KEYS:
-            raise ConfigError(f"exoscale.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
+            raise unknown_key(f"exoscale.{key}", key, _TOP_KEYS, what="option")
     env = ctx.env
 
+    # the zone and both credentials are checked before any is reported: a first run learns every
+    # missing input at once
+    problems: list[ConfigError] = []
     zone, zone_where = _pick(env, "EXOSCALE_ZONE", opts, "zone")
     zone = zone.strip()
     if not zone:
         if not ctx.emulate:
-            raise ConfigError("EXOSCALE_ZONE", "no Exoscale zone specified")
+            problems.append(ConfigError("EXOSCALE_ZONE", "no Exoscale zone specified"))
         zone = EMULATOR_ZONE
-    if not _ZONE_RE.match(zone):
-        raise ConfigError(zone_where, f"{zone!r} is not a zone name (e.g. ch-gva-2)")
+    elif not _ZONE_RE.match(zone):
+        problems.append(ConfigError(zone_where, f"{zone!r} is not a zone name (e.g. ch-gva-2)"))
 
     # credentials come only from the environment (or secret files offered as env), as in-tree:
     # never from the YAML file, which is not a Secret
     # read_secret strips, checks header-safety and registers both for redaction everywhere
     key_where, secret_where = "EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"
-    key, secret = read_secret(env, key_where), read_secret(env, secret_where)
-    if not key.strip():
-        if not ctx.emulate:
-            raise ConfigError(key_where, "no Exoscale API key specified")
-        key = EMULATOR_KEY
-    if not secret.strip():
-        if not ctx.emulate:
-            raise ConfigError(secret_where, "no Exoscale API secret specified")
-        secret = EMULATOR_SECRET
-    key = credential(key, key_where)
-    secret = credential(secret, secret_where)
+    creds: dict[str, str] = {}
+    for where, what, fallback in (
+        (key_where, "key", EMULATOR_KEY),
+        (secret_where, "secret", EMULATOR_SECRET),
+    ):
+        try:
+            value = read_secret(env, where)
+            if not value.strip():
+                if not ctx.emulate:
+                    raise ConfigError(where, f"no Exoscale API {what} specified")
+                value = fallback
+            creds[where] = credential(value, where)
+        except ConfigError as exc:
+            problems.append(exc)
+    raise_all(problems)
+    key, secret = creds[key_where], creds[secret_where]
 
     environment, env_where = _pick(env, "EXOSCALE_API_ENVIRONMENT", opts, "api-environment")
     environment = environment.strip() or DEFAULT_ENVIRONMENT

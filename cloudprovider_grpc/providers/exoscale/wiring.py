@@ -92,7 +92,8 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
 def check_config(ctx: ProviderContext) -> list[str]:
     """Read-only checks against the API for `check-config`: the groups that would be managed and
     every max size beyond what the `instance` quota leaves. Returns report lines (warnings start
-    with "warning:"); a cloud that cannot be reached is itself reported, not raised."""
+    with "warning:", failures with "error:"); a cloud that cannot be reached is a failure line,
+    not raised."""
     config = load_config(ctx)
     client = make_client(config)
     driver = ExoscaleDriver(config, client)
@@ -101,12 +102,12 @@ def check_config(ctx: ProviderContext) -> list[str]:
         quota = client.get_quota("instance")
         pools = driver.list_pools()
     except CloudError as err:
-        return [f"warning: exoscale API check failed: {err.message}"]
+        return [f"error: exoscale API check failed: {err.message}"]
     finally:
         driver.close()
     limit, usage = quota.get("limit"), quota.get("usage")
     if not isinstance(limit, int) or not isinstance(usage, int):
-        return ["warning: exoscale get-quota answered no limit/usage"]
+        return ["error: exoscale get-quota answered no limit/usage"]
     lines.append(
         f"exoscale instance quota: {'unlimited' if limit < 0 else limit} (in use {usage}); "
         f"{len(pools)} group(s) found"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.errors import raise_all
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
 from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions, SimPoolDriver
+from cloudprovider_grpc.pydantic_errors import problems
 
 __all__ = ["SimCloud", "SimDriver", "SimOptions", "SimPoolDriver", "build_driver", "parse_options"]
 
@@ -32,9 +33,8 @@ def parse_options(ctx: ProviderContext) -> SimOptions:
     try:
         return SimOptions.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"sim.{loc}" if loc else "sim", err["msg"]) from None
+        raise_all(problems(exc, SimOptions, prefix="sim"))
+        raise
 
 
 def build_driver(ctx: ProviderContext) -> BuiltDriver:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -303,26 +303,35 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
     opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
     for key in opts:
         if key not in _TOP_KEYS:
-            raise ConfigError(f"spc.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
+            raise unknown_key(f"spc.{key}", key, _TOP_KEYS, what="option")
     env = ctx.env
 
+    # the required inputs are all checked before any is reported: a first run learns every missing
+    # one at once, not one per attempt
+    problems: list[ConfigError] = []
     token = header_safe_secret(env.get("CLUSTER_API_TOKEN", ""), "CLUSTER_API_TOKEN")
     if not token:
         if not ctx.emulate:
-            raise ConfigError(
-                "CLUSTER_API_TOKEN", "is required and missing (Secret stackpointio, key api-token)"
+            problems.append(
+                ConfigError(
+                    "CLUSTER_API_TOKEN", "is required and missing (Secret stackpointio, key api-token)"
+                )
             )
         token = EMULATOR_DEFAULT_TOKEN
 
     url_key = next((k for k in ("SPC_API_BASE_URL", "SPC_BASE_API_URL") if env.get(k, "").strip()), "")
-    if url_key:
-        api_url = _api_url(env[url_key], url_key)
-    elif opts.get("api-url"):
-        api_url = _api_url(str(opts["api-url"]), "spc.api-url")
-    elif ctx.emulate:
-        api_url = DEFAULT_API_URL  # replaced by the emulator's address
-    else:
-        raise ConfigError("SPC_API_BASE_URL", "is required and missing (Secret stackpointio, key api-url)")
+    api_url = DEFAULT_API_URL  # with --emulate: replaced by the emulator's address
+    try:
+        if url_key:
+            api_url = _api_url(env[url_key], url_key)
+        elif opts.get("api-url"):
+            api_url = _api_url(str(opts["api-url"]), "spc.api-url")
+        elif not ctx.emulate:
+            raise ConfigError(
+                "SPC_API_BASE_URL", "is required and missing (Secret stackpointio, key api-url)"
+            )
+    except ConfigError as exc:
+        problems.append(exc)
 
     ids: dict[str, int] = {}
     for env_key, opt_key, default in (
@@ -330,15 +339,18 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
         ("CLUSTER_ID", "cluster-id", EMULATOR_DEFAULT_CLUSTER),
     ):
         raw = env.get(env_key, "").strip()
-        if raw:
-            ids[env_key] = _positive_int(raw, env_key)
-        elif opts.get(opt_key) is not None:
-            ids[env_key] = _positive_int(str(opts[opt_key]), f"spc.{opt_key}")
-        elif ctx.emulate:
-            ids[env_key] = default
-        else:
-            secret_key = opt_key
-            raise ConfigError(env_key, f"is required and missing (Secret stackpointio, key {secret_key})")
+        try:
+            if raw:
+                ids[env_key] = _positive_int(raw, env_key)
+            elif opts.get(opt_key) is not None:
+                ids[env_key] = _positive_int(str(opts[opt_key]), f"spc.{opt_key}")
+            elif ctx.emulate:
+                ids[env_key] = default
+            else:
+                raise ConfigError(env_key, f"is required and missing (Secret stackpointio, key {opt_key})")
+        except ConfigError as exc:
+            problems.append(exc)
+    raise_all(problems)
 
     pools_override = None
     pools_file, pools_where = env.get("SPC_NODE_POOLS_FILE", "").strip(), "SPC_NODE_POOLS_FILE"

@@ -1,0 +1,153 @@
+"""`check-config` asks the cloud: against each cloud's API emulator on loopback (which refuses
+wrong credentials with the cloud's own status and body), good credentials list the groups `serve`
+would offer and exit 0; bogus ones exit 1 naming the cloud's answer; `--offline` does not ask."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.support.clouds import (
+    AliCloudCloud,
+    CherryCloud,
+    ExoscaleCloud,
+    ExternalCloud,
+    SpcCloud,
+    VultrCloud,
+)
+
+pytestmark = pytest.mark.integration
+
+#: cloud -> (its adapter, the variable to spoil, what the cloud answers a wrong credential)
+CLOUDS: dict[str, tuple[Callable[[Path], ExternalCloud], str, tuple[str, ...]]] = {
+    "cherry": (lambda tmp: CherryCloud(tmp), "CHERRY_AUTH_TOKEN", ("401", "missing or invalid API token")),
+    "vultr": (VultrCloud, "VULTR_API_KEY", ("401", "Invalid API token.")),
+    "exoscale": (ExoscaleCloud, "EXOSCALE_API_SECRET", ("403",)),
+    "alicloud": (AliCloudCloud, "ACCESS_KEY_ID", ("InvalidAccessKeyId.NotFound",)),
+    "spc": (SpcCloud, "CLUSTER_API_TOKEN", ("401", "Invalid token.")),
+}
+
+
+def check(cloud: ExternalCloud, env: Mapping[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROVIDER_GRPC_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cloudprovider_grpc", "check-config", *cloud.serve_args, *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **env},
+        check=False,
+    )
+
+
+@pytest.fixture(params=sorted(CLOUDS))
+def cloud(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    made = CLOUDS[request.param][0](tmp_path)
+    yield request.param, made
+    made.stop()
+
+
+def test_good_credentials_list_the_groups_serve_offers(cloud: tuple[str, ExternalCloud]) -> None:
+    name, c = cloud
+    out = check(c, c.env)
+    assert out.returncode == 0, out.stderr
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("configuration OK")]
+    assert f"provider {name}, {len(c.groups)} node group(s) " in line
+    for gid, (lo, hi) in c.groups.items():
+        assert f"{gid} {lo}..{hi}" in line, (gid, line)
+    assert "cloud API listed with these credentials" in line
+
+
+def test_bogus_credentials_fail_naming_the_clouds_answer(cloud: tuple[str, ExternalCloud]) -> None:
+    name, c = cloud
+    _, variable, answer = CLOUDS[name]
+    out = check(c, {**c.env, variable: "bogus-credential-0000000000"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "configuration OK" not in out.stdout
+    for words in answer:
+        assert words in out.stderr, (words, out.stderr)
+    assert "bogus-credential" not in out.stderr + out.stdout  # a secret never shows, even a wrong one
+    # --offline validates only, and says so
+    offline = check(c, {**c.env, variable: "bogus-credential-0000000000"}, "--offline")
+    assert offline.returncode == 0, offline.stderr
+    assert "cloud API not asked (--offline)" in offline.stdout
+
+
+def test_a_revoked_credential_fails_the_check() -> None:
+    """The emulated cloud stops accepting every credential (all projects denied, keys revoked)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        c = VultrCloud(Path(tmp))
+        try:
+            assert check(c, c.env).returncode == 0
+            c.refuse_all()
+            out = check(c, c.env)
+            assert out.returncode == 1 and "Invalid API token." in out.stderr, out.stderr
+        finally:
+            c.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation before the API: every problem at once, and the key a typo meant
+
+
+def invalid(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    from cloudprovider_grpc.cli import main
+
+    capsys.readouterr()
+    assert main(["check-config", "--offline", *argv]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    return line
+
+
+@pytest.mark.parametrize(
+    ("cloud", "missing"),
+    [
+        ("exoscale", ("EXOSCALE_ZONE", "EXOSCALE_API_KEY", "EXOSCALE_API_SECRET")),
+        ("spc", ("CLUSTER_API_TOKEN", "SPC_API_BASE_URL", "ORGANIZATION_ID", "CLUSTER_ID")),
+    ],
+)
+def test_every_missing_input_is_reported_at_once(
+    cloud: str, missing: tuple[str, ...], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in missing:
+        monkeypatch.delenv(name, raising=False)
+    line = invalid(capsys, "--provider", cloud)
+    assert f"{len(missing)} problems: " in line, line
+    for name in missing:
+        assert f"{name}: " in line, (name, line)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "where", "meant"),
+    [
+        ("log_levle: debug\n", "log_levle", "log_level"),
+        ("tls:\n  cret: /x\n", "tls.cret", "cert"),
+        ("leader_elect:\n  lease_duraton: 15s\n", "leader_elect.lease_duraton", "lease_duration"),
+        ("sim:\n  groupz: []\n", "sim.groupz", "groups"),
+        ("exoscale:\n  sks-clustr: x\n", "exoscale.sks-clustr", "sks-cluster"),
+    ],
+)
+def test_an_unknown_key_names_the_nearest_known_one(
+    yaml_text: str, where: str, meant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml_text)
+    provider = yaml_text.split(":")[0] if yaml_text.startswith(("sim", "exoscale")) else "sim"
+    line = invalid(capsys, "--config", str(config), "--provider", provider, "--emulate")
+    assert f"{where}" in line and f"did you mean {meant!r}?" in line, line
+
+
+def test_an_unknown_key_far_from_any_lists_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("tls:\n  zzzzzz: 1\n")
+    line = invalid(capsys, "--config", str(config))
+    assert "tls.zzzzzz: unknown key (known: ca, cert, key)" in line, line

@@ -1,0 +1,140 @@
+"""The inspection commands (`groups`, `nodes`, `scale`, `delete`, `options`, `template`) against a
+real server on a loopback port, in plaintext and with mutual TLS: their tables, their JSON, and the
+exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cloudprovider_grpc import inspect_cli
+from cloudprovider_grpc.cli import main
+from cloudprovider_grpc.server import ServerHandle
+from tests.support.certs import Pki
+from tests.support.ports import free_port
+from tests.support.servers import sim_server
+
+pytestmark = pytest.mark.integration
+
+
+def cli(capsys: pytest.CaptureFixture[str], handle: ServerHandle, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([*args, "--server", f"localhost:{handle.port}"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], handle: ServerHandle, *args: str) -> object:
+    code, out, err = cli(capsys, handle, *args, "-o", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_groups_as_a_table_and_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    with sim_server() as handle:
+        code, out, _ = cli(capsys, handle, "groups")
+        assert code == 0
+        header, *rows = out.splitlines()
+        assert header.split() == ["GROUP", "MIN", "MAX", "TARGET", "DEBUG"]
+        assert [r.split()[:4] for r in rows] == [
+            ["general", "1", "10", "1"],
+            ["highmem", "0", "5", "0"],
+            ["gpu", "0", "3", "0"],
+        ]
+        groups = cli_json(capsys, handle, "groups")
+        assert [(g["id"], g["minSize"], g["maxSize"], g["targetSize"]) for g in groups] == [  # type: ignore[union-attr]
+            ("general", 1, 10, 1),
+            ("highmem", 0, 5, 0),
+            ("gpu", 0, 3, 0),
+        ]
+
+
+def test_scale_up_then_down_then_delete(capsys: pytest.CaptureFixture[str]) -> None:
+    with sim_server() as handle:
+        code, out, _ = cli(capsys, handle, "scale", "highmem", "+3")
+        assert (code, out) == (0, "highmem: target size 0 -> 3\n")
+        nodes = cli_json(capsys, handle, "nodes", "highmem")
+        assert [n["state"] for n in nodes] == ["creating"] * 3  # type: ignore[index,union-attr]
+        # -N lowers the target by machines not yet created, as CA's DecreaseTargetSize
+        result = cli_json(capsys, handle, "scale", "highmem", "-1")
+        assert result == {"id": "highmem", "delta": -1, "targetSizeBefore": 3, "targetSize": 2}
+        code, out, _ = cli(capsys, handle, "scale", "general", "+1")
+        assert code == 0
+        result = cli_json(capsys, handle, "delete", "general", "sim://general/0")
+        assert result == {"id": "general", "deleted": ["sim://general/0"]}
+        groups = {g["id"]: g["targetSize"] for g in cli_json(capsys, handle, "groups")}  # type: ignore[union-attr]
+        assert groups == {"general": 1, "highmem": 2, "gpu": 0}
+        states = {n["id"]: n["state"] for n in cli_json(capsys, handle, "nodes", "general")}  # type: ignore[index,union-attr]
+        assert states.get("sim://general/0", "deleting") == "deleting", states
+
+
+def test_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with sim_server() as handle:
+        code, _, err = cli(capsys, handle, "nodes", "nope")
+        assert code == inspect_cli.EXIT_NOT_FOUND and "NOT_FOUND" in err and "nope" in err
+        code, _, err = cli(capsys, handle, "scale", "gpu", "+4")
+        assert code == inspect_cli.EXIT_REFUSED and "max size 3" in err
+        code, _, err = cli(capsys, handle, "scale", "gpu", "4")
+        assert code == inspect_cli.EXIT_USAGE and "+N" in err
+        code, _, err = cli(capsys, handle, "delete", "general", "sim://general/99")
+        assert code in (inspect_cli.EXIT_NOT_FOUND, inspect_cli.EXIT_REFUSED), err
+    port = free_port()  # nothing listens there any more
+    capsys.readouterr()
+    assert main(["groups", "--server", f"127.0.0.1:{port}", "--timeout", "2"]) == inspect_cli.EXIT_UNREACHABLE
+    assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2_from_a_real_process() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudprovider_grpc", "scale", "general"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == inspect_cli.EXIT_USAGE and "+N|-N" in proc.stderr
+    helped = subprocess.run(
+        [sys.executable, "-m", "cloudprovider_grpc", "groups", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Exit codes: 0 done" in helped.stdout and "--tls-ca" in helped.stdout
+
+
+def test_options_with_and_without_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    with sim_server() as handle:  # the demo's gpu group overrides two options
+        result = cli_json(capsys, handle, "options", "gpu")
+        assert result["options"]["scaleDownUnneededTime"] == "300s"  # type: ignore[index]
+        assert result["options"]["scaleDownUtilizationThreshold"] == 0.3  # type: ignore[index]
+        # the rest are CA's defaults, echoed
+        assert result["options"]["maxNodeProvisionTime"] == "900s"  # type: ignore[index]
+        code, out, _ = cli(capsys, handle, "options", "highmem")
+        assert code == 0 and "no per-group options" in out
+
+
+def test_template_node(capsys: pytest.CaptureFixture[str]) -> None:
+    with sim_server() as handle:
+        node = cli_json(capsys, handle, "template", "gpu")
+        labels = node["metadata"]["labels"]  # type: ignore[index]
+        assert labels["node.kubernetes.io/instance-type"] == "sim-8x32-t4"
+        code, out, _ = cli(capsys, handle, "template", "gpu")
+        assert code == 0 and "node.kubernetes.io/instance-type: sim-8x32-t4" in out and "capacity:" in out
+
+
+def test_mutual_tls(capsys: pytest.CaptureFixture[str], pki: Pki) -> None:
+    tls = ["--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key)]
+    with sim_server(pki=pki) as handle:
+        code, out, err = cli(capsys, handle, "groups", *tls)
+        assert code == 0 and "general" in out, err
+        # without a client certificate the handshake fails: unreachable, not a server error
+        code, _, err = cli(capsys, handle, "groups", "--tls-ca", str(pki.ca))
+        assert code == inspect_cli.EXIT_UNREACHABLE, err
+        code, _, err = cli(capsys, handle, "groups", "--tls-cert", str(pki.client_cert))
+        assert code == inspect_cli.EXIT_USAGE and "--tls-ca" in err
+        code, _, err = cli(capsys, handle, "groups", "--tls-ca", str(Path(pki.dir) / "missing.crt"))
+        assert code == inspect_cli.EXIT_USAGE and "missing.crt" in err
