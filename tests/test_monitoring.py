@@ -24,7 +24,7 @@ from tests.deploy_support import crds
 from tests.deploy_support.layouts import OUR_CHART, render_ours
 from tests.deploy_support.tools import KUSTOMIZE, kustomize_build, run, tool
 from tests.support.clouds import VultrCloud
-from tests.support.gotools import PROMTOOL
+from tests.support.controlplane import debian_package
 from tests.support.promql import Exposition, Selector, grafana_expand, selectors
 from tests.support.servers import channel, sim_server, stub
 
@@ -33,6 +33,13 @@ OPERATING = ROOT / "docs" / "operating.md"
 DASHBOARD = OUR_CHART / "dashboards" / "cloudprovider-grpc.json"
 ALERT_TESTS = Path(__file__).parent / "monitoring" / "alerts.test.yaml"
 COMPONENT = ROOT / "manifests" / "monitoring"
+
+
+def _promtool() -> Path:
+    """Prometheus' own rule checker from Debian's `prometheus` package, unpacked into the user cache
+    like etcd: seconds to fetch, where building it from its Go module (every service discovery's SDK)
+    costs many minutes of a cold run."""
+    return debian_package("prometheus") / "usr" / "bin" / "promtool"
 
 
 def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -79,7 +86,7 @@ def test_prometheus_rule_is_valid_against_the_published_crd() -> None:
 @pytest.mark.integration
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     """`promtool check rules` accepts them and every case of tests/monitoring/alerts.test.yaml holds."""
-    promtool = tool(PROMTOOL)
+    promtool = _promtool()
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_object()["spec"]["groups"]}))
     shutil.copy(ALERT_TESTS, tmp_path / "alerts.test.yaml")
     assert "SUCCESS" in run([promtool, "check", "rules", tmp_path / "rules.yaml"])
@@ -91,7 +98,7 @@ def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_promtool_catches_a_broken_expectation(tmp_path: Path) -> None:
     """The promtool run above can fail: a case expecting the wrong severity is reported."""
-    promtool = tool(PROMTOOL)
+    promtool = _promtool()
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_object()["spec"]["groups"]}))
     broken = ALERT_TESTS.read_text().replace(
         "severity: critical, job: cloudprovider-grpc, instance: a",

@@ -108,11 +108,6 @@ def in_ci() -> bool:
 # was pinned. kustomize: v5.7.1, the newest release that builds with Go 1.26.
 HELM = ("helm.sh/helm/v3/cmd/helm", "v3.22.0", "helm")
 KUSTOMIZE = ("sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1", "kustomize")
-#: Prometheus' own rule checker and unit tester (`promtool test rules`). Prometheus 3 publishes its
-#: Go module as v0.3XX.Y (v0.316.0 is Prometheus v3.16.0). A large build (every service discovery's
-#: SDK): over an hour on 2 cores shared with eight other builds, so it is built once per machine and
-#: cached like the others.
-PROMTOOL = ("github.com/prometheus/prometheus/cmd/promtool", "v0.316.0", "promtool")
 #: The GitHub Actions workflow linter (it also runs shellcheck on `run:` steps when one is on PATH).
 ACTIONLINT = ("github.com/rhysd/actionlint/cmd/actionlint", "v1.7.12", "actionlint")
 # ---------------------------------------------------------------- builds from a source tree
