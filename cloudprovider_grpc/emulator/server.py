@@ -122,8 +122,10 @@ class EmulatorServer:
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        # None is wall time: subclasses pass their own optional clock straight through
+        # None is wall time: subclasses pass their own optional clock straight through. Its
+        # per-client rate limit refills on the same clock (in a simulation, on simulated time).
         self.clock = clock or time.time
+        self._bucket_clock = clock or time.monotonic
         self.faults = faults or FaultPlan.none()
         self.rate_limit_per_s = rate_limit_per_s
         self.state_file = Path(state_file) if state_file else None
@@ -295,7 +297,9 @@ class EmulatorServer:
             bucket = self._buckets.get(client)
             if bucket is None:
                 burst = max(1.0, self.rate_limit_per_s)
-                bucket = self._buckets[client] = TokenBucket(self.rate_limit_per_s, burst)
+                bucket = self._buckets[client] = TokenBucket(
+                    self.rate_limit_per_s, burst, clock=self._bucket_clock
+                )
         return not bucket.try_acquire()
 
     def _record(self, req: Request, status: int | None, fault: str | None, processed: bool) -> None:
