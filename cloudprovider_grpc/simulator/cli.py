@@ -20,8 +20,11 @@ from typing import Any
 EPILOG = """\
 examples:
   simulate examples/scenarios/burst.yaml --out out/burst
-  simulate --from-dump cluster.json --provider vultr --emulate --scale deployment/web=2x
+  simulate --from-dump examples/snapshot/cluster.json --provider vultr --emulate \\
+      --scale deployment/web=2x --out out/x
   simulate --from-cluster --context prod --server localhost:8086 --write-scenario prod.yaml
+  simulate examples/scenarios/burst.yaml --out out/compare \\
+      --variant quick:autoscaler.scale-down-unneeded-time=2m
   simulate prod.yaml --compare fast.yaml slow.yaml --executor dask://scheduler:8786
 """
 
