@@ -65,14 +65,14 @@ class AliCloudCore(EmulatorServer):
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
-        seed: int = 0,
+        id_seed: int = 0,
     ) -> None:
         super().__init__(
             host, port, clock=clock, faults=faults, rate_limit_per_s=rate_limit_per_s, state_file=state_file
         )
         #: instance and activity ids come from a seeded generator, as the other emulators' do, so a
         #: simulation on this emulator names its nodes the same way run after run
-        self._rng = random.Random(seed)
+        self._rng = random.Random(id_seed)
         self.region = region
         self.keys: dict[str, AccessKey] = {k: AccessKey(v) for k, v in (access_keys or {}).items()}
         self.oidc_tokens: set[str] = set(oidc_tokens)
