@@ -4,8 +4,9 @@ Every shell block of the simulator pages marked `<!-- runs: tests/simulator/test
 is run from a directory holding the repository's examples (as a user in a clone would), and its
 output must equal the `text` block that follows it, line by line: the figures in the docs are the
 figures the command prints. A block starting with a line `…` shows the end of a long output.
-The examples in `simulate --help` are checked too: the runnable ones run (the acceptance test of the Vultr one, and of the same on every backend, is
-test_one_clock.py), and the ones that need something this machine lacks say what.
+The examples in `simulate --help` are checked too: the runnable ones run (the acceptance test of
+the Vultr one, and of the same on every backend, is test_one_clock.py), and the ones that need
+something this machine lacks say what.
 """
 
 from __future__ import annotations
