@@ -49,7 +49,17 @@ def run(
         try:
             ca.wait_ready()
             paced = True if pace is None else pace
-            return _simulate(scenario, ca, world, clock, seed, f"external {server}", echo, paced)
+            report = _simulate(scenario, ca, world, clock, seed, f"external {server}", echo, paced)
+            # a server elsewhere keeps its own clock: say so rather than let it pass for a
+            # repeatable run
+            report.notes.insert(
+                0,
+                f"the server at {server} runs on its own clock, not on the simulation's: its machines "
+                "boot in real time"
+                + (", CA's loops were paced to wall-clock time" if paced else ", and loops ran back to back")
+                + ", so this report can differ from run to run",
+            )
+            return report
         finally:
             ca.close()
             world.close()
