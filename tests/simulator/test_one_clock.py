@@ -39,7 +39,7 @@ def test_the_emulators_rate_limit_and_the_clients_back_off_run_on_the_virtual_cl
     second request at the same simulated instant is refused (429); the client backs off on the same
     clock, which moves simulated time on until the emulator lets it through."""
     clock = VirtualClock(datetime(2026, 1, 1, tzinfo=UTC))
-    emu = VultrEmulator(tokens=["t"], rate_limit_per_s=1.0, clock=clock.now).start()
+    emu = VultrEmulator(tokens=["t"], rate_limit_per_s=1.0, clock=clock).start()
     try:
         emu.add_cluster("c1")
         http = HttpClient(

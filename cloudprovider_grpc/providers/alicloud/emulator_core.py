@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, Request, Response
 from cloudprovider_grpc.emulator.server import REQUEST_LOG_SIZE
 from cloudprovider_grpc.providers.alicloud import emulator_seed as seed
@@ -61,7 +62,7 @@ class AliCloudCore(EmulatorServer):
         activity_seconds: float = 1.0,
         sts_duration: int = 3600,
         signature_versions: Iterable[str] = ("v1", "v3"),
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,

@@ -123,7 +123,7 @@ def _emulator_for(
         sts_duration=emu.sts_duration,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
-        clock=clock.now if clock is not None else None,
+        clock=clock,
     )
     _seed_groups(emulator, config, emu)
     return emulator

@@ -59,7 +59,7 @@ def _emulator_for(
         terminate_seconds=emu.terminate_seconds,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
-        clock=clock.now if clock is not None else None,
+        clock=clock,
     )
 
 

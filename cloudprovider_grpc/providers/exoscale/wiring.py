@@ -64,7 +64,7 @@ def emulator_for(
         auth_failure_status=emu.auth_failure_status,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
-        clock=clock.now if clock is not None else None,
+        clock=clock,
     )
     if emu.demo and not (state_file and state_file.exists()):
         emulator.seed_demo(

@@ -67,7 +67,7 @@ def _emulator(
         pool_cpu_memory=emu.pool_cpu_memory,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
-        clock=clock.now if clock is not None else None,
+        clock=clock,
     )
     if emu.pools:
         emulator.add_cluster(org, cluster, name="Emulated Cluster")

@@ -63,7 +63,7 @@ def _emulator_for(
         stock=emu.stock,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
-        clock=clock.now if clock is not None else None,
+        clock=clock,
     )
     if state_file is None or not state_file.exists():
         emulator.add_cluster(
