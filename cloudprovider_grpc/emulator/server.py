@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.emulator.faults import FaultPlan
 from cloudprovider_grpc.http.ratelimit import TokenBucket
 
@@ -117,13 +118,21 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
     ) -> None:
-        # None is wall time: subclasses pass their own optional clock straight through
-        self.clock = clock or time.time
+        # None is wall time: subclasses pass their own optional clock straight through. A backend's
+        # whole Clock (cloudprovider_grpc/clock.py; a simulation's) runs everything here, the
+        # per-client rate limit too; a bare callable (a test's hand-turned clock) runs the state
+        # timers only, and the rate limit stays on real time, as the clients it throttles do.
+        if isinstance(clock, Clock):
+            self.clock: Callable[[], float] = clock.now
+            self._bucket_clock: Callable[[], float] = clock.monotonic
+        else:
+            self.clock = clock or time.time
+            self._bucket_clock = time.monotonic
         self.faults = faults or FaultPlan.none()
         self.rate_limit_per_s = rate_limit_per_s
         self.state_file = Path(state_file) if state_file else None
@@ -295,7 +304,9 @@ class EmulatorServer:
             bucket = self._buckets.get(client)
             if bucket is None:
                 burst = max(1.0, self.rate_limit_per_s)
-                bucket = self._buckets[client] = TokenBucket(self.rate_limit_per_s, burst)
+                bucket = self._buckets[client] = TokenBucket(
+                    self.rate_limit_per_s, burst, clock=self._bucket_clock
+                )
         return not bucket.try_acquire()
 
     def _record(self, req: Request, status: int | None, fault: str | None, processed: bool) -> None:

@@ -23,6 +23,7 @@ import requests.auth
 import urllib3.exceptions
 
 from cloudprovider_grpc import tracing
+from cloudprovider_grpc.clock import Clock, or_wall
 from cloudprovider_grpc.clouderrors import CloudError
 from cloudprovider_grpc.http.fence import check_fence
 from cloudprovider_grpc.http.ratelimit import TokenBucket
@@ -180,9 +181,15 @@ class HttpClient:
         user_agent: str = "cloudprovider-grpc",
         headers: Mapping[str, str] | None = None,
         session: requests.Session | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         rng: random.Random | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        # every wait (back-off, rate limit) and every elapsed-time budget on one clock: a
+        # simulation's virtual one makes them cost simulated seconds (cloudprovider_grpc/clock.py)
+        self._clock = or_wall(clock)
+        if sleep is None:
+            sleep = self._clock.sleep
         self.backend = backend
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.timeout = timeout
@@ -190,8 +197,12 @@ class HttpClient:
         self.max_elapsed = max_elapsed
         self._auth = auth
         self._sleep = sleep
-        self._rng = rng or random.Random()
-        self._limiter = TokenBucket(rate_limit_per_s, rate_burst, sleep=sleep) if rate_limit_per_s else None
+        self._rng = rng or self._clock.rng()
+        self._limiter = (
+            TokenBucket(rate_limit_per_s, rate_burst, clock=self._clock.monotonic, sleep=sleep)
+            if rate_limit_per_s
+            else None
+        )
         self._session = session or requests.Session()
         # Never read proxies/.netrc from the environment: a stray .netrc entry must not override the
         # configured credential, and emulator traffic on loopback must not go through a proxy.
@@ -257,7 +268,7 @@ class HttpClient:
     ) -> Reply:
         """`request` without the span: every attempt is appended to `tried`."""
         ok_statuses = frozenset(ok)
-        started = time.monotonic()
+        started = self._clock.monotonic()
         attempts = self.retry.retries + 1
         last: _Attempt | None = None
         for attempt in range(attempts):
@@ -271,7 +282,7 @@ class HttpClient:
             delay = self.retry.backoff(attempt, self._rng)
             if last.retry_after is not None:
                 delay = min(last.retry_after, self.retry.max_retry_after)
-            if self.max_elapsed is not None and time.monotonic() - started + delay > self.max_elapsed:
+            if self.max_elapsed is not None and self._clock.monotonic() - started + delay > self.max_elapsed:
                 break
             log.info(
                 "%s %s: %s; retrying in %.2fs (attempt %d of %d)",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.driver import DriverBase
@@ -61,8 +62,9 @@ class ProviderContext:
 
     `options` is the backend's own section of the YAML config file (validated by the backend,
     which raises ConfigError naming the key). `env` is the process environment, passed explicitly
-    so tests need not patch os.environ. `clock` is injectable so the simulator can drive
-    provisioning delays on virtual time.
+    so tests need not patch os.environ. `clock` (cloudprovider_grpc/clock.py) is the one clock
+    every timer of the backend runs on: the machinery's, the HTTP client's back-offs and rate
+    limit, and its API emulator's boot and deletion times; the simulator passes its virtual clock.
     """
 
     nodes: tuple[NodesSpec, ...] = ()
@@ -73,7 +75,7 @@ class ProviderContext:
     state_file: Path | None = None
     concurrency: int = 10
     env: Mapping[str, str] = field(default_factory=dict)
-    clock: Callable[[], float] | None = None
+    clock: Clock | None = None
     inline_workers: bool = False
     #: the write gate every cloud write passes (providers/gate.py); None: writes are open
     gate: WriteGate | None = None
@@ -154,7 +156,7 @@ def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:
 
     kwargs: dict[str, Any] = {
         "concurrency": ctx.concurrency,
-        "clock": ctx.clock,
+        "clock": ctx.clock.now if ctx.clock is not None else None,
         "inline_workers": ctx.inline_workers,
         "state_file": ctx.state_file,
         "catalog_ttl": built.catalog_ttl,
@@ -176,6 +178,17 @@ def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:
         if built.on_stop is not None:
             built.on_stop()
         raise
+
+
+def simulated_timings(name: str) -> dict[str, float]:
+    """The emulator timers (boot, deletion) backend `name` runs with in a simulation: each backend's
+    `config.SIMULATED_TIMINGS`, its cloud's figures where they are published (cited there). The
+    simulator puts them under the scenario's `emulator:` options unless the scenario sets them."""
+    backend_module(name)  # an unknown name fails here, as everywhere
+    if name == "sim":
+        return {}
+    config = importlib.import_module(BACKENDS[name] + ".config")
+    return dict(getattr(config, "SIMULATED_TIMINGS", {}))
 
 
 def build_provider(name: str, ctx: ProviderContext) -> CloudProvider:

@@ -20,8 +20,11 @@ from typing import Any
 EPILOG = """\
 examples:
   simulate examples/scenarios/burst.yaml --out out/burst
-  simulate --from-dump cluster.json --provider vultr --emulate --scale deployment/web=2x
+  simulate --from-dump examples/snapshot/cluster.json --provider vultr --emulate \\
+      --scale deployment/web=2x --out out/x
   simulate --from-cluster --context prod --server localhost:8086 --write-scenario prod.yaml
+  simulate examples/scenarios/burst.yaml --out out/compare \\
+      --variant quick:autoscaler.scale-down-unneeded-time=2m
   simulate prod.yaml --compare fast.yaml slow.yaml --executor dask://scheduler:8786
 """
 
@@ -109,7 +112,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=[],
         metavar="VARIANT.yaml",
-        help="run the same cluster and workload once per file, each merged over the scenario",
+        help="run the same cluster and workload once per file, each merged over the scenario, and "
+        "once unmodified (`baseline`); writes compare.html and compare.csv beside each variant's report",
     )
     cmp.add_argument(
         "--variant",
@@ -136,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("simulation"),
         metavar="DIR",
-        help="where report.json, report.html and timeline.png go (default ./simulation)",
+        help="where report.json, report.html, series.csv and timeline.png go (default ./simulation)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for the random expander (default 0)")
     parser.add_argument(
@@ -327,9 +331,7 @@ class group_source:
         from cloudprovider_grpc.simulator.clock import VirtualClock
 
         clock = VirtualClock(datetime(2026, 1, 1, tzinfo=UTC))
-        ctx = ProviderContext(
-            options=self.options, clock=clock.now, inline_workers=True, emulate=self.emulate
-        )
+        ctx = ProviderContext(options=self.options, clock=clock, inline_workers=True, emulate=self.emulate)
         cloud = build_provider(str(self.provider), ctx)
         cloud.start()
         self._close.append(lambda: cloud.stop(timeout=1.0))
@@ -382,6 +384,13 @@ def _variants(args: argparse.Namespace, base: dict[str, Any]) -> list[tuple[str,
         for edit in edits.split(","):
             whatif.set_value(data, edit)
         out.append((name, data))
+    if out:
+        # the unmodified input always runs too, first: every variant reads as a change from it
+        from cloudprovider_grpc.simulator.compare_report import BASELINE
+
+        if BASELINE in (n for n, _ in out):
+            raise ScenarioError(f"variant name {BASELINE!r} is taken by the unmodified input")
+        out.insert(0, (BASELINE, copy.deepcopy(base)))
     names = [n for n, _ in out]
     if len(set(names)) != len(names):
         raise ScenarioError(f"variant names must be unique: {', '.join(names)}")
@@ -416,5 +425,9 @@ def _compare(
     for job, result in zip(jobs, results, strict=True):
         for note in result.write(args.out / job.name):
             print(note)
+    from cloudprovider_grpc.simulator import compare_report
+
+    for note in compare_report.write(args.out, [j.name for j in jobs], results):
+        print(note)
     print(table(jobs, results))
     return 0

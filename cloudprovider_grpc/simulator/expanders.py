@@ -67,6 +67,8 @@ class ExpanderContext:
     pricing: Pricing | None = None
     priorities: Mapping[int, Sequence[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: option's group -> why the chain dropped it (which expander, what it preferred, its score)
+    rejected: dict[str, str] = field(default_factory=dict)
 
 
 class Expander(Protocol):
@@ -253,10 +255,28 @@ class Chain:
         self.fallback = RandomExpander()
 
     def best_option(self, options: list[Option], ctx: ExpanderContext) -> Option | None:
+        """The chosen option; every other one gets its reason in `ctx.rejected` (the expander that
+        dropped it, the options it kept, and the expander's own figure for it when it logs one)."""
         current = list(options)
         for f in self.filters:
-            current = f.best_options(current, ctx)
+            seen = len(ctx.notes)
+            kept = f.best_options(current, ctx)
+            self._reject(f.name, current, kept, ctx.notes[seen:], ctx)
+            current = kept
             if len(current) == 1:
                 return current[0]
         chosen = self.fallback.best_options(current, ctx)
+        self._reject("random", current, chosen, [], ctx)
         return chosen[0] if chosen else None
+
+    @staticmethod
+    def _reject(
+        name: str, before: list[Option], kept: list[Option], notes: list[str], ctx: ExpanderContext
+    ) -> None:
+        winners = ", ".join(o.group for o in kept) or "no option"
+        for o in before:
+            if any(k is o for k in kept):
+                continue
+            own = [n.split(": ", 1)[1] for n in notes if f" {o.group} " in f" {n} "]
+            why = f"{name} expander preferred {winners}"
+            ctx.rejected[o.group] = why + (f" ({'; '.join(own)})" if own else "")

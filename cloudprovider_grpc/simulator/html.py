@@ -4,7 +4,9 @@ The page carries the report's timeline and decisions as JSON and draws them with
 of its own into SVG: one panel per node group (ready and unready nodes, CA's target size, min and
 max size, each decision as a marker whose tooltip gives CA's reason, back-offs as shaded spans),
 a pending-pods panel with each workload's start and end, and a summary with the cost in its unit.
-Hovering a panel shows the values at that moment.
+Hovering a panel shows the values at that moment. Below the panels, the same facts without a
+pointer: a table of every decision (filterable in the page) and the values at every change
+(report_tables.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import html
 import json
 from pathlib import Path
 from typing import Any
+
+from cloudprovider_grpc.simulator.report_tables import changes_table, decision_table
 
 #: decision kinds drawn as markers: kind -> (shape, colour)
 MARKS = {
@@ -39,7 +43,7 @@ _LEGEND = (
     '<span><i style="background:#d62728;opacity:.2"></i>back-off</span>'
     '<span style="color:#2a9d3a">&#9650; scale-up</span><span style="color:#7b3fb0">&#9660; scale-down</span>'
     '<span style="color:#d62728">&#10006; failed</span>'
-    "<span>hover a marker for CA's reason</span></div>"
+    "<span>hover a marker for CA's reason; every decision is in the table below</span></div>"
 )
 
 
@@ -96,6 +100,8 @@ def render(data: dict[str, Any]) -> str:
         f'<h1>{title}</h1><div class="sub">{sub}</div><table>{table}</table>'
         + (f'<h2>notes</h2><ul class="notes">{notes}</ul>' if notes else "")
         + f'{_LEGEND}<div id="panels"></div><div class="tip" id="tip"></div>'
+        + decision_table(data)
+        + changes_table(data)
         + _json_script("report-data", view)
         + _json_script("marks", MARKS)
         + _json_script("backoff-kinds", list(BACKOFF_KINDS))

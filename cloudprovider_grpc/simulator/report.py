@@ -70,15 +70,19 @@ class Report:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
 
     def write(self, out_dir: str | Path, plot: bool = True) -> list[str]:
-        """Write report.json, report.html (and timeline.png when matplotlib is installed); returns
-        notes."""
+        """Write report.json, report.html, series.csv (one row per loop) and timeline.png (when
+        matplotlib is installed); returns notes."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(self.to_json(), encoding="utf-8")
         notes = [f"wrote {out / 'report.json'}"]
         from cloudprovider_grpc.simulator.html import write_html
 
-        notes.append(write_html(self.to_dict(), out / "report.html"))
+        data = self.to_dict()
+        notes.append(write_html(data, out / "report.html"))
+        from cloudprovider_grpc.simulator.report_tables import write_series
+
+        notes.append(write_series(data, out / "series.csv"))
         if plot:
             notes.append(write_timeline(self, out / "timeline.png"))
         return notes
@@ -183,10 +187,12 @@ def backoff_spans(decisions: list[Decision]) -> dict[str, list[tuple[float, floa
 
 
 def workload_marks(workloads: list[dict[str, Any]], end: float) -> list[tuple[float, str]]:
-    """(time, "web starts"/"web ends") inside the run; a start at 0 is the run's own start."""
+    """(time, "web starts"/"web ends") inside the run; a start at 0 is the run's own start. A Job
+    without a set end ends when its last pod completed (`finished`)."""
     marks = []
     for w in workloads:
-        for t, what in ((w.get("start"), "starts"), (w.get("end"), "ends")):
+        ends = w.get("end") if w.get("end") is not None else w.get("finished")
+        for t, what in ((w.get("start"), "starts"), (ends, "ends")):
             if t is not None and 0 < t <= end:
                 marks.append((float(t), f"{w['name']} {what}"))
     return sorted(marks)

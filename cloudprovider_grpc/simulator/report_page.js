@@ -75,9 +75,22 @@ for(const g of groups){
  ticks(svg,H);const y=yaxis(svg,Math.max(1,...pend),H);
  el("path",{d:area(pend,pend.map(()=>0),y),fill:"#d62728","fill-opacity":0.3,stroke:"#d62728"},svg);
  hover(svg,H,i=>`${pend[i]} pending pods`);
- let k=0;for(const w of tl.workloads||[]){for(const [t,what] of [[w.start,"starts"],[w.end,"ends"]]){
+ let k=0;for(const w of tl.workloads||[]){const ends=(w.end!==null&&w.end!==undefined)?w.end:w.finished;for(const [t,what] of [[w.start,"starts"],[ends,"ends"]]){
    if(t===null||t===undefined||t>end||(t===0&&what==="starts"))continue;const x=xs(t);
    const g=el("g",{class:"workload"},svg);el("line",{x1:x,x2:x,y1:8,y2:H-18,stroke:"#444","stroke-dasharray":"4,2"},g);
    el("text",{x:x+3,y:18+12*(k++%4),"font-size":11,fill:"#444"},g).textContent=`${w.name} ${what}`;
    g.addEventListener("mousemove",ev=>show(ev,`<b>${esc(w.kind)} ${esc(w.name)}</b> ${what} at ${hmm(t)}`));g.addEventListener("mouseleave",hide);}}}
+})();
+// The decision table's filters: a text box over every cell, and an action list.
+(function(){
+"use strict";
+const box=document.getElementById("decision-filter"), kind=document.getElementById("decision-kind");
+const count=document.getElementById("decision-count"), table=document.getElementById("decisions");
+if(!box||!kind||!table)return;
+const rows=Array.from(table.tBodies[0].rows);
+function apply(){const q=box.value.trim().toLowerCase(), k=kind.value;let shown=0;
+  for(const r of rows){const ok=(!k||r.dataset.kind===k)&&(!q||r.textContent.toLowerCase().indexOf(q)>=0);
+    r.hidden=!ok;if(ok)shown++;}
+  count.textContent=shown+" of "+rows.length;}
+box.addEventListener("input",apply);kind.addEventListener("change",apply);
 })();

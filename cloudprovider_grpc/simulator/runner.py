@@ -13,6 +13,7 @@ back instead; against a real cloud that would make CA's timeouts fire long befor
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from cloudprovider_grpc.simulator.client import CAClient, GrpcTransport, InProcessTransport, Transport
 from cloudprovider_grpc.simulator.clock import VirtualClock
@@ -48,7 +49,17 @@ def run(
         try:
             ca.wait_ready()
             paced = True if pace is None else pace
-            return _simulate(scenario, ca, world, clock, seed, f"external {server}", echo, paced)
+            report = _simulate(scenario, ca, world, clock, seed, f"external {server}", echo, paced)
+            # a server elsewhere keeps its own clock: say so rather than let it pass for a
+            # repeatable run
+            report.notes.insert(
+                0,
+                f"the server at {server} runs on its own clock, not on the simulation's: its machines "
+                "boot in real time"
+                + (", CA's loops were paced to wall-clock time" if paced else ", and loops ran back to back")
+                + ", so this report can differ from run to run",
+            )
+            return report
         finally:
             ca.close()
             world.close()
@@ -66,13 +77,20 @@ def run(
             f"note: the scenario's cloud: section is for {scenario.provider!r}; "
             f"{backend!r} runs with its own defaults"
         )
-    ctx = ProviderContext(options=options, clock=clock.now, inline_workers=True, emulate=emulate)
+    notes: list[str] = []
+    if emulate:
+        options, timing = with_simulated_timings(backend, options)
+        if timing:
+            notes.append(timing)
+    # one clock for everything the backend times: its machinery, its HTTP client's back-offs and
+    # rate limit, its emulator's boots and deletions (cloudprovider_grpc/clock.py)
+    ctx = ProviderContext(options=options, clock=clock, inline_workers=True, emulate=emulate)
     cloud = build_provider(backend, ctx)
     if transport == "in-process":
         cloud.start()
         servicer = CloudProviderServicer(cloud)
         try:
-            return _simulate(
+            report = _simulate(
                 scenario,
                 InProcessTransport(servicer),
                 InProcessTransport(servicer),
@@ -84,16 +102,71 @@ def run(
             )
         finally:
             cloud.stop(timeout=1.0)
+        return _with_clock_notes(report, notes, clock)
     if transport != "grpc":
         raise ValueError(f"unknown transport {transport!r} (grpc or in-process)")
     handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=cloud)
     ca, world = GrpcTransport(handle.address), GrpcTransport(handle.address)
     try:
-        return _simulate(scenario, ca, world, clock, seed, backend, echo, bool(pace))
+        report = _simulate(scenario, ca, world, clock, seed, backend, echo, bool(pace))
     finally:
         ca.close()
         world.close()
         handle.stop(grace=1.0)
+    return _with_clock_notes(report, notes, clock)
+
+
+def with_simulated_timings(backend: str, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """`options` with the backend's simulated emulator timers (`SIMULATED_TIMINGS` of its config)
+    under `emulator:` where the scenario sets none, and a note saying which timers the run used."""
+    from cloudprovider_grpc.providers.options import norm_key
+    from cloudprovider_grpc.providers.registry import simulated_timings
+
+    timings = simulated_timings(backend)
+    if not timings:
+        return options, ""
+    out = dict(options)
+    key = next((k for k in out if norm_key(k) == "emulator"), "emulator")
+    emu = dict(out.get(key) or {})
+    given = {norm_key(k): v for k, v in emu.items()}
+    used = []
+    for name, seconds in timings.items():
+        if norm_key(name) in given:
+            used.append(f"{name} {_secs(given[norm_key(name)])} (scenario)")
+        else:
+            emu[name] = seconds
+            used.append(f"{name} {_secs(seconds)}")
+    out[key] = emu
+    return out, (
+        f"the emulated {backend} cloud runs on simulated time: {', '.join(used)} "
+        "(the backend's simulated timings; set cloud.emulator.* to change them)"
+    )
+
+
+def _secs(value: Any) -> str:
+    try:
+        return f"{float(value):g} s"
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _with_clock_notes(report: Report, notes: list[str], clock: VirtualClock) -> Report:
+    """The run's clock facts in the report: the emulator's timings, and any simulated time the
+    backend spent waiting inside RPCs (retry back-offs, rate-limit tokens), which delays CA's loops
+    and would otherwise differ silently from a backend that never waits."""
+    if clock.waited > 0:
+        notes.append(
+            f"the backend waited {clock.waited:g} s of simulated time inside RPCs (retry back-offs, "
+            "rate limits): CA's loops started that much later"
+        )
+    late = sum(1 for line in report.log if "DEADLINE_EXCEEDED" in line)
+    if late:
+        notes.append(
+            f"{late} RPC(s) overran CA's 5 s deadline in wall-clock time: a deadline cannot run on "
+            "simulated time, so these results depend on how fast this machine ran the backend"
+        )
+    report.notes = [*notes, *report.notes]
+    return report
 
 
 def _simulate(

@@ -113,6 +113,8 @@ class _Controller:
         self.pods: dict[str, Pod] = {}  # live pods, creation order
         self.created = 0
         self.job_started = False
+        #: when a Job's last pod completed (or its `end` removed them): the report draws it
+        self.job_finished: float | None = None
 
 
 class World:
@@ -173,6 +175,8 @@ class World:
         if w.end is not None and now >= w.end:
             for p in list(c.pods.values()):
                 self._delete_pod(p)
+            if c.job_started and c.job_finished is None:
+                c.job_finished = now
             return
         if not c.job_started and now >= w.start:
             c.job_started = True
@@ -183,6 +187,12 @@ class World:
                 if p.started is not None and now - p.started >= w.run_time:
                     self._delete_pod(p)
                     self.completed += 1
+        if c.job_started and not c.pods and c.job_finished is None:
+            c.job_finished = now
+
+    def job_finish_times(self) -> dict[str, float]:
+        """When each finished Job ended, by workload name."""
+        return {c.workload.name: c.job_finished for c in self.controllers if c.job_finished is not None}
 
     def pdb_disruptions_allowed(self, now: float) -> dict[PodShape, int]:
         """Per workload with a PDB budget: what the disruption controller would publish as

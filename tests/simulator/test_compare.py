@@ -3,6 +3,7 @@ byte-identical to a single run of that variant, on local worker processes and on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,11 @@ def test_local_processes_give_the_single_runs_reports(tmp_path, capsys, single_r
     for name, report in single_runs.items():
         assert (tmp_path / "out" / name / "report.json").read_bytes() == report
         assert (tmp_path / "out" / name / "report.html").is_file()
-    assert "variant  node-hours" in out
+    assert re.search(r"^variant +node-hours", out, re.M)
+    # the unmodified input runs first, as the baseline, and the combined pages are written
+    assert re.search(r"^baseline +\d", out, re.M)
+    assert (tmp_path / "out" / "baseline" / "report.json").is_file()
+    assert (tmp_path / "out" / "compare.html").is_file() and (tmp_path / "out" / "compare.csv").is_file()
     table = _table(out)
     # waiting 20 minutes before removing an empty node keeps nodes longer: more node-hours
     assert float(table["patient"][0]) > float(table["quick"][0])

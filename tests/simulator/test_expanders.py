@@ -186,3 +186,21 @@ def test_chain_filters_until_one_left_then_random():
 def test_chain_rejects_bad_specs(spec, message):
     with pytest.raises(ValueError, match=message):
         Chain(spec)
+
+
+def test_the_chain_says_why_it_dropped_every_option_it_did_not_choose():
+    """The decision record's `considered` list: each other option with the expander that dropped
+    it, what that expander preferred, and the expander's own figure for it."""
+    a = option("a", 2, 6, tpl=shape("a", cpu="4", memory="16Gi"))
+    b = option("b", 1, 6, tpl=shape("b", cpu="8", memory="8Gi"))
+    c = option("c", 1, 2, tpl=shape("c", cpu="8", memory="8Gi"))
+    context = ctx()
+    chosen = Chain("most-pods,least-waste").best_option([a, b, c], context)
+    assert chosen is b
+    assert context.rejected["c"] == "most-pods expander preferred a, b"
+    assert context.rejected["a"] == "least-waste expander preferred b (a wasted score 1.0625)"
+    assert "b" not in context.rejected
+    tie = ctx(seed=1)
+    picked = Chain("least-nodes").best_option([b, c], tie)
+    other = "c" if picked is b else "b"
+    assert tie.rejected == {other: f"random expander preferred {picked.group}"}

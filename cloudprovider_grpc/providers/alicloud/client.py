@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import requests
 
+from cloudprovider_grpc.clock import Clock, or_wall
 from cloudprovider_grpc.clouderrors import CloudError
 from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
 from cloudprovider_grpc.providers.alicloud import signing
@@ -166,8 +167,9 @@ class AliClient:
         retries: int = 4,
         rate_limit_per_s: float | None = None,
         max_elapsed: float = 8.0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         rng: random.Random | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.credentials = credentials
         self._region = region
@@ -176,8 +178,10 @@ class AliClient:
         self.retry = RetryPolicy(retries=retries)
         self.rate_limit_per_s = rate_limit_per_s
         self.max_elapsed = max_elapsed
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        # back-offs, their jitter and the retry budget on the backend's clock (cloudprovider_grpc/clock.py)
+        self._clock = or_wall(clock)
+        self._sleep = sleep or self._clock.sleep
+        self._rng = rng or self._clock.rng()
         self._auth = AcsV3Auth(credentials)
         self._http: dict[str, HttpClient] = {}
         self._lock = threading.Lock()
@@ -209,6 +213,7 @@ class AliClient:
                     max_elapsed=self.max_elapsed,
                     user_agent="cloudprovider-grpc/alicloud",
                     sleep=self._sleep,
+                    clock=self._clock,
                 )
             return http
 
@@ -234,7 +239,7 @@ class AliClient:
         query = {"Action": action, "Version": version, **flatten(params)}
         where = f"alicloud {product} {action}"
         http = self._client(product)
-        started = time.monotonic()
+        started = self._clock.monotonic()
         refreshed = False
         attempt = 0
         while True:
@@ -263,7 +268,7 @@ class AliClient:
                 delay = self.retry.backoff(attempt, self._rng)
                 if err.retry_after is not None:
                     delay = min(err.retry_after, self.retry.max_retry_after)
-                if time.monotonic() - started + delay <= self.max_elapsed:
+                if self._clock.monotonic() - started + delay <= self.max_elapsed:
                     log.info("%s: %s; retrying in %.2fs", where, err.code, delay)
                     self._sleep(delay)
                     attempt += 1

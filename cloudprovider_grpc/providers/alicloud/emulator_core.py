@@ -6,6 +6,7 @@ import collections
 import contextlib
 import copy
 import hashlib
+import random
 import socket
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, Request, Response
 from cloudprovider_grpc.emulator.server import REQUEST_LOG_SIZE
 from cloudprovider_grpc.providers.alicloud import emulator_seed as seed
@@ -30,7 +32,6 @@ from cloudprovider_grpc.providers.alicloud.emulator_acs import (
     _minute,
     _missing,
     _parse_ts,
-    _rand,
 )
 
 
@@ -61,14 +62,18 @@ class AliCloudCore(EmulatorServer):
         activity_seconds: float = 1.0,
         sts_duration: int = 3600,
         signature_versions: Iterable[str] = ("v1", "v3"),
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,
+        id_seed: int = 0,
     ) -> None:
         super().__init__(
             host, port, clock=clock, faults=faults, rate_limit_per_s=rate_limit_per_s, state_file=state_file
         )
+        #: instance and activity ids come from a seeded generator, as the other emulators' do, so a
+        #: simulation on this emulator names its nodes the same way run after run
+        self._rng = random.Random(id_seed)
         self.region = region
         self.keys: dict[str, AccessKey] = {k: AccessKey(v) for k, v in (access_keys or {}).items()}
         self.oidc_tokens: set[str] = set(oidc_tokens)
@@ -289,7 +294,7 @@ class AliCloudCore(EmulatorServer):
 
     def _envelope(self, code: str, message: str) -> dict[str, Any]:
         return {
-            "RequestId": str(uuid.uuid4()).upper(),
+            "RequestId": self._request_id(),
             "HostId": "ess.aliyuncs.com",
             "Code": code,
             "Message": message,
@@ -334,7 +339,7 @@ class AliCloudCore(EmulatorServer):
             if action in self.denied_actions or params.get("ScalingGroupId") in self.denied_groups:
                 raise _fail("Forbidden.Unauthorized")
             body = handler(params, version)
-            body.setdefault("RequestId", str(uuid.uuid4()).upper())
+            body.setdefault("RequestId", self._request_id())
             return Response(200, body)
         except AcsError as err:
             return Response(err.status, self._envelope(err.code, err.message), dict(err.headers))
@@ -451,9 +456,15 @@ class AliCloudCore(EmulatorServer):
                 act["ErrorCode"], act["ErrorMessage"] = code, message
                 act["StatusMessage"] = message or f'"{act["Description"]}" succeeded.'
 
+    def _request_id(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4)).upper()
+
+    def _rand(self, n: int) -> str:
+        return "".join(self._rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(n))
+
     def _next_id(self, prefix: str) -> str:
         self._seq += 1
-        return f"{prefix}-{self.region[:2]}{_rand(17)}{self._seq % 10}"
+        return f"{prefix}-{self.region[:2]}{self._rand(17)}{self._seq % 10}"
 
     def _new_instance(self, g: Mapping[str, Any], state: str, activity: str) -> dict[str, Any]:
         now = self.clock()
@@ -463,7 +474,7 @@ class AliCloudCore(EmulatorServer):
         zone = min(zones, key=lambda z: (sum(1 for i in live if i["ZoneId"] == z), zones.index(z)))
         config = self.configurations.get(g.get("ActiveScalingConfigurationId") or "", {})
         inst = {
-            "InstanceId": f"i-{self.region[3:5] or 'bp'}{_rand(18)}",
+            "InstanceId": f"i-{self.region[3:5] or 'bp'}{self._rand(18)}",
             "ScalingGroupId": g["ScalingGroupId"],
             "ScalingConfigurationId": g.get("ActiveScalingConfigurationId", ""),
             "LifecycleState": state,

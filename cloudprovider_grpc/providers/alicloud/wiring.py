@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.alicloud import emulator_seed as seed
 from cloudprovider_grpc.providers.alicloud.client import AliClient, default_endpoint
@@ -61,7 +62,7 @@ def make_credentials(config: AliConfig, sts_url: str = "", metadata_url: str = "
     return MetadataCredentials(metadata_url or config.metadata_endpoint)
 
 
-def make_client(config: AliConfig, endpoint: str = "") -> AliClient:
+def make_client(config: AliConfig, endpoint: str = "", clock: Clock | None = None) -> AliClient:
     """The client for `config`; `endpoint` (the emulator) replaces every endpoint."""
     return AliClient(
         make_credentials(config, endpoint, endpoint),
@@ -69,6 +70,7 @@ def make_client(config: AliConfig, endpoint: str = "") -> AliClient:
         ess_url=endpoint or config.ess_endpoint,
         ecs_url=endpoint or config.ecs_endpoint,
         vpc_url=endpoint or config.vpc_endpoint,
+        clock=clock,
         **config.tuning.client_kwargs(),
     )
 
@@ -79,7 +81,10 @@ def _emulator_for(
     address: str,
     state_file: Path | None,
     env: dict[str, str] | None = None,
+    clock: Clock | None = None,
 ) -> AliCloudEmulator:
+    """An emulator accepting the configured (or documented default) credentials; instances move
+    through their states on `clock` (the server's: virtual in a simulation)."""
     host, _, port = address.rpartition(":")
     try:
         port_n = int(port)
@@ -118,6 +123,7 @@ def _emulator_for(
         sts_duration=emu.sts_duration,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
+        clock=clock,
     )
     _seed_groups(emulator, config, emu)
     return emulator
@@ -162,8 +168,10 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     config = load_config(ctx)
     return assemble(
         ctx,
-        lambda endpoint: AliCloudDriver(config, make_client(config, endpoint or "")),
-        start_emulator=lambda: _emulator_for(config, config.emulator, "127.0.0.1:0", None).start(),
+        lambda endpoint: AliCloudDriver(config, make_client(config, endpoint or "", ctx.clock)),
+        start_emulator=lambda: _emulator_for(
+            config, config.emulator, "127.0.0.1:0", None, clock=ctx.clock
+        ).start(),
         catalog_ttl=config.tuning.catalog_ttl,
     )
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 from cloudprovider_grpc.providers.contract import ErrorClass
 from cloudprovider_grpc.providers.driver import CloudError, MachineGone
@@ -54,6 +55,7 @@ class CherryClient:
         max_elapsed: float | None = 60.0,
         user_agent: str = "cloudprovider-grpc/cherry",
         page_size: int = PAGE_SIZE,
+        clock: Clock | None = None,
     ) -> None:
         self.page_size = page_size
         self.http = HttpClient(
@@ -65,6 +67,7 @@ class CherryClient:
             rate_limit_per_s=rate_limit_per_s,
             max_elapsed=max_elapsed,
             user_agent=user_agent,
+            clock=clock,
         )
 
     def __repr__(self) -> str:

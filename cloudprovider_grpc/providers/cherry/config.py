@@ -78,6 +78,11 @@ _TOP_KEYS = ClientTuning.KEYS | {
     "reserved",
     "emulator",
 }
+#: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a server stays
+#: `deploying` this long. Cherry Servers publishes no deploy time ("bare metal takes minutes, VPS
+#: less; no published figure", research notes); 300 s is this project's assumption for bare metal,
+#: stated in every report that uses it. A scenario's `cloud: {emulator: {...}}` overrides it.
+SIMULATED_TIMINGS: dict[str, float] = {"deploy-seconds": 300.0}
 _EMULATOR_KEYS = frozenset({"deploy-seconds", "stock", "rate-limit", "terminate-seconds"})
 
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
 from cloudprovider_grpc.providers.cherry import emulator_seed as catalog
 
@@ -50,7 +51,7 @@ class CherryEmulator(EmulatorServer):
         plans: list[dict[str, Any]] | None = None,
         regions: list[dict[str, Any]] | None = None,
         images: list[dict[str, str]] | None = None,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.cherry.client import CherryClient
 from cloudprovider_grpc.providers.cherry.config import (
@@ -26,8 +27,8 @@ from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, 
 __all__ = ["build_driver", "build_emulator", "make_client"]
 
 
-def make_client(config: CherryConfig, api_url: str | None = None) -> CherryClient:
-    return CherryClient(api_url or config.api_url, config.token, **config.tuning.client_kwargs())
+def make_client(config: CherryConfig, api_url: str | None = None, clock: Clock | None = None) -> CherryClient:
+    return CherryClient(api_url or config.api_url, config.token, clock=clock, **config.tuning.client_kwargs())
 
 
 def _emulator_for(
@@ -36,10 +37,11 @@ def _emulator_for(
     emu: EmulatorOptions,
     address: str,
     state_file: Path | None,
+    clock: Clock | None = None,
 ) -> CherryEmulator:
     """An emulator seeded from `config` (its token, projects, stock) or, without one, from the
-    environment's token and defaults. Provisioning runs on the real clock even when the server's
-    clock is virtual (the simulator), since the emulator serves real HTTP."""
+    environment's token and defaults. Servers deploy on `clock` (the server's: virtual in a
+    simulation), real time without one."""
     host, _, port = address.rpartition(":")
     try:
         port_n = int(port)
@@ -57,6 +59,7 @@ def _emulator_for(
         terminate_seconds=emu.terminate_seconds,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
+        clock=clock,
     )
 
 
@@ -65,8 +68,10 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     config = load_config(ctx)
     return assemble(
         ctx,
-        lambda api_url: CherryDriver(config, make_client(config, api_url)),
-        start_emulator=lambda: _emulator_for(config, "", config.emulator, "127.0.0.1:0", None).start(),
+        lambda api_url: CherryDriver(config, make_client(config, api_url, ctx.clock)),
+        start_emulator=lambda: _emulator_for(
+            config, "", config.emulator, "127.0.0.1:0", None, ctx.clock
+        ).start(),
         catalog_ttl=config.tuning.catalog_ttl,
     )
 

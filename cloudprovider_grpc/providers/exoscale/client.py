@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
 from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
 
@@ -115,7 +116,8 @@ class ExoscaleClient:
         max_elapsed: float | None = 8.0,
         user_agent: str = "cloudprovider-grpc/exoscale",
         now: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.http = HttpClient(
             "exoscale",
@@ -132,6 +134,7 @@ class ExoscaleClient:
             max_elapsed=max_elapsed,
             user_agent=user_agent,
             sleep=sleep,
+            clock=clock,
         )
 
     def __repr__(self) -> str:

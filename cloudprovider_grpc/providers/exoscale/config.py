@@ -64,6 +64,11 @@ _TOP_KEYS = frozenset(
         "emulator",
     }
 )
+#: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a new Instance Pool
+#: member stays `starting` this long. Users report that CA on Exoscale takes about 5 to 15 minutes to
+#: add a node (kubernetes/autoscaler#4796, research notes B); 300 s of boot is the low end of that,
+#: before CA's own loop delays. A scenario's `cloud: {emulator: {...}}` overrides it.
+SIMULATED_TIMINGS: dict[str, float] = {"boot-seconds": 300.0, "destroy-seconds": 30.0}
 _EMULATOR_KEYS = frozenset(
     {
         "boot-seconds",

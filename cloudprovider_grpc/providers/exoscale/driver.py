@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock, or_wall
 from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, InstanceError
 from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
 from cloudprovider_grpc.providers.contract import InstanceState
@@ -141,8 +141,9 @@ class ExoscaleDriver(PoolDriver):
     id_prefix = ID_PREFIX
     remove_lowers_size = True
 
-    def __init__(self, config: ExoscaleConfig, client: ExoscaleClient) -> None:
+    def __init__(self, config: ExoscaleConfig, client: ExoscaleClient, clock: Clock | None = None) -> None:
         self.config = config
+        self._clock = or_wall(clock)  # operations are tracked on the backend's clock
         self.client = client
         self._lock = threading.Lock()
         self._groups: dict[str, GroupInfo] = {}
@@ -390,7 +391,7 @@ class ExoscaleDriver(PoolDriver):
             raise err
         ref = str(op["id"])
         with self._lock:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             # operations nobody polls any more (the machinery gives up on very old ones) are forgotten
             for old in [r for r, t in self._ops.items() if now - t.created > FORGET_OPERATIONS_AFTER]:
                 del self._ops[old]

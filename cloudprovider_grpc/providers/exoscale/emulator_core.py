@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
 from cloudprovider_grpc.providers.exoscale import emulator_seed as seed
 from cloudprovider_grpc.providers.exoscale.client import AUTH_SCHEME, sign
@@ -89,7 +90,7 @@ class ExoscaleCore(EmulatorServer):
         conflict_mode: str = "accept",
         auth_failure_status: int = 403,
         seed_value: int = 0,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         signature_clock: Callable[[], float] = time.time,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.clouderrors import CloudError
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
@@ -23,19 +24,24 @@ from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, 
 __all__ = ["build_driver", "build_emulator", "check_config", "make_client"]
 
 
-def make_client(config: ExoscaleConfig, endpoint: str | None = None) -> ExoscaleClient:
+def make_client(
+    config: ExoscaleConfig, endpoint: str | None = None, clock: Clock | None = None
+) -> ExoscaleClient:
     return ExoscaleClient(
         endpoint or config.endpoint,
         config.api_key,
         config.api_secret,
+        clock=clock,
         **config.tuning.client_kwargs(),
     )
 
 
-def emulator_for(config: ExoscaleConfig, address: str, state_file: Path | None) -> ExoscaleEmulator:
+def emulator_for(
+    config: ExoscaleConfig, address: str, state_file: Path | None, clock: Clock | None = None
+) -> ExoscaleEmulator:
     """An emulator accepting the configured key, seeded with the demo cloud or the configured
     `emulator.nodepools` (unless a state file already holds a cloud) and one nodepool per --nodes
-    name they lack."""
+    name they lack. Its machines boot on `clock` (the server's: virtual in a simulation)."""
     host, _, port = address.rpartition(":")
     try:
         port_n = int(port)
@@ -58,6 +64,7 @@ def emulator_for(config: ExoscaleConfig, address: str, state_file: Path | None) 
         auth_failure_status=emu.auth_failure_status,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
+        clock=clock,
     )
     if emu.demo and not (state_file and state_file.exists()):
         emulator.seed_demo(
@@ -74,8 +81,8 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     config = load_config(ctx)
     return assemble(
         ctx,
-        lambda endpoint: ExoscaleDriver(config, make_client(config, endpoint)),
-        start_emulator=lambda: emulator_for(config, "127.0.0.1:0", None).start(),
+        lambda endpoint: ExoscaleDriver(config, make_client(config, endpoint, ctx.clock), clock=ctx.clock),
+        start_emulator=lambda: emulator_for(config, "127.0.0.1:0", None, ctx.clock).start(),
         catalog_ttl=config.tuning.catalog_ttl,
     )
 

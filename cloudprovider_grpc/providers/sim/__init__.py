@@ -38,6 +38,6 @@ def parse_options(ctx: ProviderContext) -> SimOptions:
 
 
 def build_driver(ctx: ProviderContext) -> BuiltDriver:
-    cloud = SimCloud(parse_options(ctx), clock=ctx.clock)
+    cloud = SimCloud(parse_options(ctx), clock=ctx.clock.now if ctx.clock is not None else None)
     driver = SimPoolDriver(cloud) if cloud.options.shape == "pools" else SimDriver(cloud)
     return BuiltDriver(driver, seed=cloud.options.seed)

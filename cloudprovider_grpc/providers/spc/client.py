@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, MachineGone
 from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 
@@ -62,6 +63,7 @@ class SpcClient:
         rate_limit_per_s: float | None = 10.0,
         max_elapsed: float | None = 8.0,
         user_agent: str = "cloudprovider-grpc/spc",
+        clock: Clock | None = None,
     ) -> None:
         self.cluster = f"orgs/{org_id}/clusters/{cluster_id}"
         self.http = HttpClient(
@@ -74,6 +76,7 @@ class SpcClient:
             max_elapsed=max_elapsed,
             user_agent=user_agent,
             headers={"Content-Type": "application/json"},
+            clock=clock,
         )
 
     def __repr__(self) -> str:

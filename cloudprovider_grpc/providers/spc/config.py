@@ -63,6 +63,17 @@ _TOP_KEYS = frozenset(
         "emulator",
     }
 )
+#: the emulator's timers in a simulation (virtual time; `simulate --emulate`): `draft` ->
+#: `building` -> `provisioned` -> `running`. SPC documents no per-state times; the fork's logs show a
+#: one-node scale-up at 21:03 and the group full at 21:18 (research notes, gen 2), so a node takes
+#: minutes; 60 + 420 + 120 s (10 minutes) is this project's reading of it, under CA's 15-minute
+#: max-node-provision-time. A scenario's `cloud: {emulator: {...}}` overrides it.
+SIMULATED_TIMINGS: dict[str, float] = {
+    "draft-seconds": 60.0,
+    "building-seconds": 420.0,
+    "provisioned-seconds": 120.0,
+    "deleting-seconds": 60.0,
+}
 _EMULATOR_KEYS = frozenset(
     {
         "draft-seconds",

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
 from cloudprovider_grpc.providers.spc import emulator_seed as seed
 from cloudprovider_grpc.providers.spc.machines_table import spec_of
@@ -63,7 +64,7 @@ class SpcEmulator(EmulatorServer):
         deleting_seconds: float = 3.0,
         pool_cpu_memory: bool = False,
         node_limit: int | None = None,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = None,
         state_file: Path | None = None,

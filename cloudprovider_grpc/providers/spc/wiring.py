@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 from cloudprovider_grpc.providers.spc.client import SpcClient
@@ -28,21 +29,28 @@ from cloudprovider_grpc.providers.spc.emulator import SpcEmulator
 __all__ = ["build_driver", "build_emulator", "make_client"]
 
 
-def make_client(config: SpcConfig, api_url: str | None = None) -> SpcClient:
+def make_client(config: SpcConfig, api_url: str | None = None, clock: Clock | None = None) -> SpcClient:
     return SpcClient(
         api_url or config.api_url,
         config.token,
         config.org_id,
         config.cluster_id,
+        clock=clock,
         **config.tuning.client_kwargs(),
     )
 
 
 def _emulator(
-    token: str, org: int, cluster: int, emu: EmulatorOptions, address: str, state_file: Path | None
+    token: str,
+    org: int,
+    cluster: int,
+    emu: EmulatorOptions,
+    address: str,
+    state_file: Path | None,
+    clock: Clock | None = None,
 ) -> SpcEmulator:
-    """The demo cluster under `org`/`cluster`, accepting `token`. Node states run on the real
-    clock, also when the server's clock is virtual (the simulator): the emulator serves real HTTP."""
+    """The demo cluster under `org`/`cluster`, accepting `token`. Node states run on `clock` (the
+    server's: virtual in a simulation), real time without one."""
     host, _, port = address.rpartition(":")
     try:
         port_n = int(port)
@@ -59,6 +67,7 @@ def _emulator(
         pool_cpu_memory=emu.pool_cpu_memory,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
+        clock=clock,
     )
     if emu.pools:
         emulator.add_cluster(org, cluster, name="Emulated Cluster")
@@ -88,9 +97,13 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     config = load_config(ctx)
     return assemble(
         ctx,
-        lambda api_url: SpcDriver(config, make_client(config, api_url), clock=ctx.clock),
+        lambda api_url: SpcDriver(
+            config,
+            make_client(config, api_url, ctx.clock),
+            clock=ctx.clock.monotonic if ctx.clock is not None else None,
+        ),
         start_emulator=lambda: _emulator(
-            config.token, config.org_id, config.cluster_id, config.emulator, "127.0.0.1:0", None
+            config.token, config.org_id, config.cluster_id, config.emulator, "127.0.0.1:0", None, ctx.clock
         ).start(),
         catalog_ttl=config.tuning.catalog_ttl,
     )

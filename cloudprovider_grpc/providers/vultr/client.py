@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, MachineGone
 from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 
@@ -62,6 +63,7 @@ class VultrClient:
         max_elapsed: float | None = 8.0,
         page_size: int = PAGE_SIZE,
         user_agent: str = "cloudprovider-grpc/vultr",
+        clock: Clock | None = None,
     ) -> None:
         self.page_size = page_size
         self.http = HttpClient(
@@ -75,6 +77,7 @@ class VultrClient:
             rate_burst=max(1.0, (rate_limit_per_s or 1.0) / 2),
             max_elapsed=max_elapsed,
             user_agent=user_agent,
+            clock=clock,
         )
 
     def __repr__(self) -> str:

@@ -60,6 +60,11 @@ _FILE_KEYS = frozenset({"cluster_id", "token", "api_url"})
 TUNING = ClientTuning(read_timeout=4.0, retries=3, rate_limit=20.0)
 #: option keys as `norm_key` spells them (users may write `-` or `_`)
 _TOP_KEYS = ClientTuning.KEYS | {"cluster-id", "api-url", "reserved", "page-size", "emulator"}
+#: the emulator's timers in a simulation (virtual time; `simulate --emulate`): how long a new VKE node
+#: stays `pending`. Vultr publishes no figure for a pool node to boot and join (research notes, Part A,
+#: have none); 120 s is this project's assumption, stated in every report that uses it. A scenario's
+#: `cloud: {emulator: {...}}` overrides it.
+SIMULATED_TIMINGS: dict[str, float] = {"provision-seconds": 120.0}
 _EMULATOR_KEYS = frozenset(
     {"provision-seconds", "rate-limit", "page-size", "node-limit", "stock", "region", "pools"}
 )

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
 from cloudprovider_grpc.providers.vultr import emulator_seed
 from cloudprovider_grpc.providers.vultr.config import EmulatorPool
@@ -71,7 +72,7 @@ class VultrEmulator(EmulatorServer):
         enforce_bounds: bool = False,
         plans: list[dict[str, Any]] | None = None,
         seed: int = 0,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         faults: FaultPlan | None = None,
         rate_limit_per_s: float | None = 30.0,
         state_file: Path | None = None,

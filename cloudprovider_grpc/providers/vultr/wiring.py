@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.clock import Clock
 from cloudprovider_grpc.errors import ConfigError
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 from cloudprovider_grpc.providers.vultr import emulator_seed
@@ -29,18 +30,24 @@ from cloudprovider_grpc.providers.vultr.emulator import VultrEmulator
 __all__ = ["build_driver", "build_emulator", "make_client"]
 
 
-def make_client(config: VultrConfig, api_url: str | None = None) -> VultrClient:
+def make_client(config: VultrConfig, api_url: str | None = None, clock: Clock | None = None) -> VultrClient:
     """`api_url` (an emulator's) may end in /v2/ like the configured one: request paths carry it."""
     base = (api_url or config.api_url).removesuffix("v2/")
-    return VultrClient(base, config.token, page_size=config.page_size, **config.tuning.client_kwargs())
+    return VultrClient(
+        base, config.token, page_size=config.page_size, clock=clock, **config.tuning.client_kwargs()
+    )
 
 
 def _emulator_for(
-    token: str, cluster_id: str, emu: EmulatorOptions, address: str, state_file: Path | None
+    token: str,
+    cluster_id: str,
+    emu: EmulatorOptions,
+    address: str,
+    state_file: Path | None,
+    clock: Clock | None = None,
 ) -> VultrEmulator:
-    """An emulator that accepts `token` and holds `cluster_id` with the configured (or demo) pools.
-    Provisioning runs on the real clock even when the server's clock is virtual (the simulator),
-    since the emulator serves real HTTP."""
+    """An emulator that accepts `token` and holds `cluster_id` with the configured (or demo) pools;
+    its nodes boot on `clock` (the server's: virtual in a simulation), real time without one."""
     host, _, port = address.rpartition(":")
     try:
         port_n = int(port)
@@ -56,6 +63,7 @@ def _emulator_for(
         stock=emu.stock,
         rate_limit_per_s=emu.rate_limit,
         state_file=state_file,
+        clock=clock,
     )
     if state_file is None or not state_file.exists():
         emulator.add_cluster(
@@ -71,9 +79,9 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
     config = load_config(ctx)
     return assemble(
         ctx,
-        lambda api_url: VultrDriver(config, make_client(config, api_url)),
+        lambda api_url: VultrDriver(config, make_client(config, api_url, ctx.clock)),
         start_emulator=lambda: _emulator_for(
-            config.token, config.cluster_id, config.emulator, "127.0.0.1:0", None
+            config.token, config.cluster_id, config.emulator, "127.0.0.1:0", None, ctx.clock
         ).start(),
         catalog_ttl=config.tuning.catalog_ttl,
     )

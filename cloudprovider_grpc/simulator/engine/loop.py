@@ -208,8 +208,16 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
             ),
             "node_hours": node_hours(self.tl),
         }
+        finished = self.world.job_finish_times()
         self.tl["workloads"] = [
-            {"name": w.name, "start": w.start, "end": w.end, "kind": w.kind} for w in self.s.workloads
+            {
+                "name": w.name,
+                "start": w.start,
+                "end": w.end,
+                "kind": w.kind,
+                **({"finished": finished[w.name]} if w.name in finished else {}),
+            }
+            for w in self.s.workloads
         ]
         notes = []
         zero = sorted(d.group for d in decisions if d.kind == "startup-time-zero")

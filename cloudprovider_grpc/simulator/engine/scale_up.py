@@ -170,6 +170,18 @@ class ScaleUpPhase(EngineState):
                 {"group": o.group, "node_count": o.node_count, "pods": o.pod_count} for o in plan.options
             ],
             "skipped_groups": dict(sorted(plan.skipped.items())),
+            # every group CA looked at and what became of it: the expander's inputs and verdicts
+            "considered": [
+                {
+                    "group": o.group,
+                    "node_count": o.node_count,
+                    "pods": o.pod_count,
+                    "verdict": "chosen"
+                    if plan.best is not None and o.group == plan.best.group
+                    else ctx.rejected.get(o.group, "not chosen"),
+                }
+                for o in plan.options
+            ],
             "expander": self.o.expander,
             "chosen": plan.best.group if plan.best else "",
             "estimated": plan.needed,
