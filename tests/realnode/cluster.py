@@ -157,6 +157,7 @@ def _cni_config(workdir: Path) -> str:
                     "type": "bridge",
                     "bridge": BRIDGE,
                     "isGateway": True,
+                    "isDefaultGateway": True,  # the pods' default route: the apiserver's Service
                     "ipMasq": False,
                     "hairpinMode": True,
                     "ipam": {
@@ -195,6 +196,7 @@ def _kubelet_config(workdir: Path, files: dict[str, Path], port: int, healthz: i
         "authorization": {"mode": "AlwaysAllow"},
         "containerRuntimeEndpoint": f"unix://{workdir / 'containerd.sock'}",
         "clusterDomain": "cluster.local",
+        "podLogsDir": str(workdir / "pod-logs"),
         "resolvConf": "",
         "registerNode": True,
         "serializeImagePulls": False,
@@ -354,14 +356,14 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
                     f"--root-ca-file={files['ca.crt']}",
                     f"--service-account-private-key-file={workdir / 'plane' / 'sa.key'}",
                     f"--service-cluster-ip-range={SERVICE_RANGE}",
-                    "--controllers=*,-nodeipam,-cloud-node-lifecycle",
+                    "--controllers=*,-nodeipam",
                 ],
                 workdir,
             )
         )
         proxy_config = workdir / "kube-proxy.yaml"
         proxy_config.write_text(yaml.safe_dump(_kube_proxy_config(kubeconfig)))
-        stack.callback(_proxy_cleanup, binary, workdir)
+        stack.callback(_iptables_cleanup, binary)
         stack.enter_context(_component(binary, "kube-proxy", [f"--config={proxy_config}"], workdir))
         kubelet_config = workdir / "kubelet.yaml"
         kubelet_config.write_text(yaml.safe_dump(_kubelet_config(workdir, files, free_port(), free_port())))
@@ -418,8 +420,25 @@ def _end_shims(socket: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _proxy_cleanup(binary: Path, workdir: Path) -> None:
+#: chains the kubelet makes (a localnet firewall, canaries it watches for flushes, a hint for kube-proxy)
+KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
+
+
+def _iptables_cleanup(binary: Path) -> None:
+    """kube-proxy's rules (its own --cleanup) and the kubelet's chains, in both address families."""
     subprocess.run([str(binary), "kube-proxy", "--cleanup"], capture_output=True, timeout=60, check=False)
+    for tool in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            rules = subprocess.run(
+                [tool, "-t", table, "-S"], capture_output=True, text=True, check=False
+            ).stdout
+            for rule in rules.splitlines():
+                words = rule.split()
+                if words[:1] == ["-A"] and words[-2:-1] == ["-j"] and words[-1] in KUBELET_CHAINS:
+                    subprocess.run([tool, "-t", table, "-D", *words[1:]], capture_output=True, check=False)
+            for chain in KUBELET_CHAINS:
+                subprocess.run([tool, "-t", table, "-F", chain], capture_output=True, check=False)
+                subprocess.run([tool, "-t", table, "-X", chain], capture_output=True, check=False)
 
 
 def _unmount_all(workdir: Path, netns_before: set[str]) -> None:
