@@ -17,9 +17,6 @@ Teardown leaves nothing behind: pods are deleted and their containers stopped th
 then every process stops, the shims containerd started are ended by pid, every mount under the
 cluster's directory and every network namespace the CRI made is removed, kube-proxy's iptables
 chains are cleaned and the bridge and route deleted.
-
-Work in progress: the `node` fixture (conftest.py) builds on this module, but no committed test uses
-it yet, so it has not yet brought a node to Ready on a clean run.
 """
 
 from __future__ import annotations

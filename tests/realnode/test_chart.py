@@ -3,12 +3,7 @@ one leader on the Lease, the standby not ready, the Service pointing at the lead
 from outside the cluster through that Service answered. Then the failures a cluster brings: the
 leader pod deleted (a new leader within 20 s), the front killed by the node inside the pod (the
 pod restarted per its probes, or still Ready), and the PodDisruptionBudget refusing the eviction
-that would leave no replica answering.
-
-Not collected yet (a module pytest does not pick up): on the cluster of cluster.py the chart installs
-and a leader takes the Lease, but these checks have not passed end to end. Rename it to
-test_chart.py once they do.
-"""
+that would leave no replica answering."""
 
 from __future__ import annotations
 
