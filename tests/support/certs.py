@@ -59,9 +59,11 @@ def issue(
     *,
     server: bool,
     groups: Sequence[str] = (),
+    names: Sequence[str] = (),
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A certificate signed by `ca`. `groups` become Organization entries, which is where
-    Kubernetes reads a client certificate's groups from (CN is the user name)."""
+    Kubernetes reads a client certificate's groups from (CN is the user name). A server's
+    certificate names localhost and 127.0.0.1, and `names` (DNS names or IP addresses) besides."""
     ca_key, ca_cert = ca
     key = _key()
     now = dt.datetime.now(dt.UTC)
@@ -92,10 +94,18 @@ def issue(
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                + [_general_name(name) for name in names]
             ),
             critical=False,
         )
     return key, builder.sign(ca_key, hashes.SHA256())
+
+
+def _general_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 @dataclass

@@ -62,6 +62,10 @@ BUILD_ENV = {"CGO_ENABLED": "0"}
 GCFLAGS = "all=-N -l"
 #: A cold build of kube-apiserver on 2 busy cores (Go modules, ~2,000 packages, the link).
 BUILD_TIMEOUT = 2400.0
+#: The Service ClusterIP range, and the names pods reach the apiserver by (its first address is the
+#: `kubernetes` Service's).
+SERVICE_RANGE = "10.96.0.0/24"
+SERVICE_NAMES = ("10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
 #: Both processes start cold on a loaded 2-core machine; readiness usually takes a few seconds.
 STARTUP_TIMEOUT = 180.0
 
@@ -130,6 +134,35 @@ def build_apiserver() -> Path:
         timeout=BUILD_TIMEOUT,
     )
     return built / "kube-apiserver"
+
+
+#: The realnode tier's kubelet, kube-proxy, kube-scheduler and kube-controller-manager, one executable.
+NODE_SOURCE = SOURCE.parent / "realnode" / "k8s"
+
+
+def build_node_components() -> Path:
+    """`k8s-node` (kubelet, kube-proxy, kube-scheduler, kube-controller-manager; the first names one)
+    from tests/realnode/k8s, built and cached exactly as kube-apiserver is, at the same release."""
+
+    def prepare(scratch: Path) -> Path:
+        for name in ("go.mod", "go.sum", "main.go"):
+            shutil.copy2(NODE_SOURCE / name, scratch / name)
+        return scratch
+
+    flags = ldflags()
+    key = gotools.tree_key(NODE_SOURCE, extra=f"{flags} {GCFLAGS} {sorted(BUILD_ENV.items())}")
+    built = gotools.go_build(
+        "k8s-node",
+        key,
+        prepare,
+        ["."],
+        ldflags=flags,
+        gcflags=GCFLAGS,
+        env=BUILD_ENV,
+        background=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    return built / "k8s-node"
 
 
 def debian_package(package: str) -> Path:
@@ -258,17 +291,23 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def control_plane(workdir: Path) -> Iterator[ControlPlane]:
+def control_plane(workdir: Path, node_address: str | None = None) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver on free loopback ports under `workdir`, ready (`/readyz` answers
     200) when yielded, both stopped on exit. Raises Unavailable when a binary cannot be had,
-    RuntimeError (with the log's tail) when a process dies or never becomes ready."""
+    RuntimeError (with the log's tail) when a process dies or never becomes ready.
+
+    With `node_address` (an address on an interface the caller made: tests/realnode) the apiserver
+    serves there instead, for pods too: its certificate names that address and the `kubernetes`
+    Service, which the endpoint reconciler points at it, and pods get their ServiceAccount's token
+    (a controller-manager is expected to run, creating each namespace's `default` one)."""
     bins = binaries()
     workdir.mkdir(parents=True, exist_ok=True)
-    files = _write_pki(workdir)
+    files = _write_pki(workdir, node_address)
     etcd_url = f"http://127.0.0.1:{free_port()}"
     peer_url = f"http://127.0.0.1:{free_port()}"
     port = free_port()
-    url = f"https://127.0.0.1:{port}"
+    host = node_address or "127.0.0.1"
+    url = f"https://{host}:{port}"
     etcd_cmd = [
         str(bins.etcd),
         "--name=test",
@@ -284,11 +323,8 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
     apiserver_cmd = [
         str(bins.apiserver),
         f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        # The reconciler publishes the advertise address as the `kubernetes` Service's endpoint and
-        # refuses a loopback one; nothing here reaches the apiserver through that Service.
-        "--endpoint-reconciler-type=none",
+        f"--bind-address={host}",
+        f"--advertise-address={host}",
         f"--secure-port={port}",
         f"--cert-dir={workdir / 'apiserver-certs'}",
         f"--tls-cert-file={files['server.crt']}",
@@ -299,12 +335,18 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
         # Verification reads public keys only (a PKCS#8 private key there is refused).
         f"--service-account-key-file={files['sa.pub']}",
         f"--service-account-signing-key-file={files['sa.key']}",
-        "--service-cluster-ip-range=10.96.0.0/24",
-        # Without a controller-manager no namespace ever gets its `default` ServiceAccount, and
-        # this plugin would refuse every pod that names none.
-        "--disable-admission-plugins=ServiceAccount",
+        f"--service-cluster-ip-range={SERVICE_RANGE}",
         "--profiling=false",
     ]
+    if node_address is None:
+        apiserver_cmd += [
+            # The reconciler publishes the advertise address as the `kubernetes` Service's endpoint
+            # and refuses a loopback one; nothing here reaches the apiserver through that Service.
+            "--endpoint-reconciler-type=none",
+            # Without a controller-manager no namespace ever gets its `default` ServiceAccount,
+            # and this plugin would refuse every pod that names none.
+            "--disable-admission-plugins=ServiceAccount",
+        ]
     with contextlib.ExitStack() as stack:
         etcd = stack.enter_context(_process(etcd_cmd, workdir / "etcd.log"))
         apiserver = stack.enter_context(_process(apiserver_cmd, workdir / "kube-apiserver.log"))
@@ -377,16 +419,18 @@ def _wait_ready(
 # ---------------------------------------------------------------- credentials
 
 
-def _write_pki(workdir: Path) -> dict[str, Path]:
-    """A CA, the apiserver's serving certificate (127.0.0.1), an admin client certificate (group
-    system:masters: every permission, bypassing RBAC) and the service-account signing key with its
-    public half."""
+def _write_pki(workdir: Path, node_address: str | None = None) -> dict[str, Path]:
+    """A CA, the apiserver's serving certificate (127.0.0.1, and the node's address and the names
+    pods reach it by when there is a node), an admin client certificate (group system:masters:
+    every permission, bypassing RBAC) and the service-account signing key with its public half."""
     ca = make_ca("control plane test CA")
-    server_key, server_cert = issue(ca, "kube-apiserver", server=True)
+    names = () if node_address is None else (node_address, *SERVICE_NAMES)
+    server_key, server_cert = issue(ca, "kube-apiserver", server=True, names=names)
     admin_key, admin_cert = issue(ca, "admin", server=False, groups=("system:masters",))
     sa_key = ec.generate_private_key(ec.SECP256R1())
     contents = {
         "ca.crt": pem(ca[1]),
+        "ca.key": pem_key(ca[0]),
         "server.crt": pem(server_cert),
         "server.key": pem_key(server_key),
         "admin.crt": pem(admin_cert),

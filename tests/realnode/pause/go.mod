@@ -1,0 +1,3 @@
+module cloudprovider-grpc/pause
+
+go 1.26.0
