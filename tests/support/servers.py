@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import random
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,16 +20,37 @@ from tests.support.certs import Pki
 
 
 class ManualClock:
-    """A clock tests advance by hand; drives sim provisioning delays and worker backoff."""
+    """A clock tests advance by hand; drives sim provisioning delays and worker backoff. It is a
+    `cloudprovider_grpc.clock.Clock` (a wait advances it, as on the simulator's virtual clock) and,
+    called, reads the time, for the parts that take a plain time function."""
+
+    virtual = True
 
     def __init__(self, start: float = 1000.0) -> None:
         self.t = start
+        self._lock = threading.Lock()
 
     def __call__(self) -> float:
         return self.t
 
+    def now(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        """Advance by `seconds`, and by at least one representable step: at epoch-sized readings a
+        tiny wait would otherwise leave the reading unchanged and a rate-limit waiter spinning."""
+        with self._lock:
+            self.t = max(self.t + max(seconds, 0.0), math.nextafter(self.t, math.inf))
+
+    def rng(self) -> random.Random:
+        return random.Random(0)
+
     def advance(self, seconds: float) -> None:
-        self.t += seconds
+        with self._lock:
+            self.t += seconds
 
 
 @contextmanager
