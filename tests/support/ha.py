@@ -172,9 +172,13 @@ def start_replica(
     lease: Lease,
     name: str,
     extra: Iterable[str] = (),
+    pod_namespace: str = "",
 ) -> ServerProcess:
-    """One replica, identified as `name` (the pod name), alive once /healthz answers."""
+    """One replica, identified as `name` (the pod name), alive once /healthz answers. With
+    `pod_namespace` it labels the pod `name` there (podrole.py), as in a Deployment."""
     env = {"POD_NAME": name, "CLOUDPROVIDER_GRPC_LEADER_ELECT__HANDOVER_LINGER": str(HANDOVER_LINGER)}
+    if pod_namespace:
+        env["POD_NAMESPACE"] = pod_namespace
     return start_server(backend, workdir, cloud=cloud, extra=[*lease.flags(), *extra], env=env, name=name)
 
 
