@@ -16,11 +16,13 @@ updates carry the resourceVersion they were read at, so two candidates can never
   write that passed the check just before the deadline. A frozen process (SIGSTOP, a stalled VM)
   that resumes finds the deadline passed at its next write and writes nothing; losing the term
   ends the process (as cluster-autoscaler does), and a restart rejoins as a standby.
-- **Standby.** gRPC health NOT_SERVING, /readyz 503 (so a Service sends CA to the leader only),
-  and a read-only listing of the cloud every `standby_refresh` seconds so that the answers are warm.
-- **Takeover** re-reads the journal and lists the cloud (`GroupProvider.take_over`) before the new
-  leader turns ready, then renews once at once: that renewal tells a leader handing over (below)
-  that its successor answers.
+- **Standby.** gRPC health NOT_SERVING, /readyz 503, /readyz/replica 200 (the pod is Ready, so a
+  rolling update can progress) and its pod labelled a standby (podrole.py: the Service selects the
+  leader's label, so CA reaches the leader only), and a read-only listing of the cloud every
+  `standby_refresh` seconds so that the answers are warm.
+- **Takeover** re-reads the journal and lists the cloud (`GroupProvider.take_over`) and labels
+  its pod the leader before the new leader turns ready, then renews once at once: that renewal
+  tells a leader handing over (below) that its successor answers.
 - **Hand-over on SIGTERM.** The leader holds the write RPCs that still reach it, lets the running
   ones finish and sends its queued background writes on its term, releases the Lease (empty
   holder, as client-go's ReleaseOnCancel does), waits until a successor has taken over (bounded by
@@ -53,6 +55,7 @@ from cloudprovider_grpc.lease import (
     default_identity,
     default_namespace,
 )
+from cloudprovider_grpc.podrole import PodRole, build_pod_role
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,7 @@ class Elector:
         identity: str,
         *,
         clock: Callable[[], float] = time.monotonic,
+        role: PodRole | None = None,
     ) -> None:
         self.settings = settings
         self.lock = lock
@@ -112,6 +116,9 @@ class Elector:
         #: this replica's gRPC address, published on the Lease while it holds it (handover.py)
         self.address = ""
         self._ready = False
+        self.role = role
+        #: the pod is labelled a standby (or there is no pod to label): it may report ready
+        self._labelled = role is None
         self._last_warm = clock()
         self._rng = random.Random()
         self.lost = False
@@ -123,6 +130,12 @@ class Elector:
     def ready(self) -> bool:
         """Ready for a Service: the leader, taken over, within its term."""
         return self._ready and self.gate.valid()
+
+    @property
+    def replica_ready(self) -> bool:
+        """Ready as a replica, leader or warm standby (what a readiness probe asks, /readyz/replica):
+        its pod carries the label of what it is, and its term did not end for good."""
+        return self._labelled and not self.lost and not self._handing_over.is_set()
 
     def view(self) -> dict[str, Any]:
         """The election as the status page shows it: who this replica is, who leads, which term."""
@@ -167,6 +180,9 @@ class Elector:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = self._clock()
+            if not self._labelled and self.role is not None:
+                # a standby's label before readiness: a restart in the old leader's pod drops its label
+                self._labelled = self.role.mark(False)
             try:
                 won = self._try_acquire_or_renew(started)
                 self._note_problem(None)
@@ -334,6 +350,9 @@ class Elector:
                 continue
             if not self.gate.valid():
                 return
+            if self.role is not None and not self.role.mark(True):  # the Service selects this label
+                self._stop.wait(self.settings.retry_period)
+                continue
             self.gate.answer(True)
             self._ready = True
             self._on_leading(True)
@@ -358,6 +377,8 @@ class Elector:
         LEADER.set(0)
         TRANSITIONS.inc()
         self._on_leading(False)
+        if self.role is not None:
+            self.role.mark(False)  # at once, rather than when the process has ended
         log.error(
             "leader election: %s lost the leadership (term %d): %s; no cloud write is made on this term "
             "again, and the process ends so that a restart rejoins as a standby",
@@ -486,6 +507,7 @@ def build_elector(settings: LeaderElection) -> Elector:
         settings,
         LeaseLock(api, namespace, settings.resource_name, timeout),
         default_identity(settings.identity),
+        role=build_pod_role(settings.kubeconfig),
     )
 
 

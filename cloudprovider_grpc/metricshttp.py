@@ -3,7 +3,9 @@
 
 /healthz answers 200 only while the server's `serving` flag is up: from the start of gRPC serving
 until shutdown begins, and never while the gRPC port is unreachable (the compiled front down or cut
-off from Python). /readyz also requires leadership when leader election is on.
+off from Python). /readyz also requires leadership when leader election is on; /readyz/replica
+requires only that a leader-elected replica's pod is labelled for its role (leader or standby):
+the readiness probe of such a pod, which a Service tells apart by that label (podrole.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class Serving(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    @property
+    def replica_ready(self) -> bool: ...
+
 
 def http_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
@@ -46,11 +51,17 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             # label values are ids and codes, never secrets; redacting the page makes that a guarantee
             body = redact(generate_latest(REGISTRY).decode()).encode()
             ctype, code = CONTENT_TYPE_LATEST, 200
-        elif self.path.split("?")[0] in ("/healthz", "/readyz"):
+        elif (path := self.path.split("?")[0]) in ("/healthz", "/readyz", "/readyz/replica"):
             handle: Serving | None = self.server.handle_ref  # type: ignore[attr-defined]
-            # a leader-election standby is alive but not ready: a Service sends CA to the leader only
-            readiness = self.path.startswith("/readyz")
-            ok = handle is not None and (handle.ready if readiness else handle.serving)
+            # /readyz: the leader only; /readyz/replica: a leader or a standby labelled as one
+            readiness = path != "/healthz"
+            ok = handle is not None and (
+                handle.serving
+                if not readiness
+                else handle.ready
+                if path == "/readyz"
+                else handle.replica_ready
+            )
             problem = (
                 b"not ready\n" if readiness and handle is not None and handle.serving else b"shutting down\n"
             )

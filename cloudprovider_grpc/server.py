@@ -140,6 +140,12 @@ class ServerHandle:
         return self._stopped.wait(timeout)
 
     @property
+    def replica_ready(self) -> bool:
+        """Serving, and (with leader election) labelled for its role, leader or standby: what
+        /readyz/replica reports, the readiness probe of a leader-elected pod."""
+        return self.serving and (self.leader is None or self.leader.replica_ready)
+
+    @property
     def ready(self) -> bool:
         """Serving, and (with leader election) leading: what /readyz reports."""
         return self.serving and (self.leader is None or self.leader.ready)

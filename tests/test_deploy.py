@@ -222,6 +222,9 @@ def kube_status(objects: Objects) -> bool:
 
 
 #: the rules `--kube-status` needs (kubereport.py): its one ConfigMap, and Events on it and on Nodes
+#: the label the leader puts on its own pod, which the Service selects
+LEADER_LABEL = "cloudprovider-grpc.io/leader"
+
 STATUS_RULES = [
     ("", "configmaps", ("create",), None),
     ("", "configmaps", ("get", "update"), ("cloudprovider-grpc-status",)),
@@ -230,8 +233,8 @@ STATUS_RULES = [
 
 
 def status_rbac(objects: Objects) -> dict[str, list[tuple[object, ...]]]:
-    """The rules our server's ServiceAccount is granted besides the Lease's, by namespace ("" for
-    cluster-wide): what `--kube-status` was given."""
+    """The rules our server's ServiceAccount is granted besides leader election's (its Lease, its
+    own pod's label), by namespace ("" for cluster-wide): what `--kube-status` was given."""
     account = (pod_spec(our_workload(objects)) or {})["serviceAccountName"]
     bound = {
         (b["roleRef"]["kind"], b["roleRef"]["name"])
@@ -244,7 +247,7 @@ def status_rbac(objects: Objects) -> dict[str, list[tuple[object, ...]]]:
         if (o["kind"], o["metadata"]["name"]) not in bound:
             continue
         for r in o["rules"]:
-            if r["apiGroups"] == ["coordination.k8s.io"]:
+            if r["apiGroups"] == ["coordination.k8s.io"] or r["resources"] == ["pods"]:
                 continue
             (group,) = r["apiGroups"]
             (resource,) = r["resources"]
@@ -680,7 +683,11 @@ def test_standalone_dials_service_with_mtls(layout: str) -> None:
     service = find(objects, "Service", service_name)
     (svc_port,) = [p for p in service["spec"]["ports"] if p["port"] == port]
     workload = our_workload(objects)
-    assert service["spec"]["selector"].items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    selector = dict(service["spec"]["selector"])
+    if leader_elected(objects):  # the leader's pod only: every pod starts "false", the leader relabels it
+        assert selector.pop(LEADER_LABEL) == "true"
+        assert workload["spec"]["template"]["metadata"]["labels"][LEADER_LABEL] == "false"
+    assert selector.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
     ours = container(workload, OUR_CONTAINER)
     (cport,) = [p for p in ours["ports"] if svc_port["targetPort"] in (p["name"], p["containerPort"])]
     # An explicit listen address on every interface, and TLS: never the loopback default.
@@ -790,7 +797,7 @@ def test_our_probes_hit_the_metrics_port(layout: str) -> None:
     ports = {p["name"]: p["containerPort"] for p in ours["ports"]}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         get = ours[probe]["httpGet"]
-        assert get["path"] in ("/healthz", "/readyz")
+        assert get["path"] in ("/healthz", "/readyz", "/readyz/replica")
         assert ports.get(get["port"], get["port"]) == metrics_port, probe
     # /tmp is the only writable place the image uses (HOME and TMPDIR point there).
     assert {m["mountPath"] for m in ours["volumeMounts"]} >= {"/tmp"}
@@ -995,9 +1002,12 @@ def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
     ours = container(workload, OUR_CONTAINER)
-    assert ours["readinessProbe"]["httpGet"]["path"] == "/readyz"  # only the leader is ready
+    # leader and standby both Ready, or a rollout never removes an old pod (maxUnavailable 0)
+    assert ours["readinessProbe"]["httpGet"]["path"] == "/readyz/replica"
     env = {v["name"]: v.get("valueFrom") for v in ours["env"]}
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the Lease holder's identity
+    # the pod the leader labels is its own
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     # the address a leader publishes on the Lease for its predecessor to forward calls to
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
@@ -1032,6 +1042,17 @@ def test_standalone_runs_two_replicas_with_one_leader(layout: str) -> None:
         (["get", "update", "watch"], [lease_name(objects)]),
     ]
     assert all(r["resources"] == ["leases"] for r in rules)
+    # ... and label its own pod leader or standby (a pod's name is not known in advance)
+    pod_rules = [
+        r
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["name"] in bound
+        for r in o["rules"]
+        if r["resources"] == ["pods"]
+    ]
+    assert [(r["apiGroups"], r["verbs"], r.get("resourceNames")) for r in pod_rules] == [
+        ([""], ["get", "patch"], None)
+    ]
     # --kube-status: its ConfigMap and Events beside it, Events in `default` for Nodes, Nodes read
     assert kube_status(objects)
     namespace = next(o["metadata"]["namespace"] for o in objects if o["kind"] == "Deployment")

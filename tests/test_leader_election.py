@@ -1,5 +1,6 @@
 """`serve --leader-elect` against a real kube-apiserver (and etcd), on emulated clouds: one leader,
-standbys that are alive but not ready, ten kills -9 of the leader in a row in the middle of a
+standbys that are alive and ready as replicas (/readyz/replica) but not leading (/readyz), each
+labelling its own pod leader or standby, ten kills -9 of the leader in a row in the middle of a
 20-machine scale-up on each cloud shape, a leader frozen (SIGSTOP) past its lease, and a rolling
 upgrade under mutual TLS and a client that calls every RPC in a loop (zero failed calls).
 
@@ -74,6 +75,7 @@ def test_one_leader_answers_and_a_standby_stays_warm_and_refuses_writes(
         poll(lambda: "cloudprovider_grpc_leader 0.0" in standby.metrics(), 10, "the standby's leader gauge")
         assert "cloudprovider_grpc_leader 1.0" in leader.metrics()
         assert not is_ready(standby)
+        assert is_ready(standby, "/readyz/replica")  # Ready as a pod: a rolling update can go on
         # the standby is alive, answers health NOT_SERVING, and lists the cloud (warm)
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -237,6 +239,61 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
         cloud.stop()
 
 
+def test_each_replica_labels_its_own_pod_leader_or_standby_before_it_is_ready(
+    control_plane, tmp_path: Path
+) -> None:
+    """In pods (Pod objects on the real API server, as a Deployment's): the standby writes its
+    pod's leader label "false" before /readyz/replica answers, even on a pod still labelled
+    "true" (a container restarted in a former leader's pod); the leader labels its pod "true"
+    with the higher pod-deletion-cost; after a hand-over the labels follow the Lease."""
+    cloud = big_cloud("exoscale", tmp_path)
+    lease = short_lease(control_plane)
+    for name, was_leader in (("pod-a", "false"), ("pod-b", "true")):
+        control_plane.kubectl(
+            "run",
+            name,
+            "-n",
+            lease.namespace,
+            "--image=pause",
+            "--restart=Never",
+            f"--labels={LABEL}={was_leader}",
+        )
+    replicas: list[ServerProcess] = []
+    try:
+        replicas.append(
+            start_replica(backend("exoscale"), tmp_path, cloud, lease, "pod-a", pod_namespace=lease.namespace)
+        )
+        wait_leader(replicas)
+        assert pod_role(control_plane, lease, "pod-a") == ("true", "1000")
+        replicas.append(
+            start_replica(backend("exoscale"), tmp_path, cloud, lease, "pod-b", pod_namespace=lease.namespace)
+        )
+        poll(lambda: is_ready(replicas[1], "/readyz/replica"), 30, "pod-b ready as a replica")
+        assert pod_role(control_plane, lease, "pod-b") == ("false", "0")
+        assert not is_ready(replicas[1])  # /readyz: the leader only
+        replicas[0].signal(signal.SIGTERM)
+        assert replicas[0].wait(40) == 0, replicas[0].output()[-2000:]
+        wait_leader(replicas[1:])
+        assert pod_role(control_plane, lease, "pod-b") == ("true", "1000")
+        assert "Traceback" not in replicas[1].output()
+    finally:
+        for r in replicas:
+            r.close()
+        cloud.stop()
+
+
+LABEL = "cloudprovider-grpc.io/leader"
+
+
+def pod_role(control_plane, lease: Lease, pod: str) -> tuple[str, str]:
+    """The pod's leader label and pod-deletion-cost annotation."""
+    meta = json.loads(control_plane.kubectl("get", "pod", pod, "-n", lease.namespace, "-o", "json").stdout)[
+        "metadata"
+    ]
+    cost = (meta.get("annotations") or {}).get("controller.kubernetes.io/pod-deletion-cost", "")
+    return (meta.get("labels") or {}).get(LABEL, ""), cost
+
+
 def test_rolling_upgrade_under_mtls_and_a_client_calling_every_rpc_fails_no_call(
     control_plane, tmp_path: Path
 ) -> None:
@@ -251,7 +308,9 @@ def test_rolling_upgrade_under_mtls_and_a_client_calling_every_rpc_fails_no_call
     print(f"rolling upgrade: {loop.failures()} failed of {total} calls: {loop.failed}")
     assert loop.failed == {}
     assert loop.answered.get("NodeGroupIncreaseSize", 0) > 0
-    # the first replaced replica was the leader: it handed over and forwarded to its successor
-    assert "forwarded to the next leader at 127.0.0.1:" in upgrade.logs[0], upgrade.logs[0][-3000:]
+    # the standby went first and stopped without a hand-over; the leader went last, handed over
+    # and forwarded to its successor: one hand-over for the whole upgrade
+    assert "released the Lease" not in upgrade.logs[0], upgrade.logs[0][-3000:]
+    assert "forwarded to the next leader at 127.0.0.1:" in upgrade.logs[1], upgrade.logs[1][-3000:]
     for log in upgrade.logs:
         assert "cannot reach the next leader" not in log and "Traceback" not in log, log[-3000:]

@@ -1,8 +1,9 @@
 """The realnode tier's shared fixtures: the image (built once per session, cached across sessions
 in podman's storage) and the one-node cluster every chart test shares.
 
-The cluster is one per session (per xdist worker, like the control plane); two workers never run
-one at once: the node's bridge and address are the machine's, so the second waits on a lock."""
+The cluster is one per session (per xdist worker, like the control plane), and only the chart's
+one test asks for it, so a suite run starts one cluster whatever its workers; the lock keeps two
+runs on one machine apart (the node's bridge and address are the machine's)."""
 
 from __future__ import annotations
 

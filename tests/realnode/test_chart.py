@@ -1,15 +1,20 @@
-"""The chart, installed for real with the project's helm on the one-node cluster: two replicas,
-one leader on the Lease, the standby not ready, the Service pointing at the leader only, and calls
-from outside the cluster through that Service answered. Then the failures a cluster brings: the
+"""The chart, installed for real with the project's helm on the one-node cluster: two Ready
+replicas, one leader on the Lease whose pod alone carries the leader label, the Service pointing
+at the leader only, and calls from outside the cluster through that Service answered. Then what a
+cluster does to it: a `helm upgrade` rolled out under load (one hand-over, no failed call), the
 leader pod deleted (a new leader within 20 s), the front killed by the node inside the pod (the
 pod restarted per its probes, or still Ready), and the PodDisruptionBudget refusing the eviction
-that would leave no replica answering."""
+that would leave no replica answering.
+
+The steps are one test, in order, on one release: the cluster is the machine's (its bridge and
+address), so one test is what makes it one cluster per suite run whatever the xdist workers."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +40,7 @@ CHART = ROOT / "deploy" / "helm" / "cloudprovider-grpc"
 RELEASE = "cpg"
 FULLNAME = f"{RELEASE}-cloudprovider-grpc"
 GROUP = "pool-a"
+LEADER_LABEL = "cloudprovider-grpc.io/leader"
 
 
 @dataclass
@@ -78,6 +84,9 @@ class Release:
         out = self.node.kubectl("get", "service", FULLNAME, "-n", self.namespace, "-o", "json").stdout
         return str(json.loads(out)["spec"]["clusterIP"])
 
+    def api(self) -> kubernetes.client.ApiClient:
+        return kubernetes.config.new_client_from_config(config_file=str(self.node.plane.kubeconfig))
+
     def ready_endpoints(self) -> list[str]:
         out = self.node.kubectl(
             "get",
@@ -107,18 +116,69 @@ def running(pod: dict[str, Any]) -> bool:
     return bool(pod.get("status", {}).get("phase") == "Running" and pod["status"].get("podIP"))
 
 
+def labelled_leader(pod: dict[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(LEADER_LABEL) == "true"
+
+
 def settled(release: Release) -> dict[str, Any] | None:
-    """The leader pod once two pods run, exactly one is Ready, it holds the Lease and the Service
-    points at it alone; else None."""
+    """The leader pod once two pods run and are Ready, exactly one is labelled the leader, it holds
+    the Lease and the Service points at it alone; else None."""
     pods = release.pods()
-    if len(pods) != 2 or not all(running(p) for p in pods):
+    if len(pods) != 2 or not all(running(p) and ready(p) for p in pods):
         return None
-    leaders = [p for p in pods if ready(p)]
+    leaders = [p for p in pods if labelled_leader(p)]
     if len(leaders) != 1 or release.holder() != leaders[0]["metadata"]["name"]:
         return None
     if release.ready_endpoints() != [leaders[0]["status"]["podIP"]]:
         return None
     return leaders[0]
+
+
+def rolled_out(release: Release) -> bool:
+    """What `kubectl rollout status` waits for, read through the API: the controller saw the new
+    template, every replica runs it and is available, no old one is left."""
+    with release.api() as client:
+        deployment = kubernetes.client.AppsV1Api(client).read_namespaced_deployment(
+            FULLNAME, release.namespace
+        )
+    status, want = deployment.status, deployment.spec.replicas
+    return bool(
+        (status.observed_generation or 0) >= deployment.metadata.generation
+        and (status.updated_replicas or 0) == want
+        and (status.replicas or 0) == want
+        and (status.available_replicas or 0) == want
+    )
+
+
+class HolderWatch:
+    """Every holder the Lease had, in order (the empty holder of a released Lease left out), read
+    every 0.1 s on a thread."""
+
+    def __init__(self, release: Release) -> None:
+        self.holders: list[str] = []
+        self._release = release
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HolderWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        with self._release.api() as client:
+            coordination = kubernetes.client.CoordinationV1Api(client)
+            while not self._stop.wait(0.1):
+                try:
+                    lease = coordination.read_namespaced_lease(FULLNAME, self._release.namespace)
+                except kubernetes.client.ApiException:
+                    continue
+                holder = lease.spec.holder_identity or ""
+                if holder and (not self.holders or self.holders[-1] != holder):
+                    self.holders.append(holder)
 
 
 @pytest.fixture(scope="module")
@@ -172,36 +232,89 @@ def every_rpc(release: Release, rounds: int = 3) -> EveryRpcLoop:
     return loop
 
 
-def test_chart_runs_one_leader_and_a_standby_behind_the_service(release: Release) -> None:
+def test_chart_on_a_real_node(release: Release) -> None:
+    """Install, then upgrade, delete, kill and evict, in order; each step's assertions say which."""
+    step_leader_and_standby_behind_the_service(release)
+    step_upgrade_under_load(release)
+    step_deleted_leader_replaced_within_20_seconds(release)
+    step_killed_front_restarted(release)
+    step_disruption_budget_refuses_the_last_replica(release)
+
+
+def step_leader_and_standby_behind_the_service(release: Release) -> None:
     leader = settled(release)
-    assert leader is not None
+    assert leader is not None, f"install: no settled leader and standby:\n{release.pods()}"
     standby = next(p for p in release.pods() if p["metadata"]["name"] != leader["metadata"]["name"])
-    assert not ready(standby)
+    assert ready(standby) and not labelled_leader(standby), f"install: the standby {standby['metadata']}"
     spec = leader["spec"]["containers"][0]["securityContext"]
-    assert spec["readOnlyRootFilesystem"] is True and spec.get("runAsNonRoot", True)
+    assert spec["readOnlyRootFilesystem"] is True and spec.get("runAsNonRoot", True), f"install: {spec}"
     loop = every_rpc(release)
-    assert loop.failures() == 0, loop.failed
-    assert loop.answered.get("NodeGroups", 0) >= 3
+    assert loop.failures() == 0, f"install: calls through the Service failed: {loop.failed}"
+    assert loop.answered.get("NodeGroups", 0) >= 3, f"install: NodeGroups answered {loop.answered}"
 
 
-def test_deleted_leader_is_replaced_within_20_seconds(release: Release) -> None:
+def step_upgrade_under_load(release: Release) -> None:
+    """`helm upgrade` to a new image tag while every RPC goes through the Service: the rollout
+    completes (the standby replaced first, the leader last), the leadership moves once, no call
+    fails."""
+    before = settled(release)
+    assert before is not None, f"upgrade: not settled before:\n{release.pods()}"
+    old_pods = {p["metadata"]["name"] for p in release.pods()}
+    loop = EveryRpcLoop(f"{release.service_ip()}:8086", GROUP, release.pki).start()
+    try:
+        poll(lambda: loop.calls.get("Refresh", 0) >= 3, 120, "upgrade: the loop to run")
+        with HolderWatch(release) as watch:
+            started = time.monotonic()
+            release.helm_run(
+                "upgrade", RELEASE, str(CHART), f"--values={release.values}", "--set=image.tag=realnode-2"
+            )
+            poll(lambda: rolled_out(release), 300, f"upgrade: the rollout to complete:\n{release.pods()}")
+            took = time.monotonic() - started
+            poll(lambda: settled(release), 60, f"upgrade: a leader and a standby again:\n{release.pods()}")
+            after = loop.calls.get("Refresh", 0)
+            poll(lambda: loop.calls.get("Refresh", 0) >= after + 3, 120, "upgrade: calls after the rollout")
+    finally:
+        loop.stop()
+    calls, answered = sum(loop.calls.values()), sum(loop.answered.values())
+    print(
+        f"\nupgrade rolled out in {took:.1f} s; {calls} calls, {answered} answered OK,"
+        f" {loop.failures()} failed, other statuses {loop.other}; holders {watch.holders}"
+    )
+    assert loop.failures() == 0, f"upgrade: calls failed: {loop.failed}"
+    assert len(watch.holders) == 2 and watch.holders[0] == before["metadata"]["name"], (
+        f"upgrade: the Lease should change holder exactly once, from the old leader: {watch.holders}"
+    )
+    pods = release.pods()
+    assert not old_pods & {p["metadata"]["name"] for p in pods}, f"upgrade: old pods left: {pods}"
+    assert all(p["spec"]["containers"][0]["image"].endswith(":realnode-2") for p in pods), pods
     leader = settled(release)
-    assert leader is not None
+    assert leader is not None and leader["metadata"]["name"] == watch.holders[-1], (
+        f"upgrade: the last holder {watch.holders[-1]} is not the one leader-labelled ready endpoint"
+    )
+
+
+def step_deleted_leader_replaced_within_20_seconds(release: Release) -> None:
+    leader = settled(release)
+    assert leader is not None, f"delete: not settled before:\n{release.pods()}"
     name = leader["metadata"]["name"]
     deleted = time.monotonic()
     release.node.kubectl("delete", "pod", name, "-n", release.namespace, "--wait=false")
     poll(
-        lambda: release.holder() not in ("", name), 20, f"a new holder of the Lease than {name}", interval=0.2
+        lambda: release.holder() not in ("", name),
+        20,
+        f"delete: a new holder of the Lease than {name} within 20 s",
+        interval=0.2,
     )
     took = time.monotonic() - deleted
     print(f"\nleader {name} deleted: new leader {release.holder()} after {took:.1f} s")
-    poll(lambda: settled(release), 120, "a leader and a standby again", interval=0.5)
-    assert every_rpc(release).failures() == 0
+    poll(lambda: settled(release), 120, "delete: a leader and a standby again", interval=0.5)
+    loop = every_rpc(release)
+    assert loop.failures() == 0, f"delete: calls through the Service failed after: {loop.failed}"
 
 
-def test_killed_front_is_restarted_and_the_pod_recovers(release: Release) -> None:
+def step_killed_front_restarted(release: Release) -> None:
     leader = settled(release)
-    assert leader is not None
+    assert leader is not None, f"kill: not settled before:\n{release.pods()}"
     uid = leader["metadata"]["uid"]
     killed = _front_pid(release.node, uid)
     os.kill(killed, signal.SIGKILL)  # as the node's OOM killer would
@@ -209,27 +322,36 @@ def test_killed_front_is_restarted_and_the_pod_recovers(release: Release) -> Non
     poll(
         lambda: _front_pid(release.node, uid, missing_ok=True) not in (0, killed),
         60,
-        "the front to run again",
+        "kill: the front to run again",
     )
-    poll(lambda: settled(release), 120, "a leader and a standby again", interval=0.5)
-    assert every_rpc(release).failures() == 0
+    poll(lambda: settled(release), 120, "kill: a leader and a standby again", interval=0.5)
+    loop = every_rpc(release)
+    assert loop.failures() == 0, f"kill: calls through the Service failed after: {loop.failed}"
 
 
-def test_pod_disruption_budget_refuses_evicting_the_leader(release: Release) -> None:
+def step_disruption_budget_refuses_the_last_replica(release: Release) -> None:
+    """Both replicas are Ready, so one may be evicted (a node drain moves it); the other, then,
+    may not: the budget keeps a replica that can answer."""
     leader = settled(release)
-    assert leader is not None
-    with kubernetes.config.new_client_from_config(config_file=str(release.node.plane.kubeconfig)) as api:
-        core = kubernetes.client.CoreV1Api(api)
-        body = kubernetes.client.V1Eviction(
-            metadata=kubernetes.client.V1ObjectMeta(
-                name=leader["metadata"]["name"], namespace=release.namespace
+    assert leader is not None, f"evict: not settled before:\n{release.pods()}"
+    standby = next(p for p in release.pods() if p["metadata"]["name"] != leader["metadata"]["name"])
+    with release.api() as client:
+        core = kubernetes.client.CoreV1Api(client)
+
+        def evict(pod: dict[str, Any]) -> None:
+            name = pod["metadata"]["name"]
+            body = kubernetes.client.V1Eviction(
+                metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=release.namespace)
             )
-        )
+            core.create_namespaced_pod_eviction(name, release.namespace, body)
+
+        evict(standby)
         with pytest.raises(kubernetes.client.ApiException) as refused:
-            core.create_namespaced_pod_eviction(leader["metadata"]["name"], release.namespace, body)
-    assert refused.value.status == 429, refused.value.body
-    assert "disruption budget" in str(refused.value.body)
-    assert settled(release) is not None
+            evict(leader)
+    assert refused.value.status == 429, f"evict: {refused.value.body}"
+    assert "disruption budget" in str(refused.value.body), f"evict: {refused.value.body}"
+    poll(lambda: settled(release), 120, "evict: a leader and a standby again", interval=0.5)
+    assert settled(release)["metadata"]["name"] == leader["metadata"]["name"], "evict: the leader moved"
 
 
 def _front_pid(node: Cluster, pod_uid: str, *, missing_ok: bool = False) -> int:

@@ -2,7 +2,9 @@
 that follows readiness the way a Kubernetes Service does.
 
 `ReadinessProxy` listens on a loopback port and sends each new TCP connection to a replica whose
-/readyz answers 200 (checked every `PROBE_EVERY` seconds, like a kubelet readiness probe feeding an
+/readyz answers 200, the leader once it has taken over: what the chart's Service selects by the
+label the leader puts on its own pod just before (podrole.py; these processes run outside pods and
+label nothing) (checked every `PROBE_EVERY` seconds, like a kubelet readiness probe feeding an
 EndpointSlice); with no ready replica it refuses the connection at once, as kube-proxy rejects a
 Service without endpoints. An open connection stays with its replica until either side closes it,
 as with kube-proxy's conntrack: callers move to the new leader when the old one closes (GOAWAY).
@@ -43,11 +45,13 @@ PROBE_EVERY = 0.05
 HANDOVER_LINGER = 4 * PROBE_EVERY
 
 
-def is_ready(server: ServerProcess) -> bool:
+def is_ready(server: ServerProcess, path: str = "/readyz") -> bool:
+    """/readyz: the leader, taken over; /readyz/replica: a leader or a warm standby (a pod's
+    readiness probe, which a rolling update waits on)."""
     if server.proc.poll() is not None:
         return False
     try:
-        url = f"http://127.0.0.1:{server.metrics_port}/readyz"
+        url = f"http://127.0.0.1:{server.metrics_port}{path}"
         with urllib.request.urlopen(url, timeout=1) as resp:
             return resp.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
@@ -168,9 +172,13 @@ def start_replica(
     lease: Lease,
     name: str,
     extra: Iterable[str] = (),
+    pod_namespace: str = "",
 ) -> ServerProcess:
-    """One replica, identified as `name` (the pod name), alive once /healthz answers."""
+    """One replica, identified as `name` (the pod name), alive once /healthz answers. With
+    `pod_namespace` it labels the pod `name` there (podrole.py), as in a Deployment."""
     env = {"POD_NAME": name, "CLOUDPROVIDER_GRPC_LEADER_ELECT__HANDOVER_LINGER": str(HANDOVER_LINGER)}
+    if pod_namespace:
+        env["POD_NAMESPACE"] = pod_namespace
     return start_server(backend, workdir, cloud=cloud, extra=[*lease.flags(), *extra], env=env, name=name)
 
 
@@ -493,14 +501,16 @@ class Upgrade:
 
 
 def rolling_upgrade(work: Path, lease: Lease, pki: Pki | None = None) -> Upgrade:
-    """Two replicas; then, twice, a new replica starts and the oldest gets SIGTERM (the order of a
-    Deployment's RollingUpdate with maxSurge 1, maxUnavailable 0), under the RPC loop (with mutual
-    TLS when `pki` is given). Checked at the end: every write answered OK was executed exactly once,
-    by one replica, whether it reached the leader or was forwarded by one handing over: the
-    replicas' logs hold exactly one `target a -> b` line per IncreaseSize answered OK and one
-    `(decrease)` line per DecreaseTargetSize answered OK. (The pool's final size is no measure:
-    a DecreaseTargetSize answered before the listing shows the machine it would have dropped is
-    kept, by design, so the pool may end above the sum of the answers.)"""
+    """Two replicas; then, twice, a new replica starts and, once it is ready as a replica, an old one
+    gets SIGTERM: the old standby first, the old leader last (a Deployment's RollingUpdate with
+    maxSurge 1, maxUnavailable 0 deletes the old pod with the lowest pod-deletion-cost first, and
+    the leader's pod has the higher one), so the leadership is handed over once; under the RPC
+    loop (with mutual TLS when `pki` is given). Checked at the end: every write answered OK was
+    executed exactly once, by one replica, whether it reached the leader or was forwarded by one
+    handing over: the replicas' logs hold exactly one `target a -> b` line per IncreaseSize
+    answered OK and one `(decrease)` line per DecreaseTargetSize answered OK. (The pool's final
+    size is no measure: a DecreaseTargetSize answered before the listing shows the machine it
+    would have dropped is kept, by design, so the pool may end above the sum of the answers.)"""
     cloud = big_cloud("exoscale", work)
     tls = [] if pki is None else ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
     tls += [] if pki is None else ["--tls-ca", str(pki.ca)]
@@ -516,14 +526,18 @@ def rolling_upgrade(work: Path, lease: Lease, pki: Pki | None = None) -> Upgrade
         gid = next(iter(cloud.groups))
         loop = EveryRpcLoop(proxy.address, gid, pki).start()
         poll(lambda: loop.calls.get("Refresh", 0) >= 20, 30, "the loop to run")
+        old = list(replicas)
         for name in ("v2-a", "v2-b"):
-            replicas.append(start_replica(backend("exoscale"), work, cloud, lease, name, tls))
-            oldest = replicas.pop(0)
-            replicas.append(oldest)  # still probed (not ready) until it has gone
-            oldest.signal(signal.SIGTERM)
-            assert oldest.wait(40) == 0, oldest.output()[-2000:]
-            logs.append(oldest.output())
-            replicas.remove(oldest)
+            new = start_replica(backend("exoscale"), work, cloud, lease, name, tls)
+            replicas.append(new)
+            poll(lambda new=new: is_ready(new, "/readyz/replica"), 30, f"{name} to be ready as a replica")
+            # the standby first: its pod's deletion cost is the lower
+            going = next((r for r in old if not is_ready(r)), old[0])
+            old.remove(going)
+            going.signal(signal.SIGTERM)
+            assert going.wait(40) == 0, going.output()[-2000:]
+            logs.append(going.output())
+            replicas.remove(going)
             wait_leader(replicas, timeout=30)
         poll(lambda: loop.calls.get("Refresh", 0) >= 40, 30, "the loop to go on")
         loop.stop()
