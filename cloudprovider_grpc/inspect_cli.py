@@ -189,8 +189,11 @@ def _options(s: pb_grpc.CloudProviderStub, args: argparse.Namespace) -> Any:
     except grpc.RpcError as exc:
         if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
             raise
-        # no per-group overrides: CA keeps its own flags, which is an answer, not a failure
+        # an older server's way of saying "no per-group overrides": CA keeps its own flags
         return {"id": args.group, "options": None, "note": exc.details()}
+    if not resp.HasField("nodeGroupAutoscalingOptions"):
+        # no per-group overrides (an empty answer): every CA release keeps its own flags
+        return {"id": args.group, "options": None, "note": "the server sent no options"}
     opts = resp.nodeGroupAutoscalingOptions
     return {
         "id": args.group,

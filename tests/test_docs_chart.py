@@ -46,6 +46,7 @@ def facts(objects: list[dict[str, Any]]) -> dict[str, Any]:
         "token": pod.get("automountServiceAccountToken", account.get("automountServiceAccountToken", True)),
         "verbs": verbs,
         "cluster_roles": len(kinds(objects, "ClusterRole")),
+        "node_rules": [r for c in kinds(objects, "ClusterRole") for r in c["rules"]],
         "max_unavailable": pdb["spec"]["maxUnavailable"],
     }
 
@@ -62,15 +63,28 @@ def test_the_default_chart_is_as_the_page_says() -> None:
     assert got["strategy"] == strategy.group(1)
     assert got["rolling"] == {"maxSurge": int(strategy.group(2)), "maxUnavailable": int(strategy.group(3))}
     assert got["token"] is True and "**whose API token is mounted**" in text
-    lease = next(v for v in got["verbs"] if v[1])[1]  # the one Lease the Role names
+    lease = next(v for v in got["verbs"] if v[0] == ("leases",) and v[1])[1]  # the one Lease the Role names
+    status = ("cloudprovider-grpc-status",)
     assert got["verbs"] == {
         (("leases",), (), "create"),
         (("leases",), lease, "get"),
         (("leases",), lease, "update"),
         (("leases",), lease, "watch"),
+        (("pods",), (), "get"),
+        (("pods",), (), "patch"),
+        (("configmaps",), (), "create"),
+        (("configmaps",), status, "get"),
+        (("configmaps",), status, "update"),
+        (("events",), (), "create"),
+        (("events",), (), "patch"),
     }
-    assert "may `create` Leases and `get`, `update`, `watch` the one Lease" in text
-    assert got["cluster_roles"] == 0 and "no ClusterRole" in text
+    flat = " ".join(text.split())
+    assert "may `create` Leases and `get`, `update`, `watch` the one Lease" in flat
+    assert "and `get`, `patch` pods" in flat
+    assert "may `create` ConfigMaps, `get`, `update` the one ConfigMap `cloudprovider-grpc-status`" in flat
+    assert "and `create`, `patch` Events" in flat
+    assert got["cluster_roles"] == 1 and "one ClusterRole, which may only `get` Nodes" in flat
+    assert got["node_rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
     stated_pdb = int(re.search(r"PodDisruptionBudget with \*\*`maxUnavailable: (\d+)`\*\*", text).group(1))  # type: ignore[union-attr]
     assert got["max_unavailable"] == stated_pdb
 
