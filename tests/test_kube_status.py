@@ -27,7 +27,7 @@ from cloudprovider_grpc.server import start_server
 from cloudprovider_grpc.status import snapshot
 from tests.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.controlplane import ControlPlane
-from tests.support.servers import ManualClock, channel, stub
+from tests.support.servers import BackendClock, ManualClock, channel, stub
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ def test_events_stay_bounded_under_a_ten_minute_failure_loop(
     ns = control_plane.namespace("flood")
     core = _core(control_plane)
     clock = ManualClock(start=time.time())
-    provider = build_provider("cherry", example_ctx(sold_out, inline_workers=True, clock=clock))
+    provider = build_provider("cherry", example_ctx(sold_out, inline_workers=True, clock=BackendClock(clock)))
     reporter = KubeReporter(core, ns, lambda: snapshot(provider), identity="flood-test", clock=clock)
     provider.activity.listen(reporter.occurred, reporter.refreshed)  # type: ignore[attr-defined]
     provider.start()

@@ -20,11 +20,8 @@ from tests.support.certs import Pki
 
 
 class ManualClock:
-    """A clock tests advance by hand; drives sim provisioning delays and worker backoff. It is a
-    `cloudprovider_grpc.clock.Clock` (a wait advances it, as on the simulator's virtual clock) and,
-    called, reads the time, for the parts that take a plain time function."""
-
-    virtual = True
+    """A clock tests advance by hand; drives sim provisioning delays and worker backoff. A plain
+    time function: an emulator given one keeps its rate limit on real time."""
 
     def __init__(self, start: float = 1000.0) -> None:
         self.t = start
@@ -33,24 +30,33 @@ class ManualClock:
     def __call__(self) -> float:
         return self.t
 
-    def now(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        """Advance by `seconds`, and by at least one representable step: at epoch-sized readings a
-        tiny wait would otherwise leave the reading unchanged and a rate-limit waiter spinning."""
-        with self._lock:
-            self.t = max(self.t + max(seconds, 0.0), math.nextafter(self.t, math.inf))
-
-    def rng(self) -> random.Random:
-        return random.Random(0)
-
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.t += seconds
+
+
+class BackendClock:
+    """A `ManualClock` as a backend's `cloudprovider_grpc.clock.Clock` (what `ProviderContext.clock`
+    takes): a wait advances it, by at least one representable step, as on the simulator's clock."""
+
+    virtual = True
+
+    def __init__(self, manual: ManualClock) -> None:
+        self.manual = manual
+
+    def now(self) -> float:
+        return self.manual.t
+
+    def monotonic(self) -> float:
+        return self.manual.t
+
+    def sleep(self, seconds: float) -> None:
+        m = self.manual
+        with m._lock:
+            m.t = max(m.t + max(seconds, 0.0), math.nextafter(m.t, math.inf))
+
+    def rng(self) -> random.Random:
+        return random.Random(0)
 
 
 @contextmanager
@@ -74,7 +80,7 @@ def sim_server(
         "sim",
         ProviderContext(
             options=dict(options or {}),
-            clock=clock,
+            clock=BackendClock(clock) if clock is not None else None,
             inline_workers=inline,
             state_file=state_file,
             nodes=nodes,
