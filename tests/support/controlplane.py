@@ -110,20 +110,20 @@ def ldflags() -> str:
     return f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
 
 
-def build_apiserver() -> Path:
-    """kube-apiserver from tests/controlplane, built once per version of that module (cached under
-    a hash of its files and the build flags), at low CPU priority since the build runs beside the
-    tests (`prebuild`). Raises RuntimeError when Go or the proxy fails."""
+def _build_k8s(name: str, source: Path) -> Path:
+    """The Go program in `source` (go.mod, go.sum, main.go) built as `name` once per version of its
+    files and the build flags (cached under a hash of both), at low CPU priority since the build runs
+    beside the tests (`prebuild`). Raises RuntimeError when Go or the proxy fails."""
 
     def prepare(scratch: Path) -> Path:
-        for name in ("go.mod", "go.sum", "main.go"):
-            shutil.copy2(SOURCE / name, scratch / name)
+        for file in ("go.mod", "go.sum", "main.go"):
+            shutil.copy2(source / file, scratch / file)
         return scratch
 
     flags = ldflags()
-    key = gotools.tree_key(SOURCE, extra=f"{flags} {GCFLAGS} {sorted(BUILD_ENV.items())}")
+    key = gotools.tree_key(source, extra=f"{flags} {GCFLAGS} {sorted(BUILD_ENV.items())}")
     built = gotools.go_build(
-        "kube-apiserver",
+        name,
         key,
         prepare,
         ["."],
@@ -133,7 +133,12 @@ def build_apiserver() -> Path:
         background=True,
         timeout=BUILD_TIMEOUT,
     )
-    return built / "kube-apiserver"
+    return built / name
+
+
+def build_apiserver() -> Path:
+    """kube-apiserver from tests/controlplane."""
+    return _build_k8s("kube-apiserver", SOURCE)
 
 
 #: The realnode tier's kubelet, kube-proxy, kube-scheduler and kube-controller-manager, one executable.
@@ -143,26 +148,7 @@ NODE_SOURCE = SOURCE.parent / "realnode" / "k8s"
 def build_node_components() -> Path:
     """`k8s-node` (kubelet, kube-proxy, kube-scheduler, kube-controller-manager; the first names one)
     from tests/realnode/k8s, built and cached exactly as kube-apiserver is, at the same release."""
-
-    def prepare(scratch: Path) -> Path:
-        for name in ("go.mod", "go.sum", "main.go"):
-            shutil.copy2(NODE_SOURCE / name, scratch / name)
-        return scratch
-
-    flags = ldflags()
-    key = gotools.tree_key(NODE_SOURCE, extra=f"{flags} {GCFLAGS} {sorted(BUILD_ENV.items())}")
-    built = gotools.go_build(
-        "k8s-node",
-        key,
-        prepare,
-        ["."],
-        ldflags=flags,
-        gcflags=GCFLAGS,
-        env=BUILD_ENV,
-        background=True,
-        timeout=BUILD_TIMEOUT,
-    )
-    return built / "k8s-node"
+    return _build_k8s("k8s-node", NODE_SOURCE)
 
 
 def debian_package(package: str) -> Path:
