@@ -27,12 +27,12 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cloudprovider_grpc.config import Settings  # noqa: E402
+from cloudprovider_grpc.config.settings import Settings  # noqa: E402
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator  # noqa: E402
+from cloudprovider_grpc.grpcapi.server import start_server  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
-from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator  # noqa: E402
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider  # noqa: E402
-from cloudprovider_grpc.server import start_server  # noqa: E402
 
 KEY, SECRET, ZONE = "EXObenchkey", "bench-secret", "ch-gva-2"
 

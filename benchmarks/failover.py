@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cloudprovider_grpc.config import parse_duration  # noqa: E402
+from cloudprovider_grpc.config.settings import parse_duration  # noqa: E402
 from tests.support.backends import backend  # noqa: E402
 from tests.support.certs import write_pki  # noqa: E402
 from tests.support.ha import Kill, Lease, kill_chain, rolling_upgrade  # noqa: E402

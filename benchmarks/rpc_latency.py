@@ -103,8 +103,8 @@ def go_client(port: int, calls: int) -> None:
 def handler_times(config: dict, calls: int) -> None:
     """The same RPCs handled in-process, straight into the servicer: our own code's cost, without
     gRPC's transport on either side."""
+    from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-    from cloudprovider_grpc.service import CloudProviderServicer
 
     provider = build_provider("sim", ProviderContext(options=config["sim"]))
     provider.start()

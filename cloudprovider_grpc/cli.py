@@ -17,14 +17,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc.memory import limit_malloc_arenas
+from cloudprovider_grpc.grpcapi.memory import limit_malloc_arenas
 
 # before grpc is imported: its core starts threads of its own, and glibc fixes the arena limit when
 # the first of them allocates
 limit_malloc_arenas()
 
-from cloudprovider_grpc import __version__, logs  # noqa: E402
-from cloudprovider_grpc.errors import ConfigError  # noqa: E402
+from cloudprovider_grpc import __version__  # noqa: E402
+from cloudprovider_grpc.core.errors import ConfigError  # noqa: E402
+from cloudprovider_grpc.observability import logs  # noqa: E402
 
 EXIT_CONFIG = 2
 
@@ -209,7 +210,7 @@ def _add_leader_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from cloudprovider_grpc.config import load_settings
+    from cloudprovider_grpc.config.settings import load_settings
 
     def flag(name: str) -> Any:
         return getattr(args, name, None)
@@ -245,7 +246,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from cloudprovider_grpc.server import ServerStartError, serve_forever
+    from cloudprovider_grpc.grpcapi.server import ServerStartError, serve_forever
 
     settings = _settings(args)
     logs.setup(settings.log_level, settings.log_format)
@@ -264,8 +265,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate flags, files and the backend's configuration, then (unless --offline) ask the
-    cloud's API once with the given credentials (cloudprovider_grpc/checkconfig.py)."""
-    from cloudprovider_grpc import checkconfig
+    cloud's API once with the given credentials (cloudprovider_grpc/commands/checkconfig.py)."""
+    from cloudprovider_grpc.commands import checkconfig
 
     return checkconfig.run(_settings(args), offline=args.offline)
 
@@ -354,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         "build-front", help="build the compiled front (needs Go) into the user cache; prints its path"
     )
     build_front.set_defaults(func=cmd_build_front)
-    from cloudprovider_grpc import inspect_cli
+    from cloudprovider_grpc.commands import inspect as inspect_cli
 
     inspect_cli.add_commands(sub)
     version = sub.add_parser("version", help="print versions")
@@ -371,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cloudprovider_grpc.secrets import register_environment
+    from cloudprovider_grpc.config.secrets import register_environment
 
     register_environment(os.environ)
     logs.install_hooks()

@@ -1,12 +1,12 @@
 """The providers' activity record (providers/activity.py) and the status document's rules
-(status.py): which occurrences a failure makes, which back-off it holds, what counts as a change."""
+(observability/status.py): which occurrences a failure makes, which back-off it holds, what counts as a change."""
 
 from __future__ import annotations
 
 import pytest
 
-from cloudprovider_grpc import status
-from cloudprovider_grpc.clouderrors import ErrorClass
+from cloudprovider_grpc.core.clouderrors import ErrorClass
+from cloudprovider_grpc.observability import status
 from cloudprovider_grpc.providers.activity import Activity, Occurrence
 from tests.support.servers import ManualClock
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cloudprovider_grpc import __version__
-from cloudprovider_grpc.config import load_settings
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.config.settings import load_settings
+from cloudprovider_grpc.core.errors import ConfigError
 
 pytestmark = pytest.mark.integration
 

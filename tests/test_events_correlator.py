@@ -1,11 +1,11 @@
-"""Event correlation as client-go's EventCorrelator (cloudprovider_grpc/events.py): counting,
+"""Event correlation as client-go's EventCorrelator (cloudprovider_grpc/observability/events.py): counting,
 aggregation and the per-object token bucket, on an injected clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from cloudprovider_grpc.events import (
+from cloudprovider_grpc.observability.events import (
     AGGREGATE_PREFIX,
     SPAM_BURST,
     Correlator,

@@ -97,7 +97,7 @@ def test_gpu_label_and_gpu_types_agree(cloud: str) -> None:
     """CA finds a node's GPU type under GPULabel and checks it against GetAvailableGPUTypes: types
     without a label are a promise no node can keep (a label without types is a cloud with no GPU
     group now). Every GPU template carries the label with one of the types."""
-    from cloudprovider_grpc.errors import NotImplementedByProvider
+    from cloudprovider_grpc.core.errors import NotImplementedByProvider
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
 
     provider = build_provider(cloud, ProviderContext(emulate=True, inline_workers=True))

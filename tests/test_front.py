@@ -26,13 +26,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cloudprovider_grpc import metrics, rawparse, service
-from cloudprovider_grpc.config import Settings
-from cloudprovider_grpc.errors import NotFound
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.core.errors import NotFound
 from cloudprovider_grpc.front import binary
+from cloudprovider_grpc.grpcapi import rawparse
+from cloudprovider_grpc.grpcapi import servicer as service
+from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
+from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeGroup, NodeRef
-from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.support.front import children, gone, serve
 from tests.support.ports import free_port
 from tests.support.servers import channel, stub
@@ -368,7 +370,7 @@ def test_malformed_bodies_reach_python_every_time(monkeypatch, caplog) -> None:
     with dial_server(Dial()) as handle, channel(handle) as ch:
         raw = ch.unary_unary(f"/{service.SERVICE_NAME}/{TARGET}")
         _, python0 = split_counts(handle, TARGET, "INVALID_ARGUMENT")
-        with caplog.at_level(logging.WARNING, logger="cloudprovider_grpc.service"):
+        with caplog.at_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer"):
             for _ in range(3):
                 with pytest.raises(grpc.RpcError) as info:
                     raw(b"\xff\xff\xff", timeout=5)

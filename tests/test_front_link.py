@@ -27,12 +27,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cloudprovider_grpc import rawparse
 from cloudprovider_grpc.front.counters import FrontCounters
 from cloudprovider_grpc.front.link import LinkServer
 from cloudprovider_grpc.front.process import FrontProcess
+from cloudprovider_grpc.grpcapi import rawparse
+from cloudprovider_grpc.grpcapi.servicer import CACHEABLE, SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.service import CACHEABLE, SERVICE_NAME
 from tests.support.servers import channel, sim_server, stub
 from tests.support.waits import poll
 from tests.test_front import Dial, dial_server

@@ -18,11 +18,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cloudprovider_grpc.grpcapi.server import ServerHandle
+from cloudprovider_grpc.grpcapi.servicer import SERVICE_NAME
+from cloudprovider_grpc.grpcapi.wire import options_to_pb
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
-from cloudprovider_grpc.server import ServerHandle
-from cloudprovider_grpc.service import SERVICE_NAME
-from cloudprovider_grpc.wire import options_to_pb
 from tests.support.servers import channel, sim_server
 
 pytestmark = pytest.mark.integration
@@ -163,7 +163,7 @@ def front(request: pytest.FixtureRequest) -> str:
 def test_ca_1_25_to_1_28_gets_no_options_for_any_group(
     front: str, compiled_front: Path | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.service")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
         legacy = defaults_of("1.25-1.28")

@@ -1,4 +1,4 @@
-"""The hand-over relay's phases (cloudprovider_grpc/handover.py) one at a time, with threads standing
+"""The hand-over relay's phases (cloudprovider_grpc/ha/handover.py) one at a time, with threads standing
 in for concurrent RPCs. The forwarding itself, over real sockets between real replicas (plaintext
 and mutual TLS): tests/test_leader_election.py and benchmarks/failover.py."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.errors import Unavailable
-from cloudprovider_grpc.handover import HandOverRelay, Phase, advertised_address, certificate_name
+from cloudprovider_grpc.core.errors import Unavailable
+from cloudprovider_grpc.ha.handover import HandOverRelay, Phase, advertised_address, certificate_name
 from tests.support.certs import make_ca, pem, write_pki
 
 pytestmark = pytest.mark.unit

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc import inspect_cli
 from cloudprovider_grpc.cli import main
-from cloudprovider_grpc.server import ServerHandle
+from cloudprovider_grpc.commands import inspect as inspect_cli
+from cloudprovider_grpc.grpcapi.server import ServerHandle
 from tests.support.certs import Pki
 from tests.support.ports import free_port
 from tests.support.servers import sim_server

@@ -15,16 +15,16 @@ import kubernetes
 import pytest
 import yaml
 
-from cloudprovider_grpc.config import Settings
-from cloudprovider_grpc.events import SPAM_BURST
-from cloudprovider_grpc.kubereport import CONFIGMAP, KubeReporter
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.emulators.cherry import CherryEmulator
+from cloudprovider_grpc.grpcapi.server import start_server
+from cloudprovider_grpc.observability.events import SPAM_BURST
+from cloudprovider_grpc.observability.kubereport import CONFIGMAP, KubeReporter
+from cloudprovider_grpc.observability.status import snapshot
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.activity import Occurrence
-from cloudprovider_grpc.providers.cherry import CherryEmulator
 from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.registry import build_provider
-from cloudprovider_grpc.server import start_server
-from cloudprovider_grpc.status import snapshot
 from tests.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.controlplane import ControlPlane
 from tests.support.servers import BackendClock, ManualClock, channel, stub

@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cloudprovider_grpc.emulator import FaultPlan
+from cloudprovider_grpc.emulators import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import backend
 from tests.support.certs import write_pki

@@ -10,10 +10,10 @@ import itertools
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from cloudprovider_grpc.config import LeaderElection
-from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.leader import Elector
-from cloudprovider_grpc.lease import LeaseLock
+from cloudprovider_grpc.config.settings import LeaderElection
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.ha.election import Elector
+from cloudprovider_grpc.ha.lease import LeaseLock
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.unit
@@ -119,7 +119,7 @@ def test_release_lets_the_next_candidate_in_at_once() -> None:
     ],
 )
 def test_settings_follow_client_gos_rules(values: dict[str, str], problem: str) -> None:
-    from cloudprovider_grpc.config import load_settings
+    from cloudprovider_grpc.config.settings import load_settings
 
     with pytest.raises(ConfigError, match=problem):
         load_settings(None, {"leader_elect": {"enabled": True, **values}})
@@ -151,7 +151,7 @@ def test_flags_take_cas_names_and_go_booleans() -> None:
 
 
 def test_a_dry_run_needs_no_leader() -> None:
-    from cloudprovider_grpc.config import load_settings
+    from cloudprovider_grpc.config.settings import load_settings
 
     with pytest.raises(ConfigError, match="dry_run"):
         load_settings(None, {"dry_run": True, "leader_elect": {"enabled": True}})
@@ -162,7 +162,7 @@ def test_a_prober_that_hung_up_is_not_a_traceback(
 ) -> None:
     """Readiness probes on a busy machine time out and hang up; the metrics port stays quiet about
     it, and reports anything else as one log line."""
-    from cloudprovider_grpc import metricshttp
+    from cloudprovider_grpc.observability import metrics_port as metricshttp
 
     server = metricshttp._MetricsServer.__new__(metricshttp._MetricsServer)  # its handler only, no socket
     for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):

@@ -11,9 +11,9 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from cloudprovider_grpc import rawparse
+from cloudprovider_grpc.grpcapi import rawparse
+from cloudprovider_grpc.grpcapi.servicer import MAX_MESSAGE, SERVICE_NAME, safe_message
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.service import MAX_MESSAGE, SERVICE_NAME, safe_message
 from tests.support.servers import channel, sim_server, stub
 
 pytestmark = pytest.mark.integration

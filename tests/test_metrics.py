@@ -71,7 +71,7 @@ def test_every_family_is_documented(exposition: str) -> None:
 
 
 def test_every_family_the_code_defines_is_documented() -> None:
-    source = (ROOT / "cloudprovider_grpc" / "metrics.py").read_text()
+    source = (ROOT / "cloudprovider_grpc" / "observability" / "metrics.py").read_text()
     defined = {base(name) for name in re.findall(r'"(cloudprovider_grpc_\w+)"', source)}
     assert defined
     assert defined <= documented(), sorted(defined - documented())

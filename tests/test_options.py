@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.options import (
     ClientTuning,
     check_known,

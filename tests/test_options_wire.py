@@ -8,9 +8,14 @@ from unittest import mock
 
 import pytest
 
+from cloudprovider_grpc.grpcapi.wire import (
+    from_ca_before_1_29,
+    options_from_pb,
+    options_to_pb,
+    unknown_fields,
+)
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
-from cloudprovider_grpc.wire import from_ca_before_1_29, options_from_pb, options_to_pb, unknown_fields
 
 pytestmark = pytest.mark.unit
 
@@ -82,12 +87,12 @@ def test_unknown_fields_are_found_byte_for_byte_whatever_their_wire_type() -> No
 def test_the_withheld_overrides_warning_names_every_group_asked_since_the_last(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from cloudprovider_grpc.getoptions import _OverridesWithheld
+    from cloudprovider_grpc.grpcapi.getoptions import _OverridesWithheld
 
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.service")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
     clock = [100.0]
     warning = _OverridesWithheld(interval=60.0)
-    with mock.patch("cloudprovider_grpc.logs.time.monotonic", lambda: clock[0]):
+    with mock.patch("cloudprovider_grpc.observability.logs.time.monotonic", lambda: clock[0]):
         warning.note("a")
         warning.note("b")
         warning.note("c")

@@ -17,9 +17,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cloudprovider_grpc.clouderrors import CloudError
-from cloudprovider_grpc.config import Settings
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.driver import (
     Machine,
@@ -31,7 +32,6 @@ from cloudprovider_grpc.providers.driver import (
 from cloudprovider_grpc.providers.pools import PoolProvider
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
 from cloudprovider_grpc.providers.sim import SimCloud, SimOptions, SimPoolDriver
-from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.support.servers import channel, stub
 
 pytestmark = pytest.mark.integration
@@ -391,7 +391,7 @@ class AsyncDriver(CountingDriver):
 
 
 def test_a_failed_operation_becomes_error_info_and_is_never_waited_for() -> None:
-    from cloudprovider_grpc.clouderrors import ErrorClass, InstanceError
+    from cloudprovider_grpc.core.clouderrors import ErrorClass, InstanceError
 
     cloud = _cloud(initial=1, stockout_after=1)
     clock = [1000.0]

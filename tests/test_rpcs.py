@@ -14,7 +14,8 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
-from cloudprovider_grpc.config import Settings
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
@@ -22,7 +23,6 @@ from cloudprovider_grpc.protos import k8s_pb2
 from cloudprovider_grpc.providers.contract import InstanceState
 from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver
 from cloudprovider_grpc.providers.machines import MachineProvider
-from cloudprovider_grpc.server import start_server
 from tests.support.servers import ManualClock, channel, sim_server, stub
 
 pytestmark = pytest.mark.integration
@@ -499,7 +499,7 @@ class _BadTemplateDriver(_BareDriver):
 def test_an_invalid_template_is_unimplemented_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     """UNIMPLEMENTED, not INTERNAL: from CA 1.32 a group whose template is "not implemented" is
     skipped, while any other error abandons the loop's template build for every group."""
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.service")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
     settings = Settings(address="127.0.0.1:0", metrics_address="")
     handle = start_server(settings, provider=MachineProvider(_BadTemplateDriver(), inline_workers=True))
     try:

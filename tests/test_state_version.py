@@ -34,11 +34,14 @@ from typing import Any
 
 import pytest
 
-from cloudprovider_grpc.clouderrors import CloudError
-from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan
-from cloudprovider_grpc.errors import ProviderError
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.core.errors import ProviderError
+from cloudprovider_grpc.emulators import EmulatorServer, FaultPlan
+from cloudprovider_grpc.emulators.cherry import CherryEmulator
+from cloudprovider_grpc.emulators.spc import SpcEmulator
+from cloudprovider_grpc.emulators.vultr import VultrEmulator
 from cloudprovider_grpc.providers.base import GroupProvider
-from cloudprovider_grpc.providers.cherry import CherryEmulator, make_client
+from cloudprovider_grpc.providers.cherry import make_client
 from cloudprovider_grpc.providers.cherry.config import load_config as load_cherry
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, NodeRef
@@ -48,11 +51,9 @@ from cloudprovider_grpc.providers.pools import PoolProvider
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext, build_provider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions, SimPoolDriver
 from cloudprovider_grpc.providers.sim.cloud import FailSpec, SimGroupSpec
-from cloudprovider_grpc.providers.spc import SpcEmulator
 from cloudprovider_grpc.providers.spc import make_client as make_spc_client
 from cloudprovider_grpc.providers.spc.config import load_config as load_spc
 from cloudprovider_grpc.providers.spc.driver import INSTANCE_ID_LABEL, NODE_GROUP_LABEL, ROLE_LABEL, SpcDriver
-from cloudprovider_grpc.providers.vultr import VultrEmulator
 from cloudprovider_grpc.providers.vultr import make_client as make_vultr_client
 from cloudprovider_grpc.providers.vultr.config import EmulatorPool
 from cloudprovider_grpc.providers.vultr.config import load_config as load_vultr

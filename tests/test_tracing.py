@@ -17,7 +17,7 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from cloudprovider_grpc import tracing
+from cloudprovider_grpc.observability import tracing
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import backend
 from tests.support.ports import free_port

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.errors import FailedPrecondition, Unavailable
-from cloudprovider_grpc.leader_gate import LeaderGate
+from cloudprovider_grpc.core.errors import FailedPrecondition, Unavailable
+from cloudprovider_grpc.ha.term_gate import LeaderGate
 from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.gate import DRY_RUN_WRITES, DryRunGate, Write
 from cloudprovider_grpc.providers.journal import Journal

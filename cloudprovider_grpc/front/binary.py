@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from cloudprovider_grpc.gotoolchain import file_lock, go_binary, user_cache
-from cloudprovider_grpc.gotoolchain import go_env as _go_env
+from cloudprovider_grpc.front.gotoolchain import file_lock, go_binary, user_cache
+from cloudprovider_grpc.front.gotoolchain import go_env as _go_env
 
 SOURCE_DIR = Path(__file__).resolve().parent
 BINARY_NAME = "cpg-front"

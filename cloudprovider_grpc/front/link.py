@@ -37,8 +37,8 @@ from typing import Any
 
 import grpc
 
-from cloudprovider_grpc.logs import OncePer
-from cloudprovider_grpc.service import VERSION_TRAILER
+from cloudprovider_grpc.grpcapi.servicer import VERSION_TRAILER
+from cloudprovider_grpc.observability.logs import OncePer
 
 log = logging.getLogger("cloudprovider_grpc.front")
 

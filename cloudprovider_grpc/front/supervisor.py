@@ -25,18 +25,18 @@ from pathlib import Path
 
 import grpc
 
-from cloudprovider_grpc import metrics
-from cloudprovider_grpc.config import Settings
-from cloudprovider_grpc.errors import ConfigError, ServerStartError
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.core.errors import ConfigError, ServerStartError
 from cloudprovider_grpc.front import binary as front_binary_mod
 from cloudprovider_grpc.front.counters import FrontCounters
 from cloudprovider_grpc.front.link import Call, LinkServer
 from cloudprovider_grpc.front.process import FrontProcess, FrontStartError, map_field_paths
+from cloudprovider_grpc.grpcapi.servicer import CACHEABLE, SERVICE_NAME
+from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.service import CACHEABLE, SERVICE_NAME
-from cloudprovider_grpc.tlsreload import CertReloader
+from cloudprovider_grpc.tls.reload import CertReloader
 
-log = logging.getLogger("cloudprovider_grpc.server")
+log = logging.getLogger("cloudprovider_grpc.grpcapi.server")
 
 #: restarts of a dead front allowed within RESTART_WINDOW seconds; one more and the server exits 1
 MAX_RESTARTS = 5

@@ -22,9 +22,8 @@ import requests
 import requests.auth
 import urllib3.exceptions
 
-from cloudprovider_grpc import tracing
-from cloudprovider_grpc.clock import Clock, or_wall
-from cloudprovider_grpc.clouderrors import CloudError
+from cloudprovider_grpc.core.clock import Clock, or_wall
+from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.http.fence import check_fence
 from cloudprovider_grpc.http.ratelimit import TokenBucket
 from cloudprovider_grpc.http.retry import (
@@ -33,7 +32,8 @@ from cloudprovider_grpc.http.retry import (
     parse_retry_after,
     status_is_retryable,
 )
-from cloudprovider_grpc.metrics import CLOUD_LATENCY, CLOUD_REQUESTS
+from cloudprovider_grpc.observability import tracing
+from cloudprovider_grpc.observability.metrics import CLOUD_LATENCY, CLOUD_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class HttpClient:
         clock: Clock | None = None,
     ) -> None:
         # every wait (back-off, rate limit) and every elapsed-time budget on one clock: a
-        # simulation's virtual one makes them cost simulated seconds (cloudprovider_grpc/clock.py)
+        # simulation's virtual one makes them cost simulated seconds (cloudprovider_grpc/core/clock.py)
         self._clock = or_wall(clock)
         if sleep is None:
             sleep = self._clock.sleep

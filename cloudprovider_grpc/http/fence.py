@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from cloudprovider_grpc.clouderrors import CloudError
+from cloudprovider_grpc.core.clouderrors import CloudError
 
 _FENCE: ContextVar[Callable[[], bool] | None] = ContextVar("cloudprovider_grpc_write_fence", default=None)
 

@@ -5,7 +5,7 @@ Why a separate record: CA sees a failed creation only as errorInfo on a placehol
 operator reading `kubectl get events` or the status ConfigMap wants to know that the cloud refused
 (stock-out, quota), that a group is backing off, and when a machine was deleted. The shared
 machinery (providers/machines.py, providers/pools.py) reports each such moment here, once, and
-whoever listens (the Kubernetes reporter, kubereport.py) turns it into an Event off the RPC path.
+whoever listens (the Kubernetes reporter, observability/kubereport.py) turns it into an Event off the RPC path.
 
 Listeners are called with the provider's lock held, from RPC handlers and background workers: they
 must only queue and return.
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cloudprovider_grpc.clouderrors import ErrorClass
+from cloudprovider_grpc.core.clouderrors import ErrorClass
 
 log = logging.getLogger(__name__)
 

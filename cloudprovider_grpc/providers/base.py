@@ -38,9 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from cloudprovider_grpc import metrics
-from cloudprovider_grpc.clouderrors import CloudError, InstanceError
-from cloudprovider_grpc.errors import (
+from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
+from cloudprovider_grpc.core.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -48,6 +47,7 @@ from cloudprovider_grpc.errors import (
     Unavailable,
 )
 from cloudprovider_grpc.k8s.template import NodeTemplate
+from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.providers.activity import Activity
 from cloudprovider_grpc.providers.contract import (
     AutoscalingOptions,
@@ -284,7 +284,7 @@ class GroupProvider(CloudProvider, Generic[S]):
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until no background operation is queued or running: a leader handing over sends
-        what it accepted before releasing the Lease (leader.py); tests and benchmarks wait on it."""
+        what it accepted before releasing the Lease (ha/election.py); tests and benchmarks wait on it."""
         return self._jobs.wait_idle(timeout)
 
     # ------------------------------------------------------------------ refresh (cloud I/O)

@@ -8,7 +8,7 @@ workers. Most backends do not implement this class directly: they implement the 
 background workers and idempotency from `providers.machines.MachineProvider` or
 `providers.pools.PoolProvider`.
 
-Errors are raised as `cloudprovider_grpc.errors.ProviderError` subclasses; the service maps them
+Errors are raised as `cloudprovider_grpc.core.errors.ProviderError` subclasses; the service maps them
 to gRPC status codes.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from cloudprovider_grpc.clouderrors import ErrorClass, InstanceError
-from cloudprovider_grpc.errors import NotImplementedByProvider
+from cloudprovider_grpc.core.clouderrors import ErrorClass, InstanceError
+from cloudprovider_grpc.core.errors import NotImplementedByProvider
 from cloudprovider_grpc.k8s.template import NodeTemplate
 
 __all__ = [

@@ -24,7 +24,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cloudprovider_grpc.clouderrors import CloudError, InstanceError, MachineGone
+from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError, MachineGone
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 

@@ -15,7 +15,7 @@ only a process that may write the cloud may write the journal that describes its
 
 Policies: `OpenGate` (the default: everything passes), `DryRunGate` (`serve --dry-run`: each write
 logged as one line and counted, none made) and, for `serve --leader-elect`, the leader gate in
-cloudprovider_grpc/leader_gate.py (only the holder of a valid Lease term writes).
+cloudprovider_grpc/ha/term_gate.py (only the holder of a valid Lease term writes).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter
 
-from cloudprovider_grpc.errors import FailedPrecondition
+from cloudprovider_grpc.core.errors import FailedPrecondition
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from cloudprovider_grpc import tracing
 from cloudprovider_grpc.http.fence import fenced
+from cloudprovider_grpc.observability import tracing
 
 log = logging.getLogger(__name__)
 

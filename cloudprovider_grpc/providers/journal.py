@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError
 
 #: version 1 (machine shape only, no "shape" key) is still read
 VERSION = 2

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc.errors import ConfigError, unknown_key
+from cloudprovider_grpc.core.errors import ConfigError, unknown_key
 
 #: a Kubernetes quantity ("100m", "512Mi", "1"), for `reserved` resources
 _QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[kMGTPE]i?|[munk])?$")

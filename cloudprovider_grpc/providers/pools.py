@@ -38,9 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudprovider_grpc import metrics
-from cloudprovider_grpc.clouderrors import CloudError, InstanceError
-from cloudprovider_grpc.errors import Unavailable
+from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
+from cloudprovider_grpc.core.errors import Unavailable
+from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.providers import activity
 from cloudprovider_grpc.providers.base import GroupProvider, GroupStateBase, ListingSpan
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.driver import DriverBase
 from cloudprovider_grpc.providers.gate import WriteGate
@@ -62,7 +62,7 @@ class ProviderContext:
 
     `options` is the backend's own section of the YAML config file (validated by the backend,
     which raises ConfigError naming the key). `env` is the process environment, passed explicitly
-    so tests need not patch os.environ. `clock` (cloudprovider_grpc/clock.py) is the one clock
+    so tests need not patch os.environ. `clock` (cloudprovider_grpc/core/clock.py) is the one clock
     every timer of the backend runs on: the machinery's, the HTTP client's back-offs and rate
     limit, and its API emulator's boot and deletion times; the simulator passes its virtual clock.
     """
@@ -82,9 +82,9 @@ class ProviderContext:
 
     def secret(self, name: str, *, required: bool = False, default: str = "") -> str:
         """The secret environment variable `name`: stripped, checked for header safety, and masked in
-        every log line from now on (see cloudprovider_grpc/secrets.py). Backends read every secret
+        every log line from now on (see cloudprovider_grpc/config/secrets.py). Backends read every secret
         through this."""
-        from cloudprovider_grpc.secrets import read_secret
+        from cloudprovider_grpc.config.secrets import read_secret
 
         return read_secret(self.env, name, required=required, default=default)
 
@@ -110,7 +110,7 @@ class BuiltDriver:
 
 
 #: requests an emulator started for `--emulate` remembers (its request log, AliCloud's nonces): it
-#: serves the server's own client and nobody reads its history (emulator/server.py `keep_history`)
+#: serves the server's own client and nobody reads its history (emulators/server.py `keep_history`)
 EMBEDDED_EMULATOR_HISTORY = 500
 
 

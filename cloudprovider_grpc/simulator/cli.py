@@ -164,8 +164,8 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from cloudprovider_grpc import logs
-    from cloudprovider_grpc.errors import ConfigError
+    from cloudprovider_grpc.core.errors import ConfigError
+    from cloudprovider_grpc.observability import logs
     from cloudprovider_grpc.simulator.client import RpcError
     from cloudprovider_grpc.simulator.scenario import ScenarioError
 
@@ -252,7 +252,7 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
         except OSError as exc:
             raise ScenarioError(f"{args.scenario}: cannot read: {exc.strerror}") from None
         except yaml.YAMLError as exc:
-            from cloudprovider_grpc.config import yaml_problem
+            from cloudprovider_grpc.config.settings import yaml_problem
 
             raise ScenarioError(yaml_problem(args.scenario, exc)) from None
         if not isinstance(data, dict):
@@ -326,8 +326,8 @@ class group_source:
             self._close.append(transport.close)
             transport.wait_ready()
             return CAClient(transport)
+        from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
         from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-        from cloudprovider_grpc.service import CloudProviderServicer
         from cloudprovider_grpc.simulator.clock import VirtualClock
 
         clock = VirtualClock(datetime(2026, 1, 1, tzinfo=UTC))

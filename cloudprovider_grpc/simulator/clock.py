@@ -1,6 +1,6 @@
 """The virtual clock: simulated seconds since the scenario start, as epoch time for providers.
 
-One object for the whole run (see cloudprovider_grpc/clock.py): the loop sets it before every CA
+One object for the whole run (see cloudprovider_grpc/core/clock.py): the loop sets it before every CA
 loop, and the backend, its HTTP client and its API emulator read it and wait on it, so a node
 boots in the cloud's own boot time of simulated seconds and a day runs in seconds,
 deterministically. A wait inside a backend (a retry back-off, a rate-limit token) advances

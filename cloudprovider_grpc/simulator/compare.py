@@ -39,7 +39,7 @@ class Job:
 
 def simulate(job: Job) -> Report:
     """Run one job in this process (what every executor calls)."""
-    from cloudprovider_grpc import logs
+    from cloudprovider_grpc.observability import logs
     from cloudprovider_grpc.simulator.runner import run
     from cloudprovider_grpc.simulator.scenario import parse_scenario
 
@@ -56,7 +56,7 @@ def run_jobs(jobs: Sequence[Job], executor: str = "local", workers: int = 0) -> 
         return _dask(jobs, executor.removeprefix("dask://"))
     name, _, count = executor.partition(":")
     if name != "local":
-        from cloudprovider_grpc.errors import ConfigError
+        from cloudprovider_grpc.core.errors import ConfigError
 
         raise ConfigError("--executor", f"unknown executor {executor!r} (local, local:N or dask://HOST:PORT)")
     n = workers or (int(count) if count else min(len(jobs), os.cpu_count() or 1))
@@ -71,7 +71,7 @@ def _dask(jobs: Sequence[Job], address: str) -> list[Report]:
     try:
         from distributed import Client
     except ImportError:
-        from cloudprovider_grpc.errors import ConfigError
+        from cloudprovider_grpc.core.errors import ConfigError
 
         raise ConfigError(
             "--executor", "dask:// needs the 'distributed' package (pip install 'cloudprovider-grpc[dask]')"

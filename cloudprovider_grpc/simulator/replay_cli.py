@@ -39,7 +39,7 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
 
 def record(args: argparse.Namespace, fail: Callable[[str, int], int]) -> int:
     """`simulate --record DIR --from-cluster`: exit 0 when the log was written and closed."""
-    from cloudprovider_grpc import logs
+    from cloudprovider_grpc.observability import logs
     from cloudprovider_grpc.simulator.record import record_cluster
     from cloudprovider_grpc.simulator.scenario import ScenarioError, parse_duration
 

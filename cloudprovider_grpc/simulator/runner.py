@@ -64,10 +64,10 @@ def run(
             ca.close()
             world.close()
 
-    from cloudprovider_grpc.config import Settings
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
+    from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-    from cloudprovider_grpc.server import start_server
-    from cloudprovider_grpc.service import CloudProviderServicer
 
     # the scenario's `cloud:` section configures the scenario's own backend; another backend chosen
     # with --provider runs on its own defaults (with --emulate every backend needs nothing else)
@@ -83,7 +83,7 @@ def run(
         if timing:
             notes.append(timing)
     # one clock for everything the backend times: its machinery, its HTTP client's back-offs and
-    # rate limit, its emulator's boots and deletions (cloudprovider_grpc/clock.py)
+    # rate limit, its emulator's boots and deletions (cloudprovider_grpc/core/clock.py)
     ctx = ProviderContext(options=options, clock=clock, inline_workers=True, emulate=emulate)
     cloud = build_provider(backend, ctx)
     if transport == "in-process":

@@ -473,7 +473,7 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        from cloudprovider_grpc.config import yaml_problem
+        from cloudprovider_grpc.config.settings import yaml_problem
 
         raise ScenarioError(yaml_problem(p, exc)) from None
     return parse_scenario(data, str(p))

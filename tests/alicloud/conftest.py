@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from cloudprovider_grpc.providers.alicloud import AliCloudDriver, AliCloudEmulator, make_client
+from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
+from cloudprovider_grpc.providers.alicloud import AliCloudDriver, make_client
 from cloudprovider_grpc.providers.alicloud.config import load_config
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from tests.support.servers import ManualClock

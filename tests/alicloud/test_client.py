@@ -7,9 +7,11 @@ from types import SimpleNamespace
 import pytest
 from alibabacloud_tea_openapi.utils import Utils as TeaUtils
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
-from cloudprovider_grpc.emulator import FaultPlan
-from cloudprovider_grpc.providers.alicloud import AliClient, AliCloudEmulator, signing
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass
+from cloudprovider_grpc.emulators import FaultPlan
+from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
+from cloudprovider_grpc.formats import acs_signature as signing
+from cloudprovider_grpc.providers.alicloud import AliClient
 from cloudprovider_grpc.providers.alicloud.client import default_endpoint, flatten
 from cloudprovider_grpc.providers.alicloud.credentials import StaticCredentials
 from cloudprovider_grpc.providers.alicloud.errors import ApiError

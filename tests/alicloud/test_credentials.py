@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.clouderrors import CloudError
-from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
 from cloudprovider_grpc.providers.alicloud.config import load_config
 from cloudprovider_grpc.providers.alicloud.credentials import MetadataCredentials, OidcCredentials
 from cloudprovider_grpc.providers.alicloud.wiring import make_client

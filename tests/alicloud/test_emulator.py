@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from cloudprovider_grpc.emulator import FaultPlan
-from cloudprovider_grpc.providers.alicloud import AliCloudEmulator, emulator_ess, signing
+from cloudprovider_grpc.emulators import FaultPlan
+from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
+from cloudprovider_grpc.emulators.alicloud import ess as emulator_ess
+from cloudprovider_grpc.formats import acs_signature as signing
 from tests.alicloud.conftest import AK, GROUP_A, GROUP_B, REGION, SK, seed_groups
 from tests.support.servers import ManualClock
 

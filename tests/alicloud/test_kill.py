@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cloudprovider_grpc.emulator import FaultPlan
+from cloudprovider_grpc.emulators import FaultPlan
+from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
 from tests.alicloud.conftest import ENV, GROUP_A
 from tests.support.ports import free_port
 from tests.support.servers import ManualClock, stub

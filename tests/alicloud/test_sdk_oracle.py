@@ -15,7 +15,7 @@ from alibabacloud_sts20150401.client import Client as StsClient
 from alibabacloud_tea_openapi import exceptions as tea_exceptions
 from alibabacloud_tea_openapi.models import Config
 
-from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
+from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
 from tests.alicloud.conftest import AK, GROUP_A, OIDC_TOKEN, PROVIDER_ARN, REGION, ROLE_ARN, SK
 from tests.support.servers import ManualClock
 

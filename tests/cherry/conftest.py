@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from cloudprovider_grpc.providers.cherry import CherryEmulator, make_client
+from cloudprovider_grpc.emulators.cherry import CherryEmulator
+from cloudprovider_grpc.providers.cherry import make_client
 from cloudprovider_grpc.providers.cherry.config import load_config
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.formats.gcfg import parse_gcfg
 from cloudprovider_grpc.providers.cherry.config import DEFAULT_API_URL, load_config
-from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
 from cloudprovider_grpc.providers.registry import NodesSpec, build_provider
 from tests.cherry.conftest import ENV, EXAMPLE, example_ctx
 

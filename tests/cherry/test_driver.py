@@ -8,8 +8,8 @@ import re
 import pytest
 import requests
 
+from cloudprovider_grpc.emulators.cherry import CherryEmulator
 from cloudprovider_grpc.k8s.node import decode_node, encode_template_node
-from cloudprovider_grpc.providers.cherry import CherryEmulator
 from cloudprovider_grpc.providers.contract import ErrorClass, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import CloudError, Machine, MachineGone
 from cloudprovider_grpc.providers.machines import MachineProvider

@@ -17,16 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.config import Settings
-from cloudprovider_grpc.emulator import FaultPlan
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.emulators import FaultPlan
+from cloudprovider_grpc.emulators.cherry import CherryEmulator
+from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.cherry import CherryDriver, CherryEmulator, make_client
+from cloudprovider_grpc.providers.cherry import CherryDriver, make_client
 from cloudprovider_grpc.providers.cherry.config import load_config
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.machines import MachineProvider
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, build_provider
-from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.cherry.conftest import PROJECT, example_ctx
 from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import eventually, instances, refresh, target
@@ -264,8 +265,8 @@ def test_emulate_mode_runs_server_and_emulator_together() -> None:
 
 def test_the_encoded_template_is_reused_until_the_catalogue_reloads(emulator: CherryEmulator) -> None:
     """The Cherry driver builds a new template object per call; the machinery caches it per group,
-    so the service's template-bytes cache hits for Cherry too (service.py _template_bytes)."""
-    from cloudprovider_grpc.service import CloudProviderServicer
+    so the service's template-bytes cache hits for Cherry too (grpcapi/servicer.py _template_bytes)."""
+    from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
 
     provider = build_provider("cherry", example_ctx(emulator))
     provider.start()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from cloudprovider_grpc.providers.cherry import CherryEmulator, build_emulator
+from cloudprovider_grpc.emulators.cherry import CherryEmulator
+from cloudprovider_grpc.providers.cherry import build_emulator
 from tests.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.servers import ManualClock
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
+from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
 
 pytestmark = pytest.mark.unit
 

@@ -20,9 +20,9 @@ import grpc
 import pytest
 import yaml
 
-from cloudprovider_grpc.emulator.faults import FaultPlan
+from cloudprovider_grpc.emulators.cherry import CherryEmulator
+from cloudprovider_grpc.emulators.faults import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.cherry import CherryEmulator
 from tests.cherry.conftest import ENV, EXAMPLE
 from tests.cherry.test_e2e import pool_servers
 from tests.support.ports import free_port

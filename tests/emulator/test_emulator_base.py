@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import requests
 
-from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, HttpProblem, Request, Response
+from cloudprovider_grpc.emulators import EmulatorServer, FaultPlan, HttpProblem, Request, Response
 
 pytestmark = pytest.mark.integration
 
@@ -130,7 +130,7 @@ def test_injectable_clock_stamps_the_log() -> None:
 
 def test_the_request_log_is_bounded_and_marks_stay_comparable(monkeypatch: pytest.MonkeyPatch) -> None:
     """A long-running emulator keeps only the newest requests; `log_mark()` still counts them all."""
-    from cloudprovider_grpc.emulator import server
+    from cloudprovider_grpc.emulators import server
 
     monkeypatch.setattr(server, "REQUEST_LOG_SIZE", 5)
     with Counter() as emu:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from cloudprovider_grpc.providers.exoscale import ExoscaleDriver, ExoscaleEmulator, make_client
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
+from cloudprovider_grpc.providers.exoscale import ExoscaleDriver, make_client
 from cloudprovider_grpc.providers.exoscale.config import load_config
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from tests.exoscale.openapi import Recorder

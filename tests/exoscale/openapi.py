@@ -17,7 +17,7 @@ from typing import Any
 import exoscale
 import jsonschema
 
-from cloudprovider_grpc.emulator import Request, Response
+from cloudprovider_grpc.emulators import Request, Response
 
 SPEC: dict[str, Any] = json.loads((Path(exoscale.__file__).parent / "openapi.json").read_text())
 _FORMATS = jsonschema.FormatChecker()

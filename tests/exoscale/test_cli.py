@@ -14,9 +14,9 @@ import exoscale.api.v2 as sdk
 import grpc
 import pytest
 
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
-from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 from tests.exoscale.conftest import ENV, KEY, SECRET
 from tests.support.ports import free_port
 

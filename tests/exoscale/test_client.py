@@ -8,10 +8,12 @@ import pytest
 import requests
 from exoscale_auth import ExoscaleV2Auth
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
-from cloudprovider_grpc.emulator import FaultPlan
-from cloudprovider_grpc.providers.exoscale import ExoscaleClient, ExoscaleEmulator
-from cloudprovider_grpc.providers.exoscale.client import ExoscaleAuth, authorization
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass
+from cloudprovider_grpc.emulators import FaultPlan
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
+from cloudprovider_grpc.formats.exoscale_signature import authorization
+from cloudprovider_grpc.providers.exoscale import ExoscaleClient
+from cloudprovider_grpc.providers.exoscale.client import ExoscaleAuth
 from tests.exoscale.conftest import KEY, SECRET
 
 pytestmark = pytest.mark.integration

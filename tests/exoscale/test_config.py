@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.exoscale.config import (
     EMULATOR_KEY,
     EMULATOR_SECRET,
@@ -150,7 +150,7 @@ def test_secrets_never_in_repr() -> None:
 
 
 def test_shipped_example_config_is_valid() -> None:
-    from cloudprovider_grpc.config import load_settings
+    from cloudprovider_grpc.config.settings import load_settings
 
     root = Path(__file__).resolve().parents[2]
     settings = load_settings(root / "examples" / "exoscale.yaml")

@@ -6,11 +6,12 @@ import logging
 
 import pytest
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
 from cloudprovider_grpc.k8s.template import Taint
 from cloudprovider_grpc.providers.contract import InstanceState
 from cloudprovider_grpc.providers.driver import Operation, OperationState, Pool
-from cloudprovider_grpc.providers.exoscale import ExoscaleDriver, ExoscaleEmulator
+from cloudprovider_grpc.providers.exoscale import ExoscaleDriver
 from cloudprovider_grpc.providers.exoscale.driver import instance_state
 from tests.exoscale.conftest import KEY, SECRET, ZONE, make_driver, spec
 from tests.support.servers import ManualClock

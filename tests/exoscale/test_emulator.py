@@ -17,8 +17,8 @@ from exoscale.api.exceptions import (
     ExoscaleAPIServerException,
 )
 
-from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
-from cloudprovider_grpc.providers.exoscale.client import authorization
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
+from cloudprovider_grpc.formats.exoscale_signature import authorization
 from cloudprovider_grpc.providers.exoscale.config import load_config
 from cloudprovider_grpc.providers.exoscale.wiring import emulator_for
 from cloudprovider_grpc.providers.registry import ProviderContext

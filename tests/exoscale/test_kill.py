@@ -18,9 +18,9 @@ import grpc
 import pytest
 import yaml
 
-from cloudprovider_grpc.emulator.faults import FaultPlan
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
+from cloudprovider_grpc.emulators.faults import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
 from tests.exoscale.conftest import ENV
 from tests.support.ports import free_port
 from tests.support.servers import stub

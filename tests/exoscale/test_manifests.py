@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
 from tests.deploy_support import issuer
 from tests.deploy_support.pods import ContainerView, pod_containers
 from tests.deploy_support.tools import kustomize_build as render

@@ -15,7 +15,7 @@ from email.utils import format_datetime
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, Request, Response
+from cloudprovider_grpc.emulators import EmulatorServer, FaultPlan, Request, Response
 from cloudprovider_grpc.http import (
     BearerAuth,
     HttpClient,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cloudprovider_grpc.gotoolchain import file_lock
+from cloudprovider_grpc.front.gotoolchain import file_lock
 from tests.deploy_support.tools import unavailable
 from tests.realnode import cluster as clusters
 from tests.realnode import image as images

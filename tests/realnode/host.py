@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from cloudprovider_grpc.gotoolchain import file_lock, user_cache
+from cloudprovider_grpc.front.gotoolchain import file_lock, user_cache
 from tests.deploy_support.tools import unavailable
 
 #: executable (or file) -> the Debian package that provides it

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudprovider_grpc.gotoolchain import file_lock
+from cloudprovider_grpc.front.gotoolchain import file_lock
 from tests.realnode.host import cache
 from tests.support import gotools
 

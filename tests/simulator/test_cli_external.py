@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from cloudprovider_grpc.cli import main
-from cloudprovider_grpc.config import Settings
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-from cloudprovider_grpc.server import start_server
 from cloudprovider_grpc.simulator import parse_scenario, run
 
 pytestmark = pytest.mark.integration
@@ -107,7 +107,7 @@ def test_cherry_backend_against_its_emulator():
 
 def test_increase_size_error_backs_the_group_off():
     """An IncreaseSize RPC error (here: the cloud API is down for one group) is a failed scale-up."""
-    from cloudprovider_grpc.errors import Unavailable
+    from cloudprovider_grpc.core.errors import Unavailable
     from cloudprovider_grpc.providers.machines import MachineProvider
     from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, parse_options
 

@@ -78,9 +78,9 @@ def test_bad_starts_fail_with_one_line(tmp_path, capsys, args, code, message) ->
 def test_a_running_servers_groups_become_a_sim_twin(tmp_path, capsys) -> None:
     """With --server the groups, templates, prices and sizes are read once over gRPC and copied
     into a `sim` twin: the what-if runs in-process, and the live server is never asked to scale."""
-    from cloudprovider_grpc.config import Settings
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-    from cloudprovider_grpc.server import start_server
     from tests.simulator import dumps
 
     cloud = {

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cloudprovider_grpc.cli import main
+from cloudprovider_grpc.emulators.vultr import VultrEmulator
 from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 from cloudprovider_grpc.providers.registry import simulated_timings
-from cloudprovider_grpc.providers.vultr.emulator import VultrEmulator
 from cloudprovider_grpc.simulator.clock import VirtualClock
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

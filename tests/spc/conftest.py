@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from cloudprovider_grpc.emulators.spc import SpcEmulator
 from cloudprovider_grpc.providers.registry import ProviderContext
-from cloudprovider_grpc.providers.spc import SpcEmulator, make_client
+from cloudprovider_grpc.providers.spc import make_client
 from cloudprovider_grpc.providers.spc.config import load_config
 from cloudprovider_grpc.providers.spc.driver import SpcDriver
 from tests.support.servers import ManualClock

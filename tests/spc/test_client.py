@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, MachineGone
-from cloudprovider_grpc.emulator import EmulatorServer, FaultPlan, Response
-from cloudprovider_grpc.providers.spc import SpcClient, SpcEmulator
-from cloudprovider_grpc.providers.spc.emulator import INITIAL_MASTER
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, MachineGone
+from cloudprovider_grpc.emulators import EmulatorServer, FaultPlan, Response
+from cloudprovider_grpc.emulators.spc import SpcEmulator
+from cloudprovider_grpc.emulators.spc.emulator import INITIAL_MASTER
+from cloudprovider_grpc.providers.spc import SpcClient
 from tests.spc.conftest import CLUSTER, ORG, TOKEN, pools
 
 pytestmark = pytest.mark.integration

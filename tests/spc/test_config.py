@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.registry import NodesSpec
 from cloudprovider_grpc.providers.spc.config import load_config
 from tests.spc.conftest import CLUSTER, ORG, TOKEN, spc_ctx

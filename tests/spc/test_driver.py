@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, MachineGone
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, MachineGone
+from cloudprovider_grpc.emulators.spc import SpcEmulator
+from cloudprovider_grpc.emulators.spc.emulator import INITIAL_MASTER
 from cloudprovider_grpc.k8s.node import decode_node, encode_template_node
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import Machine
 from cloudprovider_grpc.providers.registry import NodesSpec
-from cloudprovider_grpc.providers.spc import SpcEmulator
-from cloudprovider_grpc.providers.spc.emulator import INITIAL_MASTER
 from cloudprovider_grpc.providers.spc.providerid import derive_provider_id, parse_template
 from tests.spc.conftest import BUILDING, CLUSTER, DRAFT, PROVISIONED, make_driver, pools
 from tests.support.servers import ManualClock

@@ -16,14 +16,14 @@ from typing import Any
 import grpc
 import pytest
 
-from cloudprovider_grpc.config import Settings
-from cloudprovider_grpc.emulator import FaultPlan
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.emulators import FaultPlan
+from cloudprovider_grpc.emulators.spc import SpcEmulator
+from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
-from cloudprovider_grpc.providers.spc import SpcEmulator
-from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.spc.conftest import BUILDING, CLUSTER, DELETING, DRAFT, PROVISIONED, pools, spc_ctx
 from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import eventually, instances, refresh, target

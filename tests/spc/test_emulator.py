@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from cloudprovider_grpc.providers.spc import SpcEmulator
-from cloudprovider_grpc.providers.spc.emulator import INITIAL_MASTER
+from cloudprovider_grpc.emulators.spc import SpcEmulator
+from cloudprovider_grpc.emulators.spc.emulator import INITIAL_MASTER
 from tests.spc.conftest import BUILDING, CLUSTER, DELETING, DRAFT, ORG, PROVISIONED, TOKEN, pools
 from tests.support.servers import ManualClock
 

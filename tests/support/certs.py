@@ -81,7 +81,7 @@ def issue(
         .not_valid_after(now + dt.timedelta(days=1))
         .add_extension(
             # a server's certificate authenticates it as a client too: a replica handing over
-            # forwards calls to its successor with it (cloudprovider_grpc/handover.py)
+            # forwards calls to its successor with it (cloudprovider_grpc/ha/handover.py)
             x509.ExtendedKeyUsage(
                 [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
                 if server

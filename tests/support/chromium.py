@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from cloudprovider_grpc.gotoolchain import file_lock, user_cache
+from cloudprovider_grpc.front.gotoolchain import file_lock, user_cache
 
 ROOT = user_cache() / "chromium"
 

@@ -23,8 +23,8 @@ from typing import Protocol
 
 import yaml
 
-from cloudprovider_grpc.emulator.faults import FaultPlan
-from cloudprovider_grpc.emulator.server import EmulatorServer
+from cloudprovider_grpc.emulators.faults import FaultPlan
+from cloudprovider_grpc.emulators.server import EmulatorServer
 
 
 class ExternalCloud(Protocol):
@@ -124,7 +124,7 @@ class CherryCloud(_Emulated):
     PROJECTS = {"pool1": 11, "pool2": 22}
 
     def __post_init__(self) -> None:
-        from cloudprovider_grpc.providers.cherry import CherryEmulator
+        from cloudprovider_grpc.emulators.cherry import CherryEmulator
 
         self.emulator = CherryEmulator(
             tokens={self.token: self.TEAM},
@@ -185,7 +185,7 @@ class VultrCloud(_Emulated):
     broken_status = "400"
 
     def __init__(self, tmp: Path, state_file: Path | None = None, pool1_max: int = 12) -> None:
-        from cloudprovider_grpc.providers.vultr import VultrEmulator
+        from cloudprovider_grpc.emulators.vultr import VultrEmulator
         from cloudprovider_grpc.providers.vultr.config import EmulatorPool
 
         self.tmp = tmp
@@ -226,7 +226,7 @@ class ExoscaleCloud(_Emulated):
     broken_status = "403"
 
     def __init__(self, tmp: Path, state_file: Path | None = None, pool1_max: int = 10) -> None:
-        from cloudprovider_grpc.providers.exoscale import ExoscaleEmulator
+        from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
 
         self.tmp = tmp
         self.emulator = emu = ExoscaleEmulator(
@@ -278,7 +278,7 @@ class AliCloudCloud(_Emulated):
     broken_status = "403"
 
     def __init__(self, tmp: Path, state_file: Path | None = None) -> None:
-        from cloudprovider_grpc.providers.alicloud import AliCloudEmulator
+        from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
 
         self.tmp = tmp
         self.emulator = emu = AliCloudEmulator(
@@ -352,7 +352,7 @@ class SpcCloud(_Emulated):
     )
 
     def __init__(self, tmp: Path, state_file: Path | None = None) -> None:
-        from cloudprovider_grpc.providers.spc import SpcEmulator
+        from cloudprovider_grpc.emulators.spc import SpcEmulator
 
         self.tmp = tmp
         self.emulator = emu = SpcEmulator(

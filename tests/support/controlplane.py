@@ -47,7 +47,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from cloudprovider_grpc.gotoolchain import file_lock, user_cache
+from cloudprovider_grpc.front.gotoolchain import file_lock, user_cache
 from tests.support import gotools
 from tests.support.certs import issue, make_ca, pem, pem_key
 from tests.support.ports import free_port

@@ -17,8 +17,8 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from cloudprovider_grpc.gotoolchain import file_lock, go_binary, go_cache
-from cloudprovider_grpc.gotoolchain import go_env as _go_env
+from cloudprovider_grpc.front.gotoolchain import file_lock, go_binary, go_cache
+from cloudprovider_grpc.front.gotoolchain import go_env as _go_env
 
 
 def cache_root() -> Path:

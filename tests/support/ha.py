@@ -3,7 +3,7 @@ that follows readiness the way a Kubernetes Service does.
 
 `ReadinessProxy` listens on a loopback port and sends each new TCP connection to a replica whose
 /readyz answers 200, the leader once it has taken over: what the chart's Service selects by the
-label the leader puts on its own pod just before (podrole.py; these processes run outside pods and
+label the leader puts on its own pod just before (ha/podrole.py; these processes run outside pods and
 label nothing) (checked every `PROBE_EVERY` seconds, like a kubelet readiness probe feeding an
 EndpointSlice); with no ready replica it refuses the connection at once, as kube-proxy rejects a
 Service without endpoints. An open connection stays with its replica until either side closes it,
@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from cloudprovider_grpc.config import parse_duration
+from cloudprovider_grpc.config.settings import parse_duration
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest, backend
@@ -175,7 +175,7 @@ def start_replica(
     pod_namespace: str = "",
 ) -> ServerProcess:
     """One replica, identified as `name` (the pod name), alive once /healthz answers. With
-    `pod_namespace` it labels the pod `name` there (podrole.py), as in a Deployment."""
+    `pod_namespace` it labels the pod `name` there (ha/podrole.py), as in a Deployment."""
     env = {"POD_NAME": name, "CLOUDPROVIDER_GRPC_LEADER_ELECT__HANDOVER_LINGER": str(HANDOVER_LINGER)}
     if pod_namespace:
         env["POD_NAMESPACE"] = pod_namespace

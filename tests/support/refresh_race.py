@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cloudprovider_grpc.errors import ProviderError
+from cloudprovider_grpc.core.errors import ProviderError
 from cloudprovider_grpc.providers.base import GroupProvider
 from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.machines import MachineProvider

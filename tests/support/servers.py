@@ -12,10 +12,10 @@ from typing import Any
 
 import grpc
 
-from cloudprovider_grpc.config import Settings
+from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-from cloudprovider_grpc.server import ServerHandle, start_server
 from tests.support.certs import Pki
 
 
@@ -36,7 +36,7 @@ class ManualClock:
 
 
 class BackendClock:
-    """A `ManualClock` as a backend's `cloudprovider_grpc.clock.Clock` (what `ProviderContext.clock`
+    """A `ManualClock` as a backend's `cloudprovider_grpc.core.clock.Clock` (what `ProviderContext.clock`
     takes): a wait advances it, by at least one representable step, as on the simulator's clock."""
 
     virtual = True

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, MachineGone
-from cloudprovider_grpc.emulator import FaultPlan
-from cloudprovider_grpc.providers.vultr import VultrClient, VultrEmulator
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, MachineGone
+from cloudprovider_grpc.emulators import FaultPlan
+from cloudprovider_grpc.emulators.vultr import VultrEmulator
+from cloudprovider_grpc.providers.vultr import VultrClient
 from tests.support.servers import ManualClock
 from tests.vultr.conftest import CLUSTER, TOKEN, new_emulator
 

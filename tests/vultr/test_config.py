@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from cloudprovider_grpc.providers.vultr.config import (
     DEFAULT_API_URL,
@@ -41,7 +41,7 @@ def test_env_key_wins_over_the_file_and_is_stripped() -> None:
 
 def test_key_from_a_secrets_directory_file(tmp_path: Path) -> None:
     """The secrets directory offers its files as environment variables (config.Settings)."""
-    from cloudprovider_grpc.config import Settings
+    from cloudprovider_grpc.config.settings import Settings
 
     secrets = tmp_path / "secrets"
     secrets.mkdir()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import requests
 
-from cloudprovider_grpc.clouderrors import CloudError
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.emulators.vultr import VultrEmulator
 from cloudprovider_grpc.k8s.template import Taint
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 from cloudprovider_grpc.providers.registry import NodesSpec
-from cloudprovider_grpc.providers.vultr import VultrEmulator
 from cloudprovider_grpc.providers.vultr.driver import node_state
 from tests.support.servers import ManualClock
 from tests.vultr.conftest import CLUSTER, PROVISION_SECONDS, TOKEN, make_driver

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from cloudprovider_grpc.providers.vultr import VultrEmulator, build_emulator
+from cloudprovider_grpc.emulators.vultr import VultrEmulator
+from cloudprovider_grpc.providers.vultr import build_emulator
 from cloudprovider_grpc.providers.vultr.config import EMULATOR_DEMO_CLUSTER
 from tests.support.servers import ManualClock
 from tests.vultr.conftest import CLUSTER, PROVISION_SECONDS, TOKEN, new_emulator, vultr_ctx

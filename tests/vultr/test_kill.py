@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cloudprovider_grpc.emulator import FaultPlan
+from cloudprovider_grpc.emulators import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.ports import free_port
 from tests.support.servers import stub

@@ -29,10 +29,10 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import requests
 
-from cloudprovider_grpc.clock import Clock, or_wall
-from cloudprovider_grpc.clouderrors import CloudError
+from cloudprovider_grpc.core.clock import Clock, or_wall
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.formats import acs_signature as signing
 from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
-from cloudprovider_grpc.providers.alicloud import signing
 from cloudprovider_grpc.providers.alicloud.credentials import CredentialSource
 from cloudprovider_grpc.providers.alicloud.errors import ApiError
 
@@ -178,7 +178,7 @@ class AliClient:
         self.retry = RetryPolicy(retries=retries)
         self.rate_limit_per_s = rate_limit_per_s
         self.max_elapsed = max_elapsed
-        # back-offs, their jitter and the retry budget on the backend's clock (cloudprovider_grpc/clock.py)
+        # back-offs, their jitter and the retry budget on the backend's clock (core/clock.py)
         self._clock = or_wall(clock)
         self._sleep = sleep or self._clock.sleep
         self._rng = rng or self._clock.rng()

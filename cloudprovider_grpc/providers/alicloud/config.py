@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc import secrets
-from cloudprovider_grpc.errors import ConfigError, unknown_key
+from cloudprovider_grpc.config import secrets
+from cloudprovider_grpc.core.errors import ConfigError, unknown_key
 from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -152,7 +152,7 @@ class AliConfig:
 
 def _secret(value: str, key: str) -> str:
     """Stripped of surrounding whitespace (a Secret file's trailing newline), header-safe, and
-    registered so no log line, status message or metric can carry it (cloudprovider_grpc.secrets)."""
+    registered so no log line, status message or metric can carry it (cloudprovider_grpc.config.secrets)."""
     secrets.register(value)
     value = value.strip()
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
@@ -175,7 +175,7 @@ def _url(value: str, where: str) -> str:
 
 def _read_cloud_config(path: Path) -> dict[str, tuple[str, str]]:
     """field -> (value, key name) from the gcfg file's `[global]` section."""
-    from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
+    from cloudprovider_grpc.formats.gcfg import parse_gcfg
 
     try:
         text = path.read_text()
@@ -296,7 +296,7 @@ def load_config(ctx: ProviderContext) -> AliConfig:
                 "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree, "
                 "or alicloud.auto-discovery",
             )
-        from cloudprovider_grpc.providers.alicloud.emulator_seed import DEMO_GROUPS
+        from cloudprovider_grpc.emulators.alicloud.seed import DEMO_GROUPS
 
         demo = True
         groups = [

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import requests
 
-from cloudprovider_grpc import secrets
-from cloudprovider_grpc.clouderrors import CloudError
+from cloudprovider_grpc.config import secrets
+from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
 from cloudprovider_grpc.providers.alicloud.errors import ApiError
 

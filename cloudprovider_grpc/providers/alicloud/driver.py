@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, InstanceError
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, InstanceError
 from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
 from cloudprovider_grpc.providers.alicloud.client import REMOVE_BATCH, AliClient
 from cloudprovider_grpc.providers.alicloud.config import AliConfig

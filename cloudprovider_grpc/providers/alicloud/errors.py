@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass
 
 _THROTTLING_RE = re.compile(r"^Throttling(\..+)?$")
 #: stock-out and quota codes of ECS RunInstances as ESS reports them on failed scale-outs, and ESS's

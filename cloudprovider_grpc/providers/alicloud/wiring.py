@@ -14,9 +14,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.errors import ConfigError
-from cloudprovider_grpc.providers.alicloud import emulator_seed as seed
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator, seed
 from cloudprovider_grpc.providers.alicloud.client import AliClient, default_endpoint
 from cloudprovider_grpc.providers.alicloud.config import (
     EMULATOR_ACCESS_KEY_ID,
@@ -33,7 +33,6 @@ from cloudprovider_grpc.providers.alicloud.credentials import (
     StaticCredentials,
 )
 from cloudprovider_grpc.providers.alicloud.driver import AliCloudDriver
-from cloudprovider_grpc.providers.alicloud.emulator import AliCloudEmulator
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "make_client", "make_credentials"]

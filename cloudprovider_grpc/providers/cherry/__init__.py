@@ -2,7 +2,6 @@
 
 from cloudprovider_grpc.providers.cherry.client import CherryClient
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
-from cloudprovider_grpc.providers.cherry.emulator import CherryEmulator
 from cloudprovider_grpc.providers.cherry.wiring import build_driver, build_emulator, make_client
 
-__all__ = ["CherryClient", "CherryDriver", "CherryEmulator", "build_driver", "build_emulator", "make_client"]
+__all__ = ["CherryClient", "CherryDriver", "build_driver", "build_emulator", "make_client"]

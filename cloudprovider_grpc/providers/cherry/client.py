@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from cloudprovider_grpc.clock import Clock
+from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 from cloudprovider_grpc.providers.contract import ErrorClass
 from cloudprovider_grpc.providers.driver import CloudError, MachineGone

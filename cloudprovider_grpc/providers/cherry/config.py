@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc.errors import ConfigError, raise_all, unknown_key
-from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
-from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
+from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
+from cloudprovider_grpc.formats.gcfg import parse_gcfg
+from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS, GroupConfig
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -42,7 +42,7 @@ EMULATOR_DEFAULT_TOKEN = "cherry-emulator-token"
 TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=4.0)
 
 #: with --emulate, what a configuration that says nothing else gets: a demo project in the emulated
-#: catalogue (plan, region and image exist in emulator_seed.py), cluster "demo", two pools
+#: catalogue (plan, region and image exist in emulators/cherry/seed.py), cluster "demo", two pools
 EMULATE_DEFAULTS = {"project-id": "1", "plan": "cloud_vps_4", "region": "eu_nord_1", "os": "ubuntu_24_04"}
 EMULATE_CLUSTER = "demo"
 EMULATE_POOLS = (("pool1", 0, 10), ("pool2", 0, 5))

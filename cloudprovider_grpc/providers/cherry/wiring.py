@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.emulators.cherry.emulator import DEFAULT_TEAM, CherryEmulator
 from cloudprovider_grpc.providers.cherry.client import CherryClient
 from cloudprovider_grpc.providers.cherry.config import (
     EMULATOR_DEFAULT_TOKEN,
@@ -21,7 +22,6 @@ from cloudprovider_grpc.providers.cherry.config import (
     load_config,
 )
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
-from cloudprovider_grpc.providers.cherry.emulator import DEFAULT_TEAM, CherryEmulator
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "make_client"]
@@ -103,7 +103,7 @@ def _project_ids_hint(ctx: ProviderContext) -> list[int]:
                 found.add(int(value))
     if ctx.cloud_config is not None:
         try:
-            from cloudprovider_grpc.providers.cherry.gcfg import parse_gcfg
+            from cloudprovider_grpc.formats.gcfg import parse_gcfg
 
             for sec in parse_gcfg(ctx.cloud_config.read_text()):
                 for value in sec.values.get("project-id", []):

@@ -3,7 +3,6 @@ points live in `wiring.py`."""
 
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
 from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
-from cloudprovider_grpc.providers.exoscale.emulator import ExoscaleEmulator
 from cloudprovider_grpc.providers.exoscale.wiring import (
     build_driver,
     build_emulator,
@@ -14,7 +13,6 @@ from cloudprovider_grpc.providers.exoscale.wiring import (
 __all__ = [
     "ExoscaleClient",
     "ExoscaleDriver",
-    "ExoscaleEmulator",
     "build_driver",
     "build_emulator",
     "check_config",

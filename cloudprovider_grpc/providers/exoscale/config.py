@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudprovider_grpc.errors import ConfigError, raise_all, unknown_key
-from cloudprovider_grpc.providers.exoscale.emulator_seed import instance_types
+from cloudprovider_grpc.config.secrets import read_secret
+from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
+from cloudprovider_grpc.emulators.exoscale.seed import instance_types
 from cloudprovider_grpc.providers.options import (
     ClientTuning,
     norm_key,
@@ -34,7 +35,6 @@ from cloudprovider_grpc.providers.options import (
     read_url,
 )
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
-from cloudprovider_grpc.secrets import read_secret
 
 #: in-tree default of EXOSCALE_API_ENVIRONMENT (exoscale_manager.go)
 DEFAULT_ENVIRONMENT = "api"

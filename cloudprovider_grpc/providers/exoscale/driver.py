@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cloudprovider_grpc.clock import Clock, or_wall
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, InstanceError
+from cloudprovider_grpc.core.clock import Clock, or_wall
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, InstanceError
 from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
 from cloudprovider_grpc.providers.contract import InstanceState
 from cloudprovider_grpc.providers.driver import (

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.clouderrors import CloudError
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
 from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig, load_config
 from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
-from cloudprovider_grpc.providers.exoscale.emulator import ExoscaleEmulator
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "check_config", "make_client"]

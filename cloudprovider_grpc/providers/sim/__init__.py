@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from cloudprovider_grpc.errors import raise_all
+from cloudprovider_grpc.config.pydantic_errors import problems
+from cloudprovider_grpc.core.errors import raise_all
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
 from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions, SimPoolDriver
-from cloudprovider_grpc.pydantic_errors import problems
 
 __all__ = ["SimCloud", "SimDriver", "SimOptions", "SimPoolDriver", "build_driver", "parse_options"]
 

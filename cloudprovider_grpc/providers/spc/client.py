@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, MachineGone
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, MachineGone
 from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 
 #: wording that marks a refused add as a capacity problem of the underlying cloud (not documented by

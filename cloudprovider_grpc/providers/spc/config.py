@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cloudprovider_grpc.errors import ConfigError, raise_all, unknown_key
-from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
+from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
+from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
+from cloudprovider_grpc.formats.spc_machine_specs import spec_of
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
-from cloudprovider_grpc.providers.spc.machines_table import spec_of
 from cloudprovider_grpc.providers.spc.providerid import parse_template
 
 #: the public API of the SPC era (stackpoint-api-docs `_basics.md`)

@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, InstanceError, MachineGone
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, InstanceError, MachineGone
+from cloudprovider_grpc.formats.spc_machine_specs import spec_of
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, narrow_groups
 from cloudprovider_grpc.providers.spc.client import SpcClient
 from cloudprovider_grpc.providers.spc.config import GROUP_PREFIX, Gen1Group, SpcConfig
-from cloudprovider_grpc.providers.spc.machines_table import spec_of
 from cloudprovider_grpc.providers.spc.providerid import instance_id, node_name, region_of
 
 log = logging.getLogger(__name__)

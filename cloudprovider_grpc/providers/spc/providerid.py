@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from cloudprovider_grpc.providers.cherry.gotemplate import GoTemplate, TemplateError
-from cloudprovider_grpc.providers.spc.machines_table import AWS, DIGITALOCEAN, spec_of
+from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
+from cloudprovider_grpc.formats.spc_machine_specs import AWS, DIGITALOCEAN, spec_of
 
 #: fields a provider-id-template may use, and the node JSON they come from
 TEMPLATE_FIELDS = ("ProviderNodeID", "Zone", "Region", "Location", "InstanceID", "Name", "PK", "Cluster")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.emulators.spc import SpcEmulator
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 from cloudprovider_grpc.providers.spc.client import SpcClient
 from cloudprovider_grpc.providers.spc.config import (
@@ -24,7 +25,6 @@ from cloudprovider_grpc.providers.spc.config import (
     load_config,
 )
 from cloudprovider_grpc.providers.spc.driver import SpcDriver
-from cloudprovider_grpc.providers.spc.emulator import SpcEmulator
 
 __all__ = ["build_driver", "build_emulator", "make_client"]
 

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.clouderrors import CloudError, ErrorClass, MachineGone
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, MachineGone
 from cloudprovider_grpc.http import BearerAuth, HttpClient, RetryPolicy
 
 #: node pools per list page: the API's documented "usually 100" default

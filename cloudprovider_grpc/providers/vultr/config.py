@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.config.secrets import read_secret
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
 from cloudprovider_grpc.providers.options import (
     ClientTuning,
     check_known,
@@ -39,7 +41,6 @@ from cloudprovider_grpc.providers.options import (
     read_url,
 )
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
-from cloudprovider_grpc.secrets import read_secret
 
 log = logging.getLogger(__name__)
 
@@ -74,22 +75,6 @@ _EMULATOR_POOL_KEYS = frozenset(
 )
 #: cluster ids go into URL paths; VKE's are UUIDs, anything else could escape the path
 _CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class EmulatorPool:
-    """One node pool the emulator seeds into the cluster (see emulator_seed.DEMO_POOLS). `id` fixes
-    the pool id (the node group id), so tests and demos can name the group; "" generates one."""
-
-    label: str
-    plan: str
-    node_quantity: int = 1
-    min_nodes: int = 1
-    max_nodes: int = 10
-    auto_scaler: bool = True
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Mapping[str, str], ...] = ()
-    id: str = ""
 
 
 @dataclass(frozen=True)

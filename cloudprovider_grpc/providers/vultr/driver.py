@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cloudprovider_grpc.clouderrors import CloudError, MachineGone
+from cloudprovider_grpc.core.clouderrors import CloudError, MachineGone
 from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import (

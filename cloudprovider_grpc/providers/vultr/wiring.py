@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cloudprovider_grpc.clock import Clock
-from cloudprovider_grpc.errors import ConfigError
+from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.emulators.vultr import VultrEmulator
+from cloudprovider_grpc.emulators.vultr import seed as emulator_seed
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
-from cloudprovider_grpc.providers.vultr import emulator_seed
 from cloudprovider_grpc.providers.vultr.client import VultrClient
 from cloudprovider_grpc.providers.vultr.config import (
     EMULATOR_DEFAULT_TOKEN,
@@ -25,7 +26,6 @@ from cloudprovider_grpc.providers.vultr.config import (
     load_config,
 )
 from cloudprovider_grpc.providers.vultr.driver import VultrDriver
-from cloudprovider_grpc.providers.vultr.emulator import VultrEmulator
 
 __all__ = ["build_driver", "build_emulator", "make_client"]
 

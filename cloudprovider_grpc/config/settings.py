@@ -1,0 +1,360 @@
+"""Service configuration: command-line flags > environment > secret files > YAML file > defaults.
+
+Environment variables use the prefix CLOUDPROVIDER_GRPC_ (nested with "__", e.g.
+CLOUDPROVIDER_GRPC_TLS__CERT). The YAML file (`--config` or CLOUDPROVIDER_GRPC_CONFIG) holds the
+same keys; a top-level section named after a backend (`sim:`, `cherry:`) is that backend's own
+configuration. A secrets directory (CLOUDPROVIDER_GRPC_SECRETS_DIR, e.g. a mounted Kubernetes
+Secret) provides one file per setting, named like its environment variable; its files are also
+offered to backends as environment variables (so `CHERRY_AUTH_TOKEN` can be a file). Every
+validation failure is reported as a ConfigError naming the offending key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from cloudprovider_grpc.config.pydantic_errors import problems
+from cloudprovider_grpc.config.secrets import register_environment
+from cloudprovider_grpc.core.errors import ConfigError, raise_all
+from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
+from cloudprovider_grpc.tls.files import TLSFileError, load_tls_files
+
+ENV_PREFIX = "CLOUDPROVIDER_GRPC_"
+_ADDRESS_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):(?P<port>\d{1,5})$")
+
+
+#: the YAML file's contents while load_settings() builds Settings (settings load once, at startup)
+_yaml_data: dict[str, Any] = {}
+
+
+def yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
+    """`FILE:LINE:COLUMN: problem` for a YAML syntax error, on one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return f"{path} is not valid YAML: {problem}"
+    return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
+
+
+def is_loopback(address: str) -> bool:
+    """True when HOST:PORT binds only this host's loopback interface (127.0.0.0/8, ::1, localhost)."""
+    host = address.rpartition(":")[0].strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "" (all interfaces), a name that may resolve anywhere
+
+
+class TLSSettings(BaseModel):
+    """Server certificate, key and (for mutual TLS) the CA that signs client certificates: the same
+    triple CA's cloud-config names `cert`/`key`/`cacert` on the client side."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> TLSSettings:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("cert and key must be given together")
+        if self.ca is not None and self.cert is None:
+            raise ValueError("ca (client verification) needs cert and key too")
+        for name in ("cert", "key", "ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: file {str(path)!r} does not exist")
+        if self.cert is not None and self.key is not None:
+            try:  # readable, PEM, and the key belongs to the certificate: found now, not at the handshake
+                load_tls_files(self.cert, self.key, self.ca)
+            except TLSFileError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert is not None
+
+
+_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a Go duration ("15s", "1m30s", "500ms"), as CA's flags take them, or a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if not _DURATION_RE.match(text):
+        raise ValueError(f"{value!r} is not a duration (e.g. 15s, 1m30s, 500ms)")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+class LeaderElection(BaseModel):
+    """`--leader-elect` and its companions, named and defaulted as cluster-autoscaler's own
+    (lease 15s, renew deadline 10s, retry period 2s), with the same consistency rules as
+    client-go's leader election: lease > renew deadline > 1.2 x retry period."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resource_name: str = "cloudprovider-grpc"
+    #: empty: the pod's own namespace (the service account's), else "default"
+    resource_namespace: str = ""
+    #: empty: the pod name (POD_NAME, else the host name, which Kubernetes sets to the pod name)
+    identity: str = ""
+    #: empty: in-cluster configuration (the pod's service account), else this kubeconfig file
+    kubeconfig: Path | None = None
+    #: how often a standby lists the cloud to stay warm (read only)
+    standby_refresh: float = 30.0
+    #: at a hand-over, how long the old leader keeps its port open (forwarding every call) after its
+    #: successor answers: the time a Service needs to see the new leader ready (a readiness probe
+    #: period of 1 s, and the endpoint's way to every node's proxy)
+    handover_linger: float = 3.0
+
+    @field_validator(
+        "lease_duration",
+        "renew_deadline",
+        "retry_period",
+        "standby_refresh",
+        "handover_linger",
+        mode="before",
+    )
+    @classmethod
+    def _duration(cls, v: Any, info: Any) -> float:
+        seconds = parse_duration(v)
+        if seconds < 0 or (seconds == 0 and info.field_name != "handover_linger"):
+            raise ValueError("must be positive")
+        return seconds
+
+    @field_validator("resource_name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", v):
+            raise ValueError(f"{v!r} is not a Kubernetes object name (lower case, digits, '-', '.')")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElection:
+        if self.lease_duration <= self.renew_deadline:
+            raise ValueError(
+                f"lease duration {self.lease_duration:g}s must be longer than the renew deadline "
+                f"{self.renew_deadline:g}s (a leader must give up before others may take over)"
+            )
+        if self.renew_deadline <= 1.2 * self.retry_period:
+            raise ValueError(
+                f"renew deadline {self.renew_deadline:g}s must be longer than 1.2 x the retry period "
+                f"{self.retry_period:g}s"
+            )
+        if self.kubeconfig is not None and not Path(self.kubeconfig).is_file():
+            raise ValueError(f"kubeconfig: file {str(self.kubeconfig)!r} does not exist")
+        return self
+
+
+class _YamlFile(PydanticBaseSettingsSource):
+    """The YAML config file chosen at run time (pydantic's YAML source only takes a static path)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: Mapping[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = dict(data)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self._data
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", secrets_dir=None
+    )
+
+    provider: str = "sim"
+    #: loopback by default: the gRPC port creates and deletes machines, so serving it beyond the host
+    #: in plaintext must be asked for (`allow_plaintext`); manifests give their addresses explicitly
+    address: str = "127.0.0.1:8086"
+    metrics_address: str = "127.0.0.1:8087"
+    allow_plaintext: bool = False
+    nodes: list[str] = Field(default_factory=list)
+    cloud_config: Path | None = None
+    cluster_name: str | None = None
+    emulate: bool = False
+    tls: TLSSettings = Field(default_factory=TLSSettings)
+    state_file: Path | None = None
+    concurrency: int = Field(10, ge=1, le=100)
+    grpc_workers: int = Field(16, ge=1, le=256)
+    grace_period: float = Field(10.0, ge=0)
+    #: the compiled front for the per-node read RPCs (cloudprovider_grpc/front): auto = use it when
+    #: its binary is there, on = refuse to start without it, off = Python serves the port alone
+    front: Literal["auto", "on", "off"] = "auto"
+    #: the front's executable; default: the build of `cloudprovider-grpc build-front` in the user cache
+    front_binary: Path | None = None
+    #: list the cloud and answer CA, never write to the cloud (providers/gate.py DryRunGate)
+    dry_run: bool = False
+    #: leader election on a coordination.k8s.io/v1 Lease (cloudprovider_grpc/ha/election.py), with
+    #: cluster-autoscaler's flag names and defaults
+    leader_elect: LeaderElection = Field(default_factory=LeaderElection)
+    #: write the status ConfigMap and record Kubernetes Events (kubereport.py); needs API access: the
+    #: pod's service account, or leader_elect.kubeconfig
+    kube_status: bool = False
+    #: the namespace of the status ConfigMap and its Events; empty: the pod's own
+    kube_status_namespace: str = ""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    secrets_dir: Path | None = None
+    #: backend sections of the YAML file, by backend name
+    backends: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, file_secret_settings, _YamlFile(settings_cls, _yaml_data))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_sections(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            sections = {k: data.pop(k) for k in list(data) if k in BACKENDS}
+            if sections:
+                merged = dict(data.get("backends") or {})
+                merged.update(sections)
+                data["backends"] = merged
+        return data
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, v: str) -> str:
+        if v not in BACKENDS:
+            raise ValueError(f"unknown provider {v!r} (known: {', '.join(sorted(BACKENDS))})")
+        return v
+
+    @field_validator("address", "metrics_address")
+    @classmethod
+    def _address(cls, v: str, info: Any) -> str:
+        if v == "" and info.field_name == "metrics_address":
+            return v  # metrics and /healthz disabled
+        m = _ADDRESS_RE.match(v)
+        if not m or not 0 <= int(m.group("port")) <= 65535:
+            raise ValueError(f"{v!r} is not HOST:PORT (e.g. :8086, 127.0.0.1:8086, [::1]:8086)")
+        return v
+
+    @model_validator(mode="after")
+    def _dry_run_alone(self) -> Settings:
+        if self.dry_run and self.leader_elect.enabled:
+            raise ConfigError(
+                "dry_run", "a dry run writes nothing and needs no leader: give --dry-run or --leader-elect"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _plaintext_beyond_loopback(self) -> Settings:
+        if not self.tls.enabled and not is_loopback(self.address) and not self.allow_plaintext:
+            raise ConfigError(
+                "address",
+                f"{self.address} is reachable beyond this host and TLS is off, so anyone who can "
+                "reach it could create and delete machines; give --tls-cert/--tls-key, a loopback address "
+                "(127.0.0.1:8086), or --allow-plaintext to accept that",
+            )
+        return self
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: list[str]) -> list[str]:
+        for item in v:
+            NodesSpec.parse(item)
+        return v
+
+    @field_validator("cloud_config", "secrets_dir")
+    @classmethod
+    def _exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.exists():
+            raise ValueError(f"{str(v)!r} does not exist")
+        return v
+
+    def provider_context(self, env: Mapping[str, str] | None = None, **overrides: Any) -> ProviderContext:
+        environ = dict(os.environ if env is None else env)
+        if self.secrets_dir is not None:
+            files: dict[str, str] = {}
+            for f in sorted(self.secrets_dir.iterdir()):
+                if f.is_file() and not f.name.startswith("."):
+                    try:
+                        files[f.name] = f.read_text(encoding="utf-8")
+                    except (OSError, UnicodeDecodeError) as exc:
+                        reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+                        raise ConfigError("secrets_dir", f"cannot read {f}: {reason}") from None
+            register_environment(files)
+            for name, value in files.items():  # backends also check them (secrets.read_secret)
+                environ.setdefault(name, value.strip())
+        fields: dict[str, Any] = {
+            "nodes": tuple(NodesSpec.parse(n) for n in self.nodes),
+            "options": self.backends.get(self.provider, {}),
+            "cloud_config": self.cloud_config,
+            "cluster_name": self.cluster_name,
+            "emulate": self.emulate,
+            "state_file": self.state_file,
+            "concurrency": self.concurrency,
+            "env": environ,
+        }
+        fields.update(overrides)
+        return ProviderContext(**fields)
+
+
+def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from all sources; raises ConfigError naming the first offending key."""
+    environ = os.environ
+    path = config_file or (
+        Path(environ[f"{ENV_PREFIX}CONFIG"]) if environ.get(f"{ENV_PREFIX}CONFIG") else None
+    )
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError("config", f"file {str(path)!r} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", yaml_problem(path, exc)) from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError("config", f"{path} must hold a mapping of settings")
+        data = loaded or {}
+    secrets_dir = environ.get(f"{ENV_PREFIX}SECRETS_DIR")
+    init = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _yaml_data.clear()
+    _yaml_data.update(data)
+    try:
+        kwargs: dict[str, Any] = {}
+        if secrets_dir:
+            kwargs["_secrets_dir"] = secrets_dir
+        return Settings(**init, **kwargs)
+    except ValidationError as exc:
+        # every problem at once, an unknown key with the nearest known one
+        raise_all(problems(exc, Settings, extra_keys=BACKENDS))
+        raise  # unreachable: a ValidationError has at least one error
+    finally:
+        _yaml_data.clear()

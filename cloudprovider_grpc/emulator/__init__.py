@@ -1,6 +1,0 @@
-"""Shared base for the cloud API emulators that ship with the product (see server.py)."""
-
-from cloudprovider_grpc.emulator.faults import FAULT_KINDS, FaultPlan
-from cloudprovider_grpc.emulator.server import EmulatorServer, HttpProblem, LogEntry, Request, Response
-
-__all__ = ["FAULT_KINDS", "EmulatorServer", "FaultPlan", "HttpProblem", "LogEntry", "Request", "Response"]

@@ -1,0 +1,320 @@
+"""Server assembly: gRPC (TLS/mTLS, reflection, health), metrics/health HTTP port, shutdown.
+
+Why the synchronous grpcio server with a thread pool rather than grpc.aio: every RPC but Refresh is
+a dictionary lookup under a lock, and all cloud I/O happens in Refresh and in background worker
+threads through `requests`, which blocks. A thread pool runs that code as it is, with no bridging
+between an event loop and threads, and measured p99 stays far under a millisecond (see
+benchmarks/rpc_latency.py and the README).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+import grpc
+
+from cloudprovider_grpc.config.settings import Settings, is_loopback
+from cloudprovider_grpc.core.errors import ServerStartError
+from cloudprovider_grpc.front.link import unary_calls
+from cloudprovider_grpc.front.supervisor import FrontLink, front_binary, start_front
+from cloudprovider_grpc.grpcapi.health import HealthService, add_standard_services, set_serving
+from cloudprovider_grpc.grpcapi.servicer import SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
+from cloudprovider_grpc.ha.election import Elector, build_elector
+from cloudprovider_grpc.ha.handover import HandOverRelay, advertised_address
+from cloudprovider_grpc.observability import status, tracing
+from cloudprovider_grpc.observability.metrics_port import start_metrics_http
+from cloudprovider_grpc.providers.contract import CloudProvider
+from cloudprovider_grpc.providers.gate import DryRunGate
+from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.tls.reload import CertReloader
+
+__all__ = ["ServerHandle", "ServerStartError", "serve_forever", "start_server"]
+
+log = logging.getLogger(__name__)
+
+
+#: at shutdown, how long no RPC may have arrived before the port closes (see Gate.wait_quiet)
+QUIET_BEFORE_CLOSE = 0.2
+
+
+def _grpc_address(address: str) -> str:
+    """':8086' (Go style, all interfaces) -> '[::]:8086'."""
+    return f"[::]{address}" if address.startswith(":") else address
+
+
+@dataclass
+class ServerHandle:
+    """A running server. `stop()` is idempotent and safe from a signal handler thread."""
+
+    server: grpc.Server
+    provider: CloudProvider
+    health: HealthService
+    port: int
+    host: str
+    gate: Gate = field(default_factory=Gate)
+    metrics_server: ThreadingHTTPServer | None = None
+    metrics_port: int = 0
+    #: /healthz and /readyz answer 200 only between the start of gRPC serving and shutdown
+    serving: bool = False
+    #: the compiled front owning the public port, or None when Python serves it directly
+    front: FrontLink | None = None
+    #: set by stop() when the grace period ran out with RPCs still running (they were cancelled):
+    #: the process then exits with status 1
+    cut_off: bool = False
+    #: the leader election (`--leader-elect`), or None
+    leader: Elector | None = None
+    #: with leader election: what forwards the calls reaching a leader handing over (handover.py)
+    relay: HandOverRelay | None = None
+    #: `--kube-status`: what writes the status ConfigMap and the Events, or None
+    reporter: Any = None
+    #: set when a part failed for good (see fail): the process then exits with status 1
+    failed: threading.Event = field(default_factory=threading.Event)
+    _stopping: bool = False
+    _stopped: threading.Event = field(default_factory=threading.Event)
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def address(self) -> str:
+        host = self.host if self.host not in ("", "[::]", "0.0.0.0") else "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop within `grace` seconds, which bound the whole shutdown.
+
+        Order: health NOT_SERVING; new RPCs answer UNAVAILABLE ("not executed") while the port stays
+        open, so a call in transit is never cut off mid-way; the admitted RPCs finish (until the
+        deadline); health Watch streams end; the port closes, cancelling only what still runs at the
+        deadline; background workers get what is left of the grace."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            deadline = time.monotonic() + grace
+            self._stopping = True
+            if self.leader is not None:
+                # replicas: the Lease to a successor first, while calls are still answered; then the
+                # port's GOAWAY sends callers to the new leader (there is no quiet moment to wait for)
+                self.leader.hand_over(deadline)
+                self.serving = False
+                self.health.enter_graceful_shutdown()
+            else:
+                self.serving = False
+                self.health.enter_graceful_shutdown()
+                if self.front is not None:
+                    self.front.closing()  # from now on every call reaches the gate below
+                self.gate.close()
+                # the port closes once callers have stopped arriving (a quiet moment), bounded by the grace
+                if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
+                    self.cut_off = True
+                    log.warning(
+                        "grace period over with %d RPCs still running; cancelling them", self.gate.active
+                    )
+            self.health.end_watches()
+            remaining = max(deadline - time.monotonic(), 0.0)
+            if self.front is not None:
+                # the public port closes first; Python's socket serves the relayed calls meanwhile
+                self.front.stop(remaining)
+                remaining = max(deadline - time.monotonic(), 0.0)
+            self.server.stop(remaining).wait(remaining)
+            if self.relay is not None:
+                self.relay.close()  # the forwarded calls finished with the port's last calls
+            if self.front is not None:
+                self.front.close()
+            self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
+            if self.reporter is not None:
+                self.reporter.stop(max(deadline - time.monotonic(), 0.0))
+            if self.metrics_server is not None:
+                self.metrics_server.shutdown()
+                self.metrics_server.server_close()
+            tracing.shutdown(max(deadline - time.monotonic(), 0.5))
+            self._stopped.set()
+            log.info("server stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    @property
+    def replica_ready(self) -> bool:
+        """Serving, and (with leader election) labelled for its role, leader or standby: what
+        /readyz/replica reports, the readiness probe of a leader-elected pod."""
+        return self.serving and (self.leader is None or self.leader.replica_ready)
+
+    @property
+    def ready(self) -> bool:
+        """Serving, and (with leader election) leading: what /readyz reports."""
+        return self.serving and (self.leader is None or self.leader.ready)
+
+    def front_serving(self, up: bool) -> None:
+        """The front died or lost Python's socket (False), or serves again (True): /healthz reports
+        it, rather than a healthy server nobody can reach."""
+        if not self._stopping:
+            self.serving = up
+
+    def fail(self, why: str) -> None:
+        """A part of the server failed for good (the front kept dying): `serve_forever` stops the
+        server and the process exits with status 1."""
+        self.failed.set()
+        self.serving = False
+
+
+def start_server(settings: Settings | None = None, *, provider: CloudProvider | None = None) -> ServerHandle:
+    """Build the provider (unless given), bind the ports, start serving; raise ServerStartError."""
+    settings = settings or Settings()
+    tracing.configure()  # OTEL_* variables: spans of RPCs, background jobs and cloud calls (tracing.py)
+    binary = front_binary(settings)
+    elector = build_elector(settings.leader_elect) if settings.leader_elect.enabled else None
+    if provider is None:
+        gate = elector.gate if elector is not None else DryRunGate() if settings.dry_run else None
+        provider = build_provider(settings.provider, settings.provider_context(gate=gate))
+    relay = HandOverRelay(SERVICE_NAME, elector.identity, settings.tls) if elector is not None else None
+    servicer = CloudProviderServicer(provider, behind_front=binary is not None, relay=relay)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
+        # a second server on the same port must fail loudly, not silently share it (grpc default is 1)
+        options=[("grpc.so_reuseport", 0)],
+    )
+    # raw-bytes handlers: the service parses requests itself (see service._raw_handler)
+    handlers = method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    health_servicer, standard = add_standard_services(server)
+    address = _grpc_address(settings.address)
+    link: FrontLink | None = None
+    if binary is not None:
+        # every unary method goes over the front's link, the streaming ones over gRPC
+        registered = {f"/{SERVICE_NAME}/{name}": handler for name, handler in handlers.items()} | standard
+        link, port = start_front(binary, settings, server, unary_calls(registered))
+    else:
+        try:
+            if settings.tls.enabled:
+                port = server.add_secure_port(address, CertReloader(settings.tls).credentials())
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
+        if not port:
+            raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
+
+    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
+    handle.front = link
+    handle.relay = relay
+    if relay is not None and link is not None:
+        relay.on_forwarding = link.closing  # the front's cache would answer for this replica's memory
+    if link is not None:
+        link.on_serving = handle.front_serving
+        link.on_fatal = handle.fail
+        link.version = provider.state_version
+        provider.watch_state(link.push_version)
+
+    def status_now() -> dict[str, Any]:
+        return status.snapshot(provider, elector.view if elector is not None else None)
+
+    if settings.metrics_address:
+        try:
+            httpd = start_metrics_http(settings.metrics_address, handle, status_now)
+        except OSError as exc:
+            server.stop(0)
+            if link is not None:
+                link.kill()
+                link.close()
+            raise ServerStartError(
+                f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
+            ) from None
+        handle.metrics_server, handle.metrics_port = httpd, httpd.server_address[1]
+
+    if settings.kube_status:
+        from cloudprovider_grpc.observability.kubereport import start_reporting
+
+        handle.reporter = start_reporting(settings, provider, status_now, elector)
+    provider.start()
+    server.start()
+    if link is not None:
+        link.serve()
+    if link is not None:
+        link.push_version(provider.state_version())
+    handle.serving = True
+    if elector is None:
+        set_serving(health_servicer, True)
+    else:
+        set_serving(health_servicer, False)  # a standby until the Lease says otherwise
+        handle.leader = elector
+        elector.start(
+            provider,
+            on_leading=lambda ready: set_serving(health_servicer, ready),
+            on_lost=lambda: threading.Thread(target=handle.stop, name="shutdown", daemon=True).start(),
+            address=advertised_address(address.rpartition(":")[0], port),
+            relay=relay,
+        )
+    metrics_at = (
+        f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"
+        if handle.metrics_server is not None
+        else "metrics disabled"
+    )
+    log.info(
+        "serving externalgrpc on %s (%s), %s, provider %s%s with %d node groups, front: %s",
+        f"{address.rpartition(':')[0]}:{port}",
+        "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext",
+        metrics_at,
+        provider.name,
+        " (emulated cloud)" if settings.emulate else "",
+        len(provider.node_groups()),
+        "compiled" if link is not None else "python",
+    )
+    if settings.dry_run:
+        log.warning(
+            "dry run: the cloud is listed and never written; each write CA asks for is logged, "
+            "counted in cloudprovider_grpc_dry_run_writes_total, and refused"
+        )
+    if not settings.tls.enabled and not is_loopback(settings.address):
+        log.warning(
+            "gRPC on %s is plaintext and reachable beyond this host (--allow-plaintext): anyone who can "
+            "reach it can create and delete machines; use TLS or a loopback address",
+            settings.address,
+        )
+    return handle
+
+
+def serve_forever(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT, then shut down within settings.grace_period.
+
+    Returns 0 after a clean stop, 1 when work was still running at the end of the grace period. The
+    caller must then end the process without waiting for threads (`os._exit`): a handler thread
+    blocked on the cloud would otherwise hold the process past the grace period."""
+    signalled = threading.Event()
+    started: list[ServerHandle] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if signalled.is_set():
+            return
+        signalled.set()
+        log.info("received %s, shutting down (grace %gs)", signal.Signals(signum).name, settings.grace_period)
+        if started:
+            threading.Thread(
+                target=started[0].stop, args=(settings.grace_period,), name="shutdown", daemon=True
+            ).start()
+
+    # installed before starting, so a signal during startup (a slow first listing) is not fatal
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    handle = start_server(settings)
+    started.append(handle)
+    if signalled.is_set():  # the signal came while starting
+        threading.Thread(target=handle.stop, args=(settings.grace_period,), daemon=True).start()
+    while not signalled.wait(0.2):
+        if handle.failed.is_set():
+            # restarting the front did not help: stop, and exit 1 so that Kubernetes restarts the pod
+            handle.stop(settings.grace_period)
+            return 1
+        if handle.wait(0):  # stopped on its own: the leadership was lost
+            return 1
+    # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
+    if handle.wait(settings.grace_period + 0.25) and not handle.cut_off:
+        return 0
+    log.error("grace period of %gs over with work unfinished; exiting anyway", settings.grace_period)
+    return 1

@@ -1,0 +1,235 @@
+"""Conversions between the externalgrpc wire messages and the provider contract's values.
+
+What makes them worth a module: the protocol carries most values twice (a legacy field and its
+successor, see proto/), and CA's releases differ in which one they send and which one they read
+back, so reading prefers the current field and falls back to the legacy one, writing always fills
+both. Values CA could not have meant (times outside Timestamp's range, malformed or negative
+durations, non-finite ratios) are refused as INVALID_ARGUMENT naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.descriptor import FieldDescriptor
+
+from cloudprovider_grpc.core.errors import InvalidArgument
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.providers.contract import AutoscalingOptions, NodeGroup, NodeRef
+
+_NS = 1_000_000_000
+
+
+def node_ref(node: pb.ExternalGrpcNode) -> NodeRef:
+    # the request's map fields are read-only Mappings already; copying them cost more than the lookup
+    return NodeRef(node.providerID, node.name, node.labels, node.annotations)
+
+
+def group_pb(group: NodeGroup) -> pb.NodeGroup:
+    return pb.NodeGroup(id=group.id, minSize=group.min_size, maxSize=group.max_size, debug=group.debug)
+
+
+#: google.protobuf.Timestamp's documented range, 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z: what
+#: Go's timestamppb accepts and Python's datetime can hold
+_TS_MIN, _TS_MAX = -62_135_596_800, 253_402_300_799
+#: the longest duration the legacy nanosecond field (int64) can carry back to CA: about 292 years
+_MAX_DURATION = (2**63 - 1) // _NS
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _time(msg: Any, new: str, old: str) -> datetime | None:
+    for name in (new, old):
+        if msg.HasField(name):
+            ts: timestamp_pb2.Timestamp = getattr(msg, name)
+            if not _TS_MIN <= ts.seconds <= _TS_MAX or not 0 <= ts.nanos < _NS:
+                raise InvalidArgument(
+                    f"{name} is out of range: seconds={ts.seconds} nanos={ts.nanos} "
+                    "(a time in the years 1 to 9999, nanos 0 to 999999999)"
+                )
+            return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+    return None
+
+
+def period(msg: Any, new_start: str, new_end: str) -> tuple[datetime, datetime]:
+    start = _time(msg, new_start, "startTime")
+    end = _time(msg, new_end, "endTime")
+    if start is None or end is None:
+        raise InvalidArgument(f"{new_start} and {new_end} are required")
+    if end < start:
+        raise InvalidArgument(f"{new_end} ({end.isoformat()}) is before {new_start} ({start.isoformat()})")
+    return start, end
+
+
+def _seconds(opts: pb.NodeGroupAutoscalingOptions, new: str, old: str, default: float) -> float:
+    """A duration CA sent, in seconds; INVALID_ARGUMENT naming the field when it is negative, malformed
+    or too long to echo back in the legacy nanosecond field."""
+    if opts.HasField(new):
+        d: duration_pb2.Duration = getattr(opts, new)
+        if not -_NS < d.nanos < _NS or (d.seconds and d.nanos and (d.seconds > 0) != (d.nanos > 0)):
+            raise InvalidArgument(f"defaults.{new} is malformed: seconds={d.seconds} nanos={d.nanos}")
+        value, field_name = d.seconds + d.nanos / 1e9, new
+    elif opts.HasField(old):
+        value, field_name = getattr(opts, old).duration / _NS, old  # legacy meta/v1 Duration: nanoseconds
+    else:
+        return default
+    if not 0 <= value <= _MAX_DURATION:
+        raise InvalidArgument(
+            f"defaults.{field_name} is out of range: {value:g}s (0 to {_MAX_DURATION}s, what the legacy "
+            "nanosecond field can carry)"
+        )
+    return value
+
+
+def _ratio(value: float, name: str) -> float:
+    if not math.isfinite(value):
+        raise InvalidArgument(f"defaults.{name} must be a finite number, got {value}")
+    return value
+
+
+def options_from_pb(opts: pb.NodeGroupAutoscalingOptions) -> AutoscalingOptions:
+    base = AutoscalingOptions()
+    return AutoscalingOptions(
+        scale_down_utilization_threshold=_ratio(
+            opts.scaleDownUtilizationThreshold, "scaleDownUtilizationThreshold"
+        ),
+        scale_down_gpu_utilization_threshold=_ratio(
+            opts.scaleDownGpuUtilizationThreshold, "scaleDownGpuUtilizationThreshold"
+        ),
+        scale_down_unneeded_time=_seconds(
+            opts, "scaleDownUnneededDuration", "scaleDownUnneededTime", base.scale_down_unneeded_time
+        ),
+        scale_down_unready_time=_seconds(
+            opts, "scaleDownUnreadyDuration", "scaleDownUnreadyTime", base.scale_down_unready_time
+        ),
+        max_node_provision_time=_seconds(
+            opts, "MaxNodeProvisionDuration", "MaxNodeProvisionTime", base.max_node_provision_time
+        ),
+        zero_or_max_node_scaling=opts.zeroOrMaxNodeScaling,
+        ignore_daemonsets_utilization=opts.ignoreDaemonSetsUtilization,
+    )
+
+
+def options_to_pb(o: AutoscalingOptions) -> pb.NodeGroupAutoscalingOptions:
+    """Both duration encodings, always present: CA <= 1.34.1 dereferences 3/4/5 without nil checks."""
+
+    def new(seconds: float) -> duration_pb2.Duration:
+        whole = int(seconds)
+        return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * _NS))
+
+    def old(seconds: float) -> pb.LegacyDuration:
+        return pb.LegacyDuration(duration=round(seconds * _NS))
+
+    return pb.NodeGroupAutoscalingOptions(
+        scaleDownUtilizationThreshold=o.scale_down_utilization_threshold,
+        scaleDownGpuUtilizationThreshold=o.scale_down_gpu_utilization_threshold,
+        scaleDownUnneededTime=old(o.scale_down_unneeded_time),
+        scaleDownUnreadyTime=old(o.scale_down_unready_time),
+        MaxNodeProvisionTime=old(o.max_node_provision_time),
+        zeroOrMaxNodeScaling=o.zero_or_max_node_scaling,
+        ignoreDaemonSetsUtilization=o.ignore_daemonsets_utilization,
+        scaleDownUnneededDuration=new(o.scale_down_unneeded_time),
+        scaleDownUnreadyDuration=new(o.scale_down_unready_time),
+        MaxNodeProvisionDuration=new(o.max_node_provision_time),
+    )
+
+
+#: the fields by which a CA release from 1.29 on marks its NodeGroupGetOptions defaults: 1.29-1.34.1
+#: always send MaxNodeProvisionTime (5), 1.33-1.34.1 also the two booleans (6, 7) when true, 1.34.2
+#: and later the Duration fields (8, 9, 10), all of them as non-nil messages
+#: (cluster-autoscaler-1.29.0 .. 1.36.x: cloudprovider/externalgrpc/externalgrpc_node_group.go, GetOptions)
+_FROM_1_29 = (
+    "MaxNodeProvisionTime",
+    "scaleDownUnneededDuration",
+    "scaleDownUnreadyDuration",
+    "MaxNodeProvisionDuration",
+)
+
+
+def from_ca_before_1_29(defaults: pb.NodeGroupAutoscalingOptions) -> bool:
+    """True for the `defaults` of CA 1.25-1.28's GetOptions request: they carry none of fields 5-10
+    (no MaxNodeProvisionTime, no Duration field, both booleans false). Those releases send only
+    fields 1-4 (cluster-autoscaler-1.25.0 .. 1.28.7, externalgrpc_node_group.go), and every later
+    release sends field 5 or fields 8-10 on every call. A request without `defaults` comes from no
+    CA release and is not asked about."""
+    return not (
+        any(defaults.HasField(name) for name in _FROM_1_29)
+        or defaults.zeroOrMaxNodeScaling
+        or defaults.ignoreDaemonSetsUtilization
+    )
+
+
+# protobuf wire types
+_VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = 0, 1, 2, 3, 4, 5
+_FIXED64 = {FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+_FIXED32 = {FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32}
+_DELIMITED = {FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES, FieldDescriptor.TYPE_MESSAGE}
+
+
+def _wire_types(field: FieldDescriptor) -> tuple[int, ...]:
+    """The wire types a parser accepts for `field`; any other one makes the field unknown."""
+    if field.type in _DELIMITED:
+        return (_LEN,)
+    if field.type == FieldDescriptor.TYPE_GROUP:
+        return (_SGROUP,)
+    scalar = _I64 if field.type in _FIXED64 else _I32 if field.type in _FIXED32 else _VARINT
+    return (scalar, _LEN) if field.is_repeated else (scalar,)  # a repeated scalar may come packed
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(raw) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip(raw: bytes, pos: int, number: int, wire: int) -> int:
+    """The position after the value of a field whose tag ended at `pos`."""
+    if wire == _VARINT:
+        return _varint(raw, pos)[1]
+    if wire in (_I64, _I32):
+        end = pos + (8 if wire == _I64 else 4)
+    elif wire == _LEN:
+        size, pos = _varint(raw, pos)
+        end = pos + size
+    elif wire == _SGROUP:
+        while True:
+            tag, pos = _varint(raw, pos)
+            if tag & 7 == _EGROUP:
+                if tag >> 3 != number:
+                    raise ValueError("mismatched end of group")
+                return pos
+            pos = _skip(raw, pos, tag >> 3, tag & 7)
+    else:
+        raise ValueError(f"wire type {wire}")
+    if end > len(raw):
+        raise ValueError("truncated field")
+    return end
+
+
+def unknown_fields(raw: bytes, descriptor: Any) -> bytes:
+    """The fields of the encoded message `raw` that `descriptor` does not know (a number it does not
+    declare, or a declared number with another wire type), byte for byte and in their order.
+    `descriptor` is a message Descriptor (the generated classes' upb one or the pure-Python one).
+
+    Why: a CA newer than our schema sends its defaults for options we do not know; echoing these
+    bytes in the answer gives it its own defaults back for them. Only the top level is scanned."""
+    out = bytearray()
+    pos = 0
+    while pos < len(raw):
+        start = pos
+        tag, pos = _varint(raw, pos)
+        number, wire = tag >> 3, tag & 7
+        pos = _skip(raw, pos, number, wire)
+        field = descriptor.fields_by_number.get(number)
+        if field is None or wire not in _wire_types(field):
+            out += raw[start:pos]
+    return bytes(out)
