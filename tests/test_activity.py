@@ -1,5 +1,6 @@
 """The providers' activity record (providers/activity.py) and the status document's rules
-(observability/status.py): which occurrences a failure makes, which back-off it holds, what counts as a change."""
+(observability/status.py): which occurrences a failure makes, which back-off it holds, what counts
+as a change."""
 
 from __future__ import annotations
 

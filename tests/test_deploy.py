@@ -221,7 +221,8 @@ def kube_status(objects: Objects) -> bool:
     return "--kube-status" in our_args(objects) or env.get("CLOUDPROVIDER_GRPC_KUBE_STATUS") == "true"
 
 
-#: the rules `--kube-status` needs (observability/kubereport.py): its one ConfigMap, and Events on it and on Nodes
+#: the rules `--kube-status` needs (observability/kubereport.py): its one ConfigMap, and Events on it
+#: and on Nodes
 #: the label the leader puts on its own pod, which the Service selects
 LEADER_LABEL = "cloudprovider-grpc.io/leader"
 
