@@ -63,7 +63,7 @@ def test_an_uncaught_crash_at_startup_prints_no_secret() -> None:
     """A crash before logging is set up: the exception hook prints one redacted line."""
     code = (
         "import os\n"
-        "from cloudprovider_grpc import logs\n"
+        "from cloudprovider_grpc.observability import logs\n"
         "from cloudprovider_grpc.config.secrets import register_environment\n"
         "register_environment(os.environ)\n"
         "logs.install_hooks()\n"
