@@ -39,7 +39,7 @@ def imports(path: Path) -> Iterator[str]:
             if node.level:
                 parts = dotted(path).split(".")
                 keep = len(parts) - node.level + (1 if path.name == "__init__.py" else 0)
-                base = ".".join(parts[:keep] + [node.module])
+                base = ".".join([*parts[:keep], node.module])
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
