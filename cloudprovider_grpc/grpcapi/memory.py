@@ -11,7 +11,6 @@ An operator's own `MALLOC_ARENA_MAX` is left alone, and so is any other C librar
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -27,11 +26,10 @@ def limit_malloc_arenas(arenas: int = ARENAS) -> bool:
     allocate). True when the limit was set here."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False  # glibc read the operator's own setting at start
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        libc = ctypes.CDLL(name)
+        # the symbols the process already has (the interpreter links the C library), not a search
+        # by name: ctypes.util.find_library runs `ldconfig -p` in a child process on every start
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # noqa: B018  (present in glibc only: musl has no arenas to limit)
     except (OSError, AttributeError):
