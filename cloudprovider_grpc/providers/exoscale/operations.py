@@ -19,7 +19,7 @@ from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, Instance
 from cloudprovider_grpc.providers.driver import Operation, OperationState, OperationStatus
 from cloudprovider_grpc.providers.exoscale.client import _QUOTA_RE, ExoscaleClient
 
-log = logging.getLogger("cloudprovider_grpc.providers.exoscale.driver")
+log = logging.getLogger("cloudprovider_grpc.providers.exoscale.driver")  # the driver's log lines
 
 _CAPACITY_RE = re.compile(r"capacity|insufficient|sold.?out|no (?:more )?(?:hosts|resources)", re.I)
 #: operations still tracked after this long are dropped (pools.py stops polling after 30 minutes)
