@@ -363,8 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     try:
         from cloudprovider_grpc.simulator import cli as sim_cli
     except ImportError:  # the simulator package is optional at import time
-        sim_cli = None  # type: ignore[assignment]
-    if sim_cli is not None:
+        pass
+    else:
         simulate = sub.add_parser("simulate", help="replay a scenario through CA's decision logic")
         sim_cli.add_arguments(simulate)
         simulate.set_defaults(func=sim_cli.run_cli)

@@ -120,7 +120,8 @@ class FrontProcess:
         self.proc = subprocess.Popen(
             [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, env={}
         )
-        self._stdin: IO[bytes] = self.proc.stdin  # type: ignore[assignment]
+        assert self.proc.stdin is not None  # stdin=PIPE
+        self._stdin: IO[bytes] = self.proc.stdin
         self._send(start)
         threading.Thread(target=self._read_events, name="front-events", daemon=True).start()
         threading.Thread(target=self._push_versions, name="front-versions", daemon=True).start()

@@ -1,4 +1,4 @@
-"""The leadership term as the write gate of a leader-elected replica (see leader.py for the
+"""The leadership term as the write gate of a leader-elected replica (see election.py for the
 election and providers/gate.py for what a write gate is): writes pass only within a valid term,
 which lasts until `renew deadline` after the start of the last successful renewal, on this
 process's monotonic clock."""

@@ -44,7 +44,7 @@ def http_address(address: str) -> tuple[str, int]:
 
 
 class _MetricsHandler(BaseHTTPRequestHandler):
-    handle_ref: Serving | None = None
+    server: _MetricsServer
 
     def do_GET(self) -> None:
         if self.path.split("?")[0] == "/metrics":
@@ -52,7 +52,7 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             body = redact(generate_latest(REGISTRY).decode()).encode()
             ctype, code = CONTENT_TYPE_LATEST, 200
         elif (path := self.path.split("?")[0]) in ("/healthz", "/readyz", "/readyz/replica"):
-            handle: Serving | None = self.server.handle_ref  # type: ignore[attr-defined]
+            handle = self.server.handle_ref
             # /readyz: the leader only; /readyz/replica: a leader or a standby labelled as one
             readiness = path != "/healthz"
             ok = handle is not None and (
@@ -79,7 +79,7 @@ class _MetricsHandler(BaseHTTPRequestHandler):
     def _status(self) -> tuple[bytes, str, int]:
         from cloudprovider_grpc.observability import status
 
-        build: Callable[[], dict[str, Any]] | None = self.server.status_ref  # type: ignore[attr-defined]
+        build = self.server.status_ref
         if build is None:
             return b"no status\n", "text/plain", 404
         doc = build()
@@ -95,6 +95,10 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
 
 class _MetricsServer(ThreadingHTTPServer):
+    #: what the probes ask (set before serving starts); the builder of the /status document
+    handle_ref: Serving | None = None
+    status_ref: Callable[[], dict[str, Any]] | None = None
+
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that hung up before its answer is not an error of ours (a probe whose timeout
         ran out on a busy machine); anything else is one log line, never a traceback on stderr."""
@@ -111,8 +115,8 @@ def start_metrics_http(
     `status` builds the document /status serves (none: 404)."""
     httpd = _MetricsServer(http_address(address), _MetricsHandler)
     httpd.daemon_threads = True
-    httpd.handle_ref = serving  # type: ignore[attr-defined]
-    httpd.status_ref = status  # type: ignore[attr-defined]
+    httpd.handle_ref = serving
+    httpd.status_ref = status
     threading.Thread(
         target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="metrics-http", daemon=True
     ).start()

@@ -7,7 +7,7 @@ import pytest
 from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass
 from cloudprovider_grpc.emulators import FaultPlan
 from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
-from cloudprovider_grpc.providers.alicloud.driver import GPU_LABEL, gpu_label_value
+from cloudprovider_grpc.providers.alicloud.catalogue import GPU_LABEL, gpu_label_value
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import OperationState
 from cloudprovider_grpc.providers.registry import NodesSpec

@@ -12,7 +12,7 @@ from cloudprovider_grpc.k8s.template import Taint
 from cloudprovider_grpc.providers.contract import InstanceState
 from cloudprovider_grpc.providers.driver import Operation, OperationState, Pool
 from cloudprovider_grpc.providers.exoscale import ExoscaleDriver
-from cloudprovider_grpc.providers.exoscale.driver import instance_state
+from cloudprovider_grpc.providers.exoscale.discovery import instance_state
 from tests.exoscale.conftest import KEY, SECRET, ZONE, make_driver, spec
 from tests.support.servers import ManualClock
 

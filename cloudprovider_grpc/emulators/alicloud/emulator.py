@@ -44,10 +44,11 @@ __all__ = ["AcsError", "AliCloudEmulator", "demo_emulator"]
 
 
 class AliCloudEmulator(EssActions, ServiceActions):
-    """The whole emulator: the core (core.py) with the ESS actions (ess.py) and the
-    other services (services.py)."""
+    """The whole emulator: the core (core.py) and its request side (rpc.py) with the ESS actions
+    (ess.py) and the other services (services.py)."""
 
     def _add_routes(self) -> None:
+        super()._add_routes()
         self.route("GET", "/latest/meta-data/ram/security-credentials/", self._metadata_roles)
         self.route("GET", "/latest/meta-data/ram/security-credentials/{role}", self._metadata_credentials)
         self.route("GET", "/latest/meta-data/Ram/security-credentials/{role}", self._metadata_credentials)

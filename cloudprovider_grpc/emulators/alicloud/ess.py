@@ -18,10 +18,10 @@ from cloudprovider_grpc.emulators.alicloud.acs import (
     _minute,
     _missing,
 )
-from cloudprovider_grpc.emulators.alicloud.core import AliCloudCore
+from cloudprovider_grpc.emulators.alicloud.rpc import AcsRpc
 
 
-class EssActions(AliCloudCore):
+class EssActions(AcsRpc):
     """ESS reads and changes."""
 
     # ------------------------------------------------------------------ ESS reads

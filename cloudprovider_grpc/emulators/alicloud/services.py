@@ -18,10 +18,10 @@ from cloudprovider_grpc.emulators.alicloud.acs import (
     _iso,
     _rand,
 )
-from cloudprovider_grpc.emulators.alicloud.core import AliCloudCore
+from cloudprovider_grpc.emulators.alicloud.rpc import AcsRpc
 
 
-class ServiceActions(AliCloudCore):
+class ServiceActions(AcsRpc):
     """ECS, VPC, STS and the metadata server."""
 
     # ------------------------------------------------------------------ ECS

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudprovider_grpc.emulators import HttpProblem, Request, Response
-from cloudprovider_grpc.emulators.exoscale.core import ExoscaleCore, _check_uuid
+from cloudprovider_grpc.emulators.exoscale.core import _check_uuid
+from cloudprovider_grpc.emulators.exoscale.gateway import ExoscaleGateway
 
 
-class ExoscaleApi(ExoscaleCore):
+class ExoscaleApi(ExoscaleGateway):
     """Operations and the handlers of every route."""
 
     def _add_routes(self) -> None:

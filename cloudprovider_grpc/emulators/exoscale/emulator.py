@@ -31,18 +31,14 @@ product/concrete-ai/dedicated-inference/service-boundaries/limits-and-quotas).
 from __future__ import annotations
 
 from cloudprovider_grpc.emulators.exoscale.api import ExoscaleApi
-from cloudprovider_grpc.emulators.exoscale.core import (
-    OPERATION_REASONS,
-    POOL_OPERATIONS,
-    SKS_OPERATIONS,
-    Observer,
-)
+from cloudprovider_grpc.emulators.exoscale.core import OPERATION_REASONS, Observer
+from cloudprovider_grpc.emulators.exoscale.gateway import POOL_OPERATIONS, SKS_OPERATIONS
 
 __all__ = ["OPERATION_REASONS", "POOL_OPERATIONS", "SKS_OPERATIONS", "ExoscaleEmulator", "Observer"]
 
 
 class ExoscaleEmulator(ExoscaleApi):
-    """The whole emulator: the core (core.py) with the API (api.py)."""
+    """The whole emulator: the core (core.py), its gateway (gateway.py) and the API (api.py)."""
 
     name = "exoscale"
     prefix = "/v2/"

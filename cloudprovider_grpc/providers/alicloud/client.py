@@ -1,5 +1,5 @@
-"""The ESS and ECS calls the AliCloud backend makes, RPC style, signed with V3, on the shared HTTP
-layer.
+"""The ESS and ECS calls the AliCloud backend makes, RPC style, signed with V3 (signer.py), on the
+shared HTTP layer.
 
 Transport facts (research alicloud.md §2, §6; the Tea SDK's generated clients): every action is
 `/` with its parameters in the query string; repeated parameters are numbered (`InstanceIds.1`);
@@ -16,25 +16,19 @@ overrides; never the Location service the in-tree SDK depended on (kubernetes/au
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import random
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
-
-import requests
 
 from cloudprovider_grpc.core.clock import Clock, or_wall
 from cloudprovider_grpc.core.clouderrors import CloudError
-from cloudprovider_grpc.formats import acs_signature as signing
-from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
+from cloudprovider_grpc.http import HttpClient, RetryPolicy
 from cloudprovider_grpc.providers.alicloud.credentials import CredentialSource
 from cloudprovider_grpc.providers.alicloud.errors import ApiError
+from cloudprovider_grpc.providers.alicloud.signer import AcsV3Auth
 
 log = logging.getLogger(__name__)
 
@@ -97,58 +91,6 @@ def flatten(params: Mapping[str, Any]) -> dict[str, str]:
         else:
             out[key] = str(value)
     return out
-
-
-class AcsV3Auth(SecretAuth):
-    """Signs a request with ACS3-HMAC-SHA256 using the credential source's current key.
-
-    The RPC call arrives with `Action` and `Version` in its query; V3 carries them as the
-    `x-acs-action`/`x-acs-version` headers, so they move there before signing."""
-
-    def __init__(self, source: CredentialSource) -> None:
-        super().__init__("")
-        self.source = source
-
-    def redact(self, text: str) -> str:
-        return self.source.redact(text)
-
-    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
-        cred = self.source.get()
-        parts = urlsplit(str(r.url or ""))
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        action = next((v for k, v in query if k == "Action"), "")
-        version = next((v for k, v in query if k == "Version"), "")
-        query = [(k, v) for k, v in query if k not in ("Action", "Version")]
-        encoded = "&".join(f"{signing.percent_encode(k)}={signing.percent_encode(v)}" for k, v in query)
-        r.url = urlunsplit((parts.scheme, parts.netloc, parts.path, encoded, parts.fragment))
-        body = r.body if isinstance(r.body, bytes) else (r.body or "").encode()
-        headers = {
-            "host": parts.netloc,
-            "x-acs-action": action,
-            "x-acs-version": version,
-            "x-acs-date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "x-acs-signature-nonce": uuid.uuid4().hex,
-            "x-acs-content-sha256": hashlib.sha256(body).hexdigest(),
-        }
-        if cred.security_token:
-            headers["x-acs-accesskey-id"] = cred.access_key_id
-            headers["x-acs-security-token"] = cred.security_token
-        string_to_sign = signing.v3_string_to_sign(
-            r.method or "GET",
-            parts.path or "/",
-            query,
-            headers,
-            headers.keys(),
-            headers["x-acs-content-sha256"],
-        )
-        auth = signing.V3Authorization(
-            cred.access_key_id,
-            tuple(sorted(headers)),
-            signing.v3_signature(cred.access_key_secret, string_to_sign),
-        )
-        r.headers.update(headers)
-        r.headers["Authorization"] = auth.header()
-        return r
 
 
 class AliClient:

@@ -6,7 +6,8 @@ instances (the only case where CA shows placeholders that a failed scale-out sho
 Changes: ScaleWithAdjustment(TotalCapacity) for a new size, RemoveInstances (20 a call, lowering
 the desired capacity, invalid instances reported one by one) for named nodes. Both return a scaling
 activity the machinery polls with `poll`. Templates come from the active scaling configuration (or
-the launch template overrides) and ECS DescribeInstanceTypes, cached for the catalogue TTL.
+the launch template overrides) and ECS DescribeInstanceTypes, cached for the catalogue TTL
+(catalogue.py).
 
 ProviderIDs are `<region>.<instance-id>`, as the Alibaba CCM sets them and the in-tree provider
 parses them; `alicloud://<region>.<instance-id>` (also accepted by that CCM) is matched too.
@@ -22,11 +23,11 @@ import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, InstanceError
-from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
+from cloudprovider_grpc.k8s.template import NodeTemplate
+from cloudprovider_grpc.providers.alicloud.catalogue import GPU_LABEL, Catalogue
 from cloudprovider_grpc.providers.alicloud.client import REMOVE_BATCH, AliClient
 from cloudprovider_grpc.providers.alicloud.config import AliConfig
 from cloudprovider_grpc.providers.alicloud.errors import error_class
@@ -44,15 +45,9 @@ from cloudprovider_grpc.providers.driver import (
 
 log = logging.getLogger(__name__)
 
-GPU_LABEL = "aliyun.accelerator/nvidia_name"
-GPU_RESOURCE = "nvidia.com/gpu"
 #: what the in-tree provider puts in ActivityMetadata (alicloud_auto_scaling.go); we use the same key
 #: so activities started by either are recognised as CA's
 ACTIVITY_METADATA = {"cluster-autoscaler/alicloud/managed": "true"}
-#: AWS-style node-template tags (an extension; in-tree copies every tag as a label)
-TEMPLATE_LABEL_TAG = "k8s.io/cluster-autoscaler/node-template/label/"
-TEMPLATE_TAINT_TAG = "k8s.io/cluster-autoscaler/node-template/taint/"
-_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 #: instance listings in flight at once during a Refresh (the client's rate limit still applies)
 LISTING_CONCURRENCY = 4
 
@@ -68,24 +63,11 @@ _STATES = {
     "Removing:Wait": InstanceState.DELETING,
 }
 _FAILED_ACTIVITY = frozenset({"Failed", "Rejected", "Warning"})
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_LABEL_KEY_RE = re.compile(
-    rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
-)
-_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _NODE_NAME_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+\.i-[a-z0-9]+$")
 
 
 def lifecycle_state(state: str) -> InstanceState:
     return _STATES.get(state, InstanceState.RUNNING)
-
-
-def gpu_label_value(spec: str) -> str:
-    """`aliyun.accelerator/nvidia_name` from ECS `GPUSpec`: spaces become dashes ("NVIDIA T4" ->
-    "NVIDIA-T4"). Inferred: ACK nodes carry the driver's product name with dashes ("Tesla-V100-
-    SXM2-16GB"), which ECS does not publish; a scaling-configuration tag with this key wins."""
-    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.strip()).strip("-_.")
-    return value[:63].rstrip("-_.")
 
 
 def activity_error(activity: Mapping[str, Any]) -> InstanceError:
@@ -104,16 +86,6 @@ def _ours(activity: Mapping[str, Any]) -> bool:
     return isinstance(meta, dict) and all(meta.get(k) == v for k, v in ACTIVITY_METADATA.items())
 
 
-@dataclass
-class _Shape:
-    """What the catalogue knows of one group: its configuration, its instance type, and the zone of
-    its first vSwitch (where ESS's default PRIORITY multi-zone policy puts new instances first)."""
-
-    config: dict[str, Any] = field(default_factory=dict)
-    instance_type: dict[str, Any] = field(default_factory=dict)
-    zone: str = ""
-
-
 class AliCloudDriver(PoolDriver):
     name = "alicloud"
     gpu_label = GPU_LABEL
@@ -130,11 +102,10 @@ class AliCloudDriver(PoolDriver):
         #: from the last listing: group id -> its ESS record, and the zones its instances are in
         self._records: dict[str, dict[str, Any]] = {}
         self._zones: dict[str, Counter[str]] = {}
-        self._shapes: dict[str, _Shape] = {}
+        #: each group's configuration, instance type and zone, for its template (catalogue.py)
+        self._catalogue = Catalogue(client, config.region, config.reserved)
         #: removal batch -> how many of its requests ESS has answered (see _remove_token)
         self._remove_attempts: dict[str, int] = {}
-        #: vSwitch id -> zone (a vSwitch never changes zone, so this is never reloaded)
-        self._vswitch_zones: dict[str, str] = {}
         self._pool_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
 
@@ -232,10 +203,12 @@ class AliCloudDriver(PoolDriver):
             failure = self._last_failure(gid) if desired > live else None
             pools.append(Pool(group, desired, machines, failure=failure))
         with self._lock:
-            unshaped = {gid: records[gid] for gid in current if gid in records and gid not in self._shapes}
+            unshaped = {
+                gid: records[gid] for gid in current if gid in records and not self._catalogue.knows(gid)
+            }
         if unshaped:  # first sight of these groups (startup, or discovered): their templates now
             try:
-                self._load_shapes(unshaped)
+                self._catalogue.load(unshaped)
             except CloudError as err:
                 log.warning("alicloud: templates of %s unavailable: %s", sorted(unshaped), err.message)
         return pools
@@ -366,168 +339,16 @@ class AliCloudDriver(PoolDriver):
         previous shape."""
         with self._lock:
             records = dict(self._records)
-        self._load_shapes(records)
-
-    def _load_shapes(self, records: Mapping[str, Mapping[str, Any]]) -> None:
-        configs: dict[str, dict[str, Any]] = {}
-        for gid, record in records.items():
-            config = self._configuration(gid, record)
-            if config is not None:
-                configs[gid] = config
-        if not configs:
-            return
-        types = {t for c in configs.values() for t in self._type_candidates(c)}
-        catalogue = {str(t.get("InstanceTypeId")): t for t in self.client.describe_instance_types(types)}
-        zones = {gid: self._first_vswitch_zone(records[gid]) for gid in configs}
-        with self._lock:
-            for gid, config in configs.items():
-                chosen = next((catalogue[t] for t in self._type_candidates(config) if t in catalogue), None)
-                if chosen is None:
-                    log.warning("alicloud: no instance type of group %s is in the ECS catalogue", gid)
-                    continue
-                self._shapes[gid] = _Shape(config, chosen, zones[gid])
-
-    def _first_vswitch_zone(self, record: Mapping[str, Any]) -> str:
-        ids = record.get("VSwitchIds") or []
-        if isinstance(ids, dict):
-            ids = next(iter(ids.values()), [])
-        first = str((list(ids) or [record.get("VSwitchId") or ""])[0] or "")
-        if not first:
-            return ""
-        if first not in self._vswitch_zones:
-            try:
-                zone = self.client.vswitch_zone(first)
-            except CloudError as err:  # e.g. no vpc:DescribeVSwitches permission: zone from instances
-                log.warning("alicloud: zone of vSwitch %s unavailable: %s", first, err.message)
-                return ""
-            if zone:
-                self._vswitch_zones[first] = zone
-        return self._vswitch_zones.get(first, "")
-
-    def _configuration(self, gid: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
-        active = str(record.get("ActiveScalingConfigurationId") or "")
-        if not active and record.get("LaunchTemplateId"):
-            return self._launch_template_configuration(gid, record)
-        try:
-            configs = self.client.describe_scaling_configurations(gid, [active] if active else [])
-        except CloudError as err:
-            log.warning("alicloud: scaling configuration of %s unavailable: %s", gid, err.message)
-            return None
-        if not configs:
-            log.warning(
-                "alicloud: group %s has no scaling configuration (launch template without overrides?)", gid
-            )
-            return None
-        return configs[0]
-
-    def _launch_template_configuration(self, gid: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A launch-template group's shape in scaling-configuration terms: the template version's
-        instance type, instance tags, system disk and zone; the group's LaunchTemplateOverrides
-        instance types come first (ESS tries them in order)."""
-        template_id = str(record["LaunchTemplateId"])
-        try:
-            data = self.client.launch_template_data(
-                template_id, str(record.get("LaunchTemplateVersion") or "")
-            )
-        except CloudError as err:
-            log.warning("alicloud: launch template %s of %s unavailable: %s", template_id, gid, err.message)
-            data = None
-        data = data or {}
-        overrides = [o for o in record.get("LaunchTemplateOverrides") or [] if isinstance(o, dict)]
-        types = [str(o["InstanceType"]) for o in overrides if o.get("InstanceType")]
-        if data.get("InstanceType"):
-            types.append(str(data["InstanceType"]))
-        if not types:
-            log.warning("alicloud: launch template %s of %s names no instance type", template_id, gid)
-            return None
-        tags = data.get("Tags") or {}
-        tag_list = tags.get("InstanceTag") if isinstance(tags, dict) else tags
-        disk = data.get("SystemDisk") or {}
-        return {
-            "InstanceTypes": list(dict.fromkeys(types)),
-            "Tags": [t for t in tag_list or [] if isinstance(t, dict)],
-            "SystemDiskSize": disk.get("Size") if isinstance(disk, dict) else None,
-            "ZoneId": data.get("ZoneId") or "",
-        }
-
-    @staticmethod
-    def _type_candidates(config: Mapping[str, Any]) -> list[str]:
-        """A multi-type configuration tries its InstanceTypes in order (vendor doc: priority);
-        the template is the first one the catalogue knows."""
-        types = config.get("InstanceTypes") or []
-        if isinstance(types, dict):
-            types = next(iter(types.values()), [])
-        out = [str(t) for t in types if t]
-        if config.get("InstanceType") and str(config["InstanceType"]) not in out:
-            out.insert(0, str(config["InstanceType"]))
-        return out
+        self._catalogue.load(records)
 
     def template(self, group: str) -> NodeTemplate | None:
         with self._lock:
-            shape = self._shapes.get(group)
             record = self._records.get(group, {})
             zones = self._zones.get(group, Counter())
-        if shape is None:
-            return None
-        itype = shape.instance_type
-        cores = int(itype.get("CpuCoreCount") or 0)
-        memory_gib = float(itype.get("MemorySize") or 0)
-        if cores <= 0 or memory_gib <= 0:
-            return None
-        capacity = {"cpu": str(cores), "memory": f"{round(memory_gib * 1024)}Mi"}
-        disk = shape.config.get("SystemDiskSize")
-        if isinstance(disk, int | float) and disk > 0:
-            capacity["ephemeral-storage"] = f"{int(disk)}Gi"
-        labels: dict[str, str] = {}
-        taints: list[Taint] = []
-        gpus = int(itype.get("GPUAmount") or 0)
-        if gpus > 0:
-            capacity[GPU_RESOURCE] = str(gpus)
-            value = gpu_label_value(str(itype.get("GPUSpec") or ""))
-            if value:
-                labels[GPU_LABEL] = value
-        tags = shape.config.get("Tags") or []
-        if isinstance(tags, dict):
-            tags = next(iter(tags.values()), [])
-        for tag in tags:
-            key, value = str(tag.get("Key") or ""), str(tag.get("Value") or "")
-            if key.startswith(TEMPLATE_TAINT_TAG):
-                tvalue, _, effect = value.partition(":")
-                if effect in _TAINT_EFFECTS:
-                    taints.append(Taint(key.removeprefix(TEMPLATE_TAINT_TAG), tvalue, effect))
-                continue
-            key = key.removeprefix(TEMPLATE_LABEL_TAG)
-            # in-tree copies every configuration tag as a label; tags that are not valid labels
-            # (acs:* system tags, spaces) would make CA reject the whole template, so they are skipped
-            if _LABEL_KEY_RE.match(key) and _LABEL_VALUE_RE.match(value) and not key.startswith("acs:"):
-                labels[key] = value
-        # the configuration's zone, else the first vSwitch's, else where most instances are
-        zone = str(shape.config.get("ZoneId") or "") or shape.zone
-        if not zone and zones:
-            zone = sorted(zones.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-        arch = "arm64" if str(itype.get("CpuArchitecture") or "").upper() == "ARM" else "amd64"
-        reserved = {k: v for k, v in self.config.reserved.items() if k in capacity}
-        return NodeTemplate(
-            capacity=capacity,
-            reserved=reserved,
-            labels=labels,
-            taints=tuple(taints),
-            instance_type=str(itype.get("InstanceTypeId") or ""),
-            region=str(record.get("RegionId") or self.config.region),
-            zone=zone,
-            arch=arch,
-        )
+        return self._catalogue.template(group, record, zones)
 
     def gpu_types(self) -> list[str]:
-        with self._lock:
-            shapes = list(self._shapes.values())
-        return sorted(
-            {
-                gpu_label_value(str(s.instance_type.get("GPUSpec") or ""))
-                for s in shapes
-                if int(s.instance_type.get("GPUAmount") or 0) > 0 and s.instance_type.get("GPUSpec")
-            }
-        )
+        return self._catalogue.gpu_types()
 
     # ------------------------------------------------------------------ node matching
     def machine_of(self, node: NodeRef) -> str | None:
@@ -550,4 +371,4 @@ class AliCloudDriver(PoolDriver):
         self.client.close()
 
 
-__all__ = ["GPU_LABEL", "AliCloudDriver", "ErrorClass", "gpu_label_value", "lifecycle_state"]
+__all__ = ["AliCloudDriver", "ErrorClass", "lifecycle_state"]

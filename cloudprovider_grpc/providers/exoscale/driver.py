@@ -15,125 +15,50 @@ for an operation or for the pool to be `running` again (in-tree blocked up to 10
 operation that fails for `conflict`/`busy` (the pool was busy) is sent again from `poll`, a few
 times, rather than waited out; any other `failure`/`timeout` becomes the error CA sees on the group's
 placeholders, class OUT_OF_RESOURCES when it is a quota refusal.
+
+The reading of the cloud's JSON (discovery and members) is in discovery.py, the follow-up of
+operations in operations.py; this module is the driver that puts them together.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from cloudprovider_grpc.core.clock import Clock, or_wall
-from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, InstanceError
-from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
-from cloudprovider_grpc.providers.contract import InstanceState
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.driver import (
     GroupConfig,
     Machine,
     Operation,
-    OperationState,
     OperationStatus,
     Pool,
     PoolDriver,
     RemoveOutcome,
     narrow_groups,
 )
-from cloudprovider_grpc.providers.exoscale.client import _QUOTA_RE, ExoscaleClient
+from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
 from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig
-
-_CAPACITY_RE = re.compile(r"capacity|insufficient|sold.?out|no (?:more )?(?:hosts|resources)", re.I)
+from cloudprovider_grpc.providers.exoscale.discovery import (
+    GONE_STATES,
+    ID_PREFIX,
+    GroupInfo,
+    discover,
+    list_members,
+)
+from cloudprovider_grpc.providers.exoscale.operations import OperationTracker
 
 log = logging.getLogger(__name__)
 
-#: providerID as the Exoscale CCM sets it (exoscale-cloud-controller-manager; in-tree strips it)
-ID_PREFIX = "exoscale://"
 GPU_RESOURCE = "nvidia.com/gpu"
-#: operations still tracked after this long are dropped (pools.py stops polling after 30 minutes)
-FORGET_OPERATIONS_AFTER = 3600.0
+
 #: member listings of one Refresh in flight at once (an SKS cluster has at most 16 nodepools)
 MEMBER_LISTINGS_AT_ONCE = 8
-#: instance states (OpenAPI `instance-state`) -> what CA sees
-_STATES: Mapping[str, InstanceState] = {
-    "starting": InstanceState.CREATING,
-    "running": InstanceState.RUNNING,
-    # a stopped or migrating instance still exists and is still the node; CA's unready-node
-    # handling covers it (in-tree reported both as errors, which makes CA delete the node)
-    "stopped": InstanceState.RUNNING,
-    "migrating": InstanceState.RUNNING,
-    "stopping": InstanceState.DELETING,
-    "destroying": InstanceState.DELETING,
-    "expunging": InstanceState.DELETING,
-    "destroyed": InstanceState.DELETING,
-}
-_GONE = frozenset({"destroying", "expunging", "destroyed"})
-#: operation failure reasons that mean "the pool was busy": the same request is sent again
-_RETRY_REASONS = frozenset({"conflict", "busy"})
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    """What the last listing knew of one group, for set_size/remove_machines/template."""
-
-    config: GroupConfig
-    pool_id: str
-    instance_type: str
-    kind: str  # "sks" or "pool"
-    cluster_id: str = ""
-    nodepool_id: str = ""
-    labels: Mapping[str, str] | None = None
-    taints: tuple[Taint, ...] = ()
-    disk_size: int = 0
-    #: the cloud's desired size as listed (nodepool or pool `size`)
-    size: int = 0
-
-
-@dataclass
-class _Tracked:
-    """An operation we follow: the request to send again if the pool was busy."""
-
-    group: str
-    kind: str
-    exo_id: str
-    resend: Callable[[], dict[str, Any]]
-    attempts: int = 0
-    created: float = 0.0
-
-
-def instance_state(instance: Mapping[str, Any]) -> tuple[InstanceState, InstanceError | None]:
-    state = str(instance.get("state") or "")
-    if state == "error":
-        return InstanceState.CREATING, InstanceError(
-            code="exoscale-instance-error",
-            message=f"exoscale instance {instance.get('id')} is in state error",
-            error_class=ErrorClass.OTHER,
-        )
-    return _STATES.get(state, InstanceState.CREATING if not state else InstanceState.RUNNING), None
-
-
-def _taints(raw: Any) -> tuple[Taint, ...]:
-    """Nodepool taints: {key: {value, effect}} (OpenAPI `sks-nodepool-taints`)."""
-    if not isinstance(raw, Mapping):
-        return ()
-    out = []
-    for key, spec in sorted(raw.items()):
-        if isinstance(spec, Mapping):
-            out.append(Taint(str(key), str(spec.get("value") or ""), str(spec.get("effect") or "NoSchedule")))
-    return tuple(out)
-
-
-def _count(obj: Mapping[str, Any], key: str) -> int:
-    """A non-negative integer field; anything else (absent, null, a string) counts as 0."""
-    value = obj.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _ref(obj: Any, key: str) -> str:
-    value = obj.get(key) if isinstance(obj, Mapping) else None
-    return str(value.get("id") or "") if isinstance(value, Mapping) else ""
 
 
 class ExoscaleDriver(PoolDriver):
@@ -143,7 +68,6 @@ class ExoscaleDriver(PoolDriver):
 
     def __init__(self, config: ExoscaleConfig, client: ExoscaleClient, clock: Clock | None = None) -> None:
         self.config = config
-        self._clock = or_wall(clock)  # operations are tracked on the backend's clock
         self.client = client
         self._lock = threading.Lock()
         self._groups: dict[str, GroupInfo] = {}
@@ -151,7 +75,8 @@ class ExoscaleDriver(PoolDriver):
         #: the `instance` quota limit (-1 unlimited), None until read
         self._quota: int | None = None
         self._quota_read = False
-        self._ops: dict[str, _Tracked] = {}
+        #: the operations set_size and remove_machines started, on the backend's clock (operations.py)
+        self._operations = OperationTracker(client, or_wall(clock), config.operation_retries)
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:
@@ -179,98 +104,6 @@ class ExoscaleDriver(PoolDriver):
             self._warned.add(key)
             log.warning(message, *args)
 
-    def _cluster(self, clusters: list[dict[str, Any]]) -> dict[str, Any] | None:
-        want = self.config.sks_cluster
-        if want:
-            found = [c for c in clusters if want in (c.get("id"), c.get("name"))]
-            if not found:
-                raise CloudError(
-                    f"exoscale: no SKS cluster {want!r} in zone {self.config.zone}", code="NOT_FOUND"
-                )
-            if len(found) > 1:
-                raise CloudError(f"exoscale: several SKS clusters are named {want!r}; give its id")
-            return found[0]
-        if len(clusters) == 1:
-            return clusters[0]
-        if clusters:
-            raise CloudError(
-                f"exoscale: zone {self.config.zone} has {len(clusters)} SKS clusters; "
-                "set EXOSCALE_SKS_CLUSTER to the one to autoscale"
-            )
-        return None
-
-    def _discover(self) -> tuple[list[GroupInfo], CloudError | None]:
-        """Every candidate group (before --nodes narrowing), and the error of a part that failed."""
-        found: list[GroupInfo] = []
-        error: CloudError | None = None
-        nodepool_names: set[str] = set()
-        try:
-            cluster = self._cluster(self.client.list_sks_clusters())
-        except CloudError as err:
-            cluster, error = None, err
-        if cluster is not None:
-            for np in cluster.get("nodepools") or []:
-                pool_id = _ref(np, "instance-pool")
-                if not pool_id or not np.get("name"):
-                    continue
-                name = str(np["name"])
-                nodepool_names.add(name)
-                labels = np.get("labels") if isinstance(np.get("labels"), Mapping) else {}
-                found.append(
-                    GroupInfo(
-                        config=GroupConfig(
-                            id=pool_id,
-                            name=name,
-                            min_size=1,
-                            max_size=self._default_max(),
-                            debug=f"exoscale SKS nodepool {name} (cluster {cluster.get('name')}, "
-                            f"instance pool {pool_id})",
-                        ),
-                        pool_id=pool_id,
-                        instance_type=_ref(np, "instance-type"),
-                        kind="sks",
-                        cluster_id=str(cluster.get("id") or ""),
-                        nodepool_id=str(np.get("id") or ""),
-                        labels={str(k): str(v) for k, v in (labels or {}).items()},
-                        taints=_taints(np.get("taints")),
-                        disk_size=_count(np, "disk-size"),
-                        size=_count(np, "size"),
-                    )
-                )
-        wanted = set(self.config.instance_pools)
-        if not wanted and error is None:
-            # --nodes names no nodepool matched are standalone pools (the in-tree rule)
-            wanted = {n for n in self.config.spec_names if n not in nodepool_names}
-        if wanted:
-            try:
-                pools = self.client.list_instance_pools()
-            except CloudError as err:
-                pools, error = [], error or err
-            for pool in pools:
-                manager = pool.get("manager")
-                if isinstance(manager, Mapping) and manager.get("type") == "sks-nodepool":
-                    continue  # a nodepool's pool: managed through its nodepool
-                pid, name = str(pool.get("id") or ""), str(pool.get("name") or "")
-                if not pid or not ("*" in wanted or pid in wanted or name in wanted):
-                    continue
-                found.append(
-                    GroupInfo(
-                        config=GroupConfig(
-                            id=pid,
-                            name=name,
-                            min_size=1,
-                            max_size=self._default_max(),
-                            debug=f"exoscale instance pool {name} ({pid})",
-                        ),
-                        pool_id=pid,
-                        instance_type=_ref(pool, "instance-type"),
-                        kind="pool",
-                        disk_size=_count(pool, "disk-size"),
-                        size=_count(pool, "size"),
-                    )
-                )
-        return found, error
-
     def _bounded(self, info: GroupInfo, config: GroupConfig) -> GroupConfig:
         """Standalone Instance Pools cannot be empty (the OpenAPI `instance-pool` schema makes
         `size` strictly positive; only SKS nodepools scale to zero): their min size is at least 1."""
@@ -286,7 +119,7 @@ class ExoscaleDriver(PoolDriver):
     def list_pools(self) -> list[Pool]:
         if not self._quota_read:
             self._read_quota()
-        found, error = self._discover()
+        found, error = discover(self.config, self.client, self._default_max())
         specs = [(s.min_size, s.max_size, s.name) for s in self.config.specs]
         by_id = {g.config.id: g for g in found}
         kept = narrow_groups([g.config for g in found], specs)
@@ -327,7 +160,11 @@ class ExoscaleDriver(PoolDriver):
         listed = [info for gid, info in infos.items() if gid in by_id]
         with ThreadPoolExecutor(max_workers=max(1, min(MEMBER_LISTINGS_AT_ONCE, len(listed)))) as pool_exec:
             members = dict(
-                zip([i.config.id for i in listed], pool_exec.map(self._list_members, listed), strict=True)
+                zip(
+                    [i.config.id for i in listed],
+                    pool_exec.map(lambda info: list_members(self.client, info), listed),
+                    strict=True,
+                )
             )
         pools = [
             members[gid] if gid in members else Pool(info.config, 0, listing_error=error)
@@ -338,29 +175,6 @@ class ExoscaleDriver(PoolDriver):
             # listed, so Refresh is UNAVAILABLE rather than OK over the groups last seen
             raise error
         return pools
-
-    def _list_members(self, info: GroupInfo) -> Pool:
-        try:
-            instances = self.client.list_pool_instances(info.pool_id)
-        except CloudError as err:
-            return Pool(info.config, 0, listing_error=err)
-        machines = []
-        for inst in instances:
-            iid = str(inst.get("id") or "")
-            if not iid:
-                continue
-            state, error = instance_state(inst)
-            machines.append(
-                Machine(
-                    id=f"{ID_PREFIX}{iid}",
-                    group=info.config.id,
-                    state=state,
-                    name=str(inst.get("name") or ""),
-                    error=error,
-                    handle=iid,
-                )
-            )
-        return Pool(info.config, info.size, machines=tuple(machines))
 
     # ---- changes ----
     def _send_scale(self, info: GroupInfo, size: int) -> dict[str, Any]:
@@ -379,30 +193,11 @@ class ExoscaleDriver(PoolDriver):
             raise CloudError(f"exoscale: unknown node group {group!r}", code="NOT_FOUND")
         return info
 
-    def _track(
-        self, group: str, kind: str, op: dict[str, Any], resend: Callable[[], dict[str, Any]]
-    ) -> Operation | None:
-        state = op.get("state")
-        if state == "success":
-            return None
-        if state in ("failure", "timeout"):
-            err = self._failure_error(group, kind, op)
-            err.transient = op.get("reason") in _RETRY_REASONS  # a busy pool: the machinery retries later
-            raise err
-        ref = str(op["id"])
-        with self._lock:
-            now = self._clock.monotonic()
-            # operations nobody polls any more (the machinery gives up on very old ones) are forgotten
-            for old in [r for r, t in self._ops.items() if now - t.created > FORGET_OPERATIONS_AFTER]:
-                del self._ops[old]
-            self._ops[ref] = _Tracked(group, kind, ref, resend, created=now)
-        return Operation(group=group, kind=kind, ref=ref)
-
     def set_size(self, group: str, size: int) -> Operation | None:
         info = self._info(group)
         op = self._send_scale(info, size)
         log.info("exoscale: %s -> size %d accepted (operation %s)", info.config.name, size, op.get("id"))
-        return self._track(group, "scale", op, lambda: self._send_scale(info, size))
+        return self._operations.track(group, "scale", op, lambda: self._send_scale(info, size))
 
     def remove_machines(self, group: str, machines: Sequence[Machine]) -> RemoveOutcome:
         """One `:evict` with exactly these instances. Members already gone (or being destroyed) count
@@ -427,79 +222,19 @@ class ExoscaleDriver(PoolDriver):
             info.config.name,
             op.get("id"),
         )
-        return RemoveOutcome(operation=self._track(group, "remove", op, lambda: self._send_evict(info, ids)))
+        return RemoveOutcome(
+            operation=self._operations.track(group, "remove", op, lambda: self._send_evict(info, ids))
+        )
 
     def _still_members(self, info: GroupInfo, ids: Sequence[str]) -> list[str]:
         """Those of `ids` the pool still has and is not already destroying (one list-instances)."""
         states = {
             str(i.get("id")): str(i.get("state") or "") for i in self.client.list_pool_instances(info.pool_id)
         }
-        return [iid for iid in dict.fromkeys(ids) if iid in states and states[iid] not in _GONE]
-
-    def _failure_error(self, group: str, kind: str, op: Mapping[str, Any]) -> CloudError:
-        state, reason = op.get("state"), op.get("reason") or "unknown"
-        detail = f": {op['message']}" if op.get("message") else ""
-        message = f"exoscale {kind} of group {group}: operation {op.get('id')} {state} ({reason}){detail}"
-        text = str(op.get("message") or "")
-        # out of resources, which CA backs off from as such (class 1): an account quota answers
-        # `forbidden` with a quota message, a zone short of an instance type `unavailable` with a
-        # capacity message (Exoscale calls such offerings "capacity-constrained")
-        quota = reason == "forbidden" and _QUOTA_RE.search(text)
-        capacity = reason == "unavailable" and _CAPACITY_RE.search(text)
-        return CloudError(
-            message,
-            error_class=ErrorClass.OUT_OF_RESOURCES if quota or capacity else ErrorClass.OTHER,
-            code="QUOTA_EXCEEDED"
-            if quota
-            else "OUT_OF_CAPACITY"
-            if capacity
-            else f"exoscale-operation-{state}-{reason}",
-        )
+        return [iid for iid in dict.fromkeys(ids) if iid in states and states[iid] not in GONE_STATES]
 
     def poll(self, operation: Operation) -> OperationStatus:
-        with self._lock:
-            tracked = self._ops.get(operation.ref)
-        if tracked is None:
-            return OperationStatus(OperationState.SUCCEEDED)
-        try:
-            op = self.client.get_operation(tracked.exo_id)
-        except CloudError as err:
-            if err.status == 404:
-                self._forget(operation.ref)
-                return OperationStatus(
-                    OperationState.FAILED,
-                    InstanceError(
-                        "exoscale-operation-unknown", f"exoscale operation {tracked.exo_id} not found"
-                    ),
-                )
-            raise
-        state = op.get("state")
-        if state == "pending":
-            return OperationStatus(OperationState.PENDING)
-        if state == "success":
-            self._forget(operation.ref)
-            return OperationStatus(OperationState.SUCCEEDED)
-        if op.get("reason") in _RETRY_REASONS and tracked.attempts < self.config.operation_retries:
-            tracked.attempts += 1
-            log.info(
-                "exoscale: %s of %s found the pool busy (%s); sending it again (%d of %d)",
-                tracked.kind, tracked.group, op.get("reason"),
-                tracked.attempts, self.config.operation_retries,
-            )  # fmt: skip
-            again = tracked.resend()
-            if again.get("state") == "success":
-                self._forget(operation.ref)
-                return OperationStatus(OperationState.SUCCEEDED)
-            tracked.exo_id = str(again["id"])
-            return OperationStatus(OperationState.PENDING)
-        self._forget(operation.ref)
-        failure = self._failure_error(tracked.group, tracked.kind, op)
-        log.warning("%s", failure.message)
-        return OperationStatus(OperationState.FAILED, failure.as_instance_error())
-
-    def _forget(self, ref: str) -> None:
-        with self._lock:
-            self._ops.pop(ref, None)
+        return self._operations.poll(operation)
 
     # ---- catalogue ----
     def _read_quota(self) -> None:
