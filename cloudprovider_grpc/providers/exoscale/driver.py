@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 #: providerID as the Exoscale CCM sets it (exoscale-cloud-controller-manager; in-tree strips it)
 ID_PREFIX = "exoscale://"
 GPU_RESOURCE = "nvidia.com/gpu"
-#: operations still tracked after this long are dropped (pools.py stops polling after 30 minutes)
+#: operations still tracked after this long are dropped (pool_operations.py stops polling after 30 minutes)
 FORGET_OPERATIONS_AFTER = 3600.0
 #: member listings of one Refresh in flight at once (an SKS cluster has at most 16 nodepools)
 MEMBER_LISTINGS_AT_ONCE = 8
