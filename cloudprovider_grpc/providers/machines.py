@@ -269,4 +269,4 @@ def _machine_from(item: Any, group: str) -> Machine:
     )
 
 
-__all__ = ["CreationStatus", "MachineProvider"]
+__all__ = ["MachineProvider"]
