@@ -4,9 +4,9 @@ and, per group, the last cloud error and the back-off in force.
 Why a separate record: CA sees a failed creation only as errorInfo on a placeholder instance; an
 operator reading `kubectl get events` or the status ConfigMap wants to know that the cloud refused
 (stock-out, quota), that a group is backing off, and when a machine was deleted. The shared
-machinery (providers/machines.py, providers/pools.py) reports each such moment here, once, and
-whoever listens (the Kubernetes reporter, observability/kubereport.py) turns it into an Event off
-the RPC path.
+machinery (the machine shape's providers/machine_*.py, the pool shape's providers/pool_*.py)
+reports each such moment here, once, and whoever listens (the Kubernetes reporter,
+observability/kubereport.py) turns it into an Event off the RPC path.
 
 Listeners are called with the provider's lock held, from RPC handlers and background workers: they
 must only queue and return.

@@ -50,7 +50,7 @@ def test_membership_is_by_cluster_and_pool_tags(emulator: CherryEmulator) -> Non
 
 def test_a_token_on_two_servers_keeps_the_oldest_and_deletes_the_other(emulator: CherryEmulator) -> None:
     # a create that timed out and was executed late, after the token lookup had found nothing;
-    # the managed layer deduplicates on its listing (providers/machines.py _delete_duplicates)
+    # the managed layer deduplicates on its listing (providers/machine_listing.py _delete_duplicates)
     tags = {"k8s-cluster": "cluster1", "k8s-nodepool": "pool1", "k8s-create-token": "dup"}
     first, second = seed(emulator, tags), seed(emulator, tags)
     assert second != first

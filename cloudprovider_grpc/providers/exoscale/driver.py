@@ -56,7 +56,6 @@ from cloudprovider_grpc.providers.exoscale.operations import OperationTracker
 log = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
-
 #: member listings of one Refresh in flight at once (an SKS cluster has at most 16 nodepools)
 MEMBER_LISTINGS_AT_ONCE = 8
 
