@@ -25,7 +25,6 @@ from cloudprovider_grpc.providers.options import (
     read_int,
     read_mapping,
     read_reserved,
-    read_url,
 )
 
 
@@ -54,6 +53,17 @@ def optional(read: Callable[..., Any], **kwargs: Any) -> BeforeValidator:
     return BeforeValidator(lambda value: None if value is None else read_value(read, value, **kwargs))
 
 
+def non_empty_list(what: str, *, null: bool = False) -> BeforeValidator:
+    """A list of at least one item (`null`: or null, meaning "none given")."""
+
+    def check(value: Any) -> Any:
+        if (value is not None or not null) and (not isinstance(value, list) or not value):
+            raise problem(f"expected a non-empty list of {what}")
+        return value
+
+    return BeforeValidator(check)
+
+
 def _optional_rate(value: Any) -> float | None:
     """0 or null: no limit."""
     return float(read_value(read_float, value, allow_zero=False)) if value else None
@@ -61,8 +71,6 @@ def _optional_rate(value: Any) -> float | None:
 
 #: seconds, rates and other numbers of at least 0
 NonNegative = Annotated[float, reader(read_float)]
-#: a number above 0
-Positive = Annotated[float, reader(read_float, allow_zero=False)]
 #: an emulator's request rate; 0 or null for none
 OptionalRate = Annotated[float | None, BeforeValidator(_optional_rate)]
 #: whole numbers of at least 0, of at least 1
@@ -70,8 +78,8 @@ Count = Annotated[int, reader(read_int)]
 PositiveCount = Annotated[int, reader(read_int, minimum=1)]
 #: resource name -> Kubernetes quantity
 Reserved = Annotated[dict[str, str], reader(read_reserved)]
-#: an http(s) base URL with a trailing slash
-BaseUrl = Annotated[str, reader(read_url)]
+#: a string; null is ""
+Text = Annotated[str, BeforeValidator(lambda value: "" if value is None else str(value))]
 
 
 def _keyed(value: Any) -> dict[str, int]:

@@ -38,6 +38,7 @@ from cloudprovider_grpc.providers.option_models import (
     OptionalRate,
     Reserved,
     Section,
+    Text,
     TunedSection,
     problem,
     section_problems,
@@ -167,18 +168,11 @@ def _discovery(value: Any) -> dict[str, str]:
     return tags
 
 
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
 def _remove_policy(value: Any) -> str:
     policy = str(value).strip()
     if policy not in REMOVE_POLICIES:
         raise problem(f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
     return policy
-
-
-_Text = Annotated[str, BeforeValidator(_text)]
 
 
 class AliOptions(TunedSection):
@@ -187,13 +181,15 @@ class AliOptions(TunedSection):
 
     SUGGEST = False
 
-    region: _Text = ""
-    ess_endpoint: _Text = ""
-    ecs_endpoint: _Text = ""
-    vpc_endpoint: _Text = ""
-    sts_endpoint: _Text = ""
-    metadata_endpoint: _Text = ""
+    region: Text = ""
     remove_policy: Annotated[str, BeforeValidator(_remove_policy)] = "release"
+    #: API endpoints instead of the Location service lookup (ALICLOUD_<PRODUCT>_ENDPOINT wins)
+    ess_endpoint: Text = ""
+    ecs_endpoint: Text = ""
+    vpc_endpoint: Text = ""
+    sts_endpoint: Text = ""
+    #: the ECS metadata server (METADATA_ENDPOINT wins)
+    metadata_endpoint: Text = ""
     #: groups discovered by ESS tags (an empty value matches any value); empty: only --nodes groups
     auto_discovery: Annotated[dict[str, str], BeforeValidator(_discovery)] = {}
     reserved: Reserved = {}

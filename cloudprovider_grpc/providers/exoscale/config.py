@@ -36,7 +36,9 @@ from cloudprovider_grpc.providers.option_models import (
     PositiveCount,
     Reserved,
     Section,
+    Text,
     TunedSection,
+    non_empty_list,
     problem,
     read_value,
     reader,
@@ -178,12 +180,6 @@ def _stock(value: Any) -> dict[str, int]:
     return out
 
 
-def _nodepools(value: Any) -> Any:
-    if value is not None and (not isinstance(value, list) or not value):
-        raise problem("expected a non-empty list of nodepools")
-    return value
-
-
 class EmulatorOptions(Section):
     """How `--emulate` seeds the emulated cloud (`exoscale.emulator`; providers/exoscale/wiring.py)."""
 
@@ -204,7 +200,7 @@ class EmulatorOptions(Section):
     #: scale-up beyond it fails its operation, reason `unavailable`); types not named have no limit
     stock: Annotated[dict[str, int], BeforeValidator(_stock)] = {}
     #: nodepools seeded instead of the demo's; None: the demo cloud
-    nodepools: Annotated[tuple[NodepoolOptions, ...] | None, BeforeValidator(_nodepools)] = None
+    nodepools: Annotated[tuple[NodepoolOptions, ...] | None, non_empty_list("nodepools", null=True)] = None
 
     @field_validator("nodepools")
     @classmethod
@@ -233,21 +229,14 @@ def _names(value: Any) -> tuple[str, ...]:
     return names
 
 
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-_Text = Annotated[str, BeforeValidator(_text)]
-
-
 class ExoscaleOptions(TunedSection):
     """The `exoscale:` section of the YAML config: the in-tree environment variables' keys in lower
     case (the environment wins), plus client tuning, allocatable reservations and emulator seeding."""
 
-    zone: _Text = ""
-    api_environment: _Text = ""
-    api_endpoint: _Text = ""
-    sks_cluster: _Text = ""
+    zone: Text = ""
+    api_environment: Text = ""
+    api_endpoint: Text = ""
+    sks_cluster: Text = ""
     instance_pools: Annotated[tuple[str, ...], BeforeValidator(lambda v: _names(v or []))] = ()
     unbounded_max_size: PositiveCount = DEFAULT_UNBOUNDED_MAX
     reserved: Reserved = {}

@@ -42,6 +42,7 @@ from cloudprovider_grpc.providers.option_models import (
     Reserved,
     Section,
     TunedSection,
+    non_empty_list,
     optional,
     problem,
     read_value,
@@ -130,12 +131,6 @@ class PoolOptions(Section):
         return EmulatorPool(**self.model_dump())
 
 
-def _pools(value: Any) -> Any:
-    if not isinstance(value, list) or not value:
-        raise problem("expected a non-empty list of pools")
-    return value
-
-
 class EmulatorOptions(Section):
     """How `--emulate` seeds the emulated cloud (`vultr.emulator`; see providers/vultr/wiring.py)."""
 
@@ -152,7 +147,7 @@ class EmulatorOptions(Section):
     stock: Counts = {}
     region: Annotated[str, BeforeValidator(lambda v: str(v or "ewr"))] = "ewr"
     #: None: the demo pools
-    pools: Annotated[tuple[PoolOptions, ...] | None, BeforeValidator(_pools)] = None
+    pools: Annotated[tuple[PoolOptions, ...] | None, non_empty_list("pools")] = None
 
     @field_validator("pools")
     @classmethod
