@@ -15,6 +15,9 @@ New here, documented in the README: endpoint overrides (`ALICLOUD_ESS_ENDPOINT`,
 section) instead of the
 Location service lookup, and stricter validation: a credential mode given in part is an error
 naming the missing variable (in-tree silently fell through to the next mode).
+
+The YAML section is declared by `AliOptions` (pydantic, on the shared types of option_models.py);
+`load_config` reads the environment, the cloud-config file and --nodes around it.
 """
 
 from __future__ import annotations

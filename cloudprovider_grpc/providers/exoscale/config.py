@@ -14,6 +14,7 @@ emulator), `EXOSCALE_SKS_CLUSTER` (the SKS cluster, id or name, whose nodepools 
 every pool no nodepool manages), and the `exoscale:` section of the YAML config with the same keys in
 lower case plus client tuning, allocatable reservations and emulator seeding. Environment wins over
 YAML. Every problem is one `ConfigError(key, problem)` at startup; no network I/O happens here.
+The YAML section is declared by `ExoscaleOptions` (pydantic, on the shared types of option_models.py).
 """
 
 from __future__ import annotations

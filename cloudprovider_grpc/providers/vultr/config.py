@@ -15,6 +15,9 @@ Groups are discovered from the cluster on every Refresh (pools with `auto_scaler
 `min_nodes`/`max_nodes`, as in-tree). `--nodes MIN:MAX:POOL` (new; in-tree ignored it) narrows the
 set to the pools it names, by pool id or label, and overrides their bounds. VKE refuses pools below
 one node (vultr/vultr-cloud-controller-manager#227), so a min of 0 is treated as 1 and reported.
+
+The YAML section is declared by `VultrOptions` (pydantic, on the shared types of option_models.py);
+`load_config` reads the file, the environment and --nodes around it.
 """
 
 from __future__ import annotations
