@@ -15,6 +15,9 @@ New here, documented in the README: endpoint overrides (`ALICLOUD_ESS_ENDPOINT`,
 section) instead of the
 Location service lookup, and stricter validation: a credential mode given in part is an error
 naming the missing variable (in-tree silently fell through to the next mode).
+
+The YAML section is declared by `AliOptions` (pydantic, on the shared types of option_models.py);
+`load_config` reads the environment, the cloud-config file and --nodes around it.
 """
 
 from __future__ import annotations
@@ -24,13 +27,26 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+from pydantic import BeforeValidator, ValidationError
+
 from cloudprovider_grpc.config import secrets
-from cloudprovider_grpc.core.errors import ConfigError, unknown_key
+from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.driver import GroupConfig
-from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
+from cloudprovider_grpc.providers.option_models import (
+    EMPTY_IS_DEFAULT,
+    NonNegative,
+    OptionalRate,
+    Reserved,
+    Section,
+    Text,
+    TunedSection,
+    problem,
+    section_problems,
+)
+from cloudprovider_grpc.providers.options import ClientTuning
 from cloudprovider_grpc.providers.registry import ProviderContext
 
 log = logging.getLogger(__name__)
@@ -60,37 +76,11 @@ _FILE_KEYS = {
 _REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 _GROUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,127}$")
 _ARN_RE = re.compile(r"^acs:ram::[0-9A-Za-z]+:[a-z\-]+/.+$")
-_TOP_KEYS = frozenset(
-    {
-        "region",
-        "ess-endpoint",
-        "ecs-endpoint",
-        "vpc-endpoint",
-        "sts-endpoint",
-        "metadata-endpoint",
-        "remove-policy",
-        "auto-discovery",
-        "reserved",
-        *ClientTuning.KEYS,
-        "emulator",
-    }
-)
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a new ESS instance
 #: stays `Pending` this long. Alibaba Cloud publishes no figure for an ECS instance to start and join
 #: (research notes have none); 120 s is this project's assumption, stated in every report that uses it.
 #: A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"pending-seconds": 120.0, "removing-seconds": 30.0}
-_EMULATOR_KEYS = frozenset(
-    {
-        "pending-seconds",
-        "removing-seconds",
-        "activity-seconds",
-        "stock",
-        "rate-limit",
-        "sts-duration",
-        "instance-types",
-    }
-)
 REMOVE_POLICIES = ("release", "recycle")
 
 
@@ -113,20 +103,100 @@ class Credentials:
     source: str = ""
 
 
-@dataclass(frozen=True)
-class EmulatorOptions:
-    """How `--emulate` seeds the emulated cloud (providers/alicloud/emulator.py)."""
+def _stock(value: Any) -> dict[str, int]:
+    raw = {"*": value} if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(raw, Mapping):
+        raise problem("expected a number or {instance-type: quantity}")
+    for t, q in raw.items():
+        if not isinstance(q, int) or isinstance(q, bool) or q < 0:
+            raise problem(f"expected a non-negative integer, got {q!r}", f".{t}")
+    return {str(t): q for t, q in raw.items()}
 
-    pending_seconds: float = 5.0
-    removing_seconds: float = 3.0
-    activity_seconds: float = 1.0
-    rate_limit: float | None = None
-    #: instance type -> instances the emulated region can still create ("*": any type)
-    stock: Mapping[str, int] = field(default_factory=lambda: {"*": 1000})
-    sts_duration: int = 3600
+
+def _sts_duration(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise problem(f"expected a positive integer, got {value!r}")
+    return value
+
+
+def _instance_types(value: Any) -> dict[str, str]:
+    types = value or {}
+    if not isinstance(types, Mapping) or not all(isinstance(v, str) and v for v in types.values()):
+        raise problem("expected {scaling-group-id: instance-type}")
+    return {str(k): str(v) for k, v in types.items()}
+
+
+class EmulatorOptions(Section):
+    """How `--emulate` seeds the emulated cloud (`alicloud.emulator`; providers/alicloud/wiring.py)."""
+
+    SUGGEST = False
+
+    pending_seconds: NonNegative = 5.0
+    removing_seconds: NonNegative = 3.0
+    activity_seconds: NonNegative = 1.0
+    rate_limit: OptionalRate = None
+    #: instance type -> instances the emulated region can still create ("*": any type); a number
+    #: alone is the stock of any type
+    stock: Annotated[dict[str, int], BeforeValidator(_stock)] = {"*": 1000}
+    sts_duration: Annotated[int, BeforeValidator(_sts_duration)] = 3600
     #: scaling group id -> the instance type of the configuration the emulator seeds for it
     #: (default ecs.g7.xlarge); with `stock` this makes one group's scale-outs fail
-    instance_types: Mapping[str, str] = field(default_factory=dict)
+    instance_types: Annotated[dict[str, str], BeforeValidator(_instance_types)] = {}
+
+
+_TAG_KEY_RE = re.compile(r"^[^\s=,][^=,]{0,127}$")
+
+
+def _discovery(value: Any) -> dict[str, str]:
+    """`asg:tag=<key>[=<value>],...` (CA's AWS auto-discovery format) or `{tags: {key: value}}`."""
+    if value in (None, "", {}):
+        return {}
+    tags: dict[str, str] = {}
+    if isinstance(value, str):
+        kind, _, rest = value.strip().partition(":")
+        if kind != "asg" or not rest.startswith("tag="):
+            raise problem(f"{value!r} is not asg:tag=<key>[=<value>],...")
+        for item in rest.removeprefix("tag=").split(","):
+            key, _, tag_value = item.strip().partition("=")
+            tags[key] = tag_value
+    elif isinstance(value, Mapping) and set(value) == {"tags"} and isinstance(value["tags"], Mapping):
+        tags = {str(k): "" if v is None else str(v) for k, v in value["tags"].items()}
+    else:
+        raise problem("expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
+    if not tags or len(tags) > 20:
+        raise problem("give 1 to 20 tags")
+    for key in tags:
+        if not _TAG_KEY_RE.match(key):
+            raise problem(f"{key!r} is not a tag key")
+    return tags
+
+
+def _remove_policy(value: Any) -> str:
+    policy = str(value).strip()
+    if policy not in REMOVE_POLICIES:
+        raise problem(f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
+    return policy
+
+
+class AliOptions(TunedSection):
+    """The `alicloud:` section of the YAML config. The region and the endpoints are checked where
+    they are used: the environment wins over them (see `load_config`)."""
+
+    SUGGEST = False
+
+    region: Text = ""
+    remove_policy: Annotated[str, BeforeValidator(_remove_policy)] = "release"
+    #: API endpoints instead of the Location service lookup (ALICLOUD_<PRODUCT>_ENDPOINT wins)
+    ess_endpoint: Text = ""
+    ecs_endpoint: Text = ""
+    vpc_endpoint: Text = ""
+    sts_endpoint: Text = ""
+    #: the ECS metadata server (METADATA_ENDPOINT wins)
+    metadata_endpoint: Text = ""
+    #: groups discovered by ESS tags (an empty value matches any value); empty: only --nodes groups
+    auto_discovery: Annotated[dict[str, str], BeforeValidator(_discovery)] = {}
+    reserved: Reserved = {}
+    emulator: Annotated[EmulatorOptions, EMPTY_IS_DEFAULT] = EmulatorOptions()
 
 
 @dataclass(frozen=True)
@@ -250,10 +320,11 @@ def _credentials(env: Mapping[str, str], file: Mapping[str, tuple[str, str]], em
 
 def load_config(ctx: ProviderContext) -> AliConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem."""
-    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
-    for key in opts:
-        if key not in _TOP_KEYS:
-            raise ConfigError(f"alicloud.{key}", f"unknown option (known: {', '.join(sorted(_TOP_KEYS))})")
+    try:
+        opts = AliOptions.model_validate(ctx.options or {})
+    except ValidationError as exc:
+        raise_all(section_problems(exc, "alicloud"))
+        raise
     env = ctx.env
     file = _read_cloud_config(ctx.cloud_config) if ctx.cloud_config is not None else {}
     creds = _credentials(env, file, ctx.emulate)
@@ -261,8 +332,8 @@ def load_config(ctx: ProviderContext) -> AliConfig:
     region, region_key = env.get("REGION_ID", "").strip(), "REGION_ID"
     if not region and "region" in file:
         region, region_key = file["region"][0].strip(), file["region"][1]
-    if not region and opts.get("region"):
-        region, region_key = str(opts["region"]).strip(), "alicloud.region"
+    if not region and opts.region:
+        region, region_key = opts.region.strip(), "alicloud.region"
     if not region and ctx.emulate:
         region = EMULATOR_REGION
     if region and not _REGION_RE.match(region):
@@ -287,7 +358,7 @@ def load_config(ctx: ProviderContext) -> AliConfig:
                 name=spec.name,
             )
         )
-    discovery = _discovery(opts.get("auto-discovery"))
+    discovery = opts.auto_discovery
     demo = False
     if not groups and not discovery:
         if not ctx.emulate:
@@ -314,20 +385,16 @@ def load_config(ctx: ProviderContext) -> AliConfig:
         env_key = f"ALICLOUD_{product.upper()}_ENDPOINT"
         if env.get(env_key, "").strip():
             return _url(env[env_key], env_key)
-        if opts.get(f"{product}-endpoint"):
-            return _url(str(opts[f"{product}-endpoint"]), f"alicloud.{product}-endpoint")
+        if given := getattr(opts, f"{product}_endpoint"):
+            return _url(given, f"alicloud.{product}-endpoint")
         return ""
 
     metadata = env.get("METADATA_ENDPOINT", "").strip()
     metadata_key = "METADATA_ENDPOINT"
-    if not metadata and opts.get("metadata-endpoint"):
-        metadata, metadata_key = str(opts["metadata-endpoint"]), "alicloud.metadata-endpoint"
+    if not metadata and opts.metadata_endpoint:
+        metadata, metadata_key = opts.metadata_endpoint, "alicloud.metadata-endpoint"
     metadata = _url(metadata, metadata_key) if metadata else "http://100.100.100.200/"
 
-    policy = str(opts.get("remove-policy", "release")).strip()
-    if policy not in REMOVE_POLICIES:
-        raise ConfigError("alicloud.remove-policy", f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
-    reserved = read_reserved(opts.get("reserved"), "alicloud.reserved")
     config = AliConfig(
         groups=tuple(groups),
         credentials=creds,
@@ -337,10 +404,10 @@ def load_config(ctx: ProviderContext) -> AliConfig:
         vpc_endpoint=endpoint("vpc"),
         sts_endpoint=endpoint("sts"),
         metadata_endpoint=metadata,
-        remove_policy=policy,
-        reserved=reserved,
-        tuning=TUNING.read(opts, "alicloud"),
-        emulator=_emulator_options(opts.get("emulator") or {}),
+        remove_policy=opts.remove_policy,
+        reserved=opts.reserved,
+        tuning=opts.tuning(TUNING),
+        emulator=opts.emulator,
         demo_groups=demo,
         discovery_tags=discovery,
     )
@@ -355,75 +422,3 @@ def load_config(ctx: ProviderContext) -> AliConfig:
             metadata,
         )
     return config
-
-
-_TAG_KEY_RE = re.compile(r"^[^\s=,][^=,]{0,127}$")
-
-
-def _discovery(value: Any) -> dict[str, str]:
-    """`asg:tag=<key>[=<value>],...` (CA's AWS auto-discovery format) or `{tags: {key: value}}`."""
-    where = "alicloud.auto-discovery"
-    if value in (None, "", {}):
-        return {}
-    tags: dict[str, str] = {}
-    if isinstance(value, str):
-        kind, _, rest = value.strip().partition(":")
-        if kind != "asg" or not rest.startswith("tag="):
-            raise ConfigError(where, f"{value!r} is not asg:tag=<key>[=<value>],...")
-        for item in rest.removeprefix("tag=").split(","):
-            key, _, tag_value = item.strip().partition("=")
-            tags[key] = tag_value
-    elif isinstance(value, Mapping) and set(value) == {"tags"} and isinstance(value["tags"], Mapping):
-        tags = {str(k): "" if v is None else str(v) for k, v in value["tags"].items()}
-    else:
-        raise ConfigError(where, "expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
-    if not tags or len(tags) > 20:
-        raise ConfigError(where, "give 1 to 20 tags")
-    for key in tags:
-        if not _TAG_KEY_RE.match(key):
-            raise ConfigError(where, f"{key!r} is not a tag key")
-    return tags
-
-
-def _emulator_options(value: Any) -> EmulatorOptions:
-    if not isinstance(value, Mapping):
-        raise ConfigError("alicloud.emulator", "expected a mapping")
-    emu = {norm_key(k): v for k, v in value.items()}
-    for k in emu:
-        if k not in _EMULATOR_KEYS:
-            raise ConfigError(
-                f"alicloud.emulator.{k}", f"unknown option (known: {', '.join(sorted(_EMULATOR_KEYS))})"
-            )
-    stock: dict[str, int] = dict(EmulatorOptions().stock)
-    if "stock" in emu:
-        raw = emu["stock"]
-        if isinstance(raw, int) and not isinstance(raw, bool):
-            raw = {"*": raw}
-        if not isinstance(raw, Mapping):
-            raise ConfigError("alicloud.emulator.stock", "expected a number or {instance-type: quantity}")
-        stock = {}
-        for t, q in raw.items():
-            if not isinstance(q, int) or isinstance(q, bool) or q < 0:
-                raise ConfigError(
-                    f"alicloud.emulator.stock.{t}", f"expected a non-negative integer, got {q!r}"
-                )
-            stock[str(t)] = q
-    sts = emu.get("sts-duration", 3600)
-    if not isinstance(sts, int) or isinstance(sts, bool) or sts <= 0:
-        raise ConfigError("alicloud.emulator.sts-duration", f"expected a positive integer, got {sts!r}")
-    types = emu.get("instance-types") or {}
-    if not isinstance(types, Mapping) or not all(isinstance(v, str) and v for v in types.values()):
-        raise ConfigError("alicloud.emulator.instance-types", "expected {scaling-group-id: instance-type}")
-    return EmulatorOptions(
-        instance_types={str(k): str(v) for k, v in types.items()},
-        pending_seconds=read_float(emu.get("pending-seconds", 5.0), "alicloud.emulator.pending-seconds"),
-        removing_seconds=read_float(emu.get("removing-seconds", 3.0), "alicloud.emulator.removing-seconds"),
-        activity_seconds=read_float(emu.get("activity-seconds", 1.0), "alicloud.emulator.activity-seconds"),
-        rate_limit=(
-            read_float(emu["rate-limit"], "alicloud.emulator.rate-limit", allow_zero=False)
-            if emu.get("rate-limit")
-            else None
-        ),
-        stock=stock,
-        sts_duration=sts,
-    )

@@ -14,6 +14,7 @@ emulator), `EXOSCALE_SKS_CLUSTER` (the SKS cluster, id or name, whose nodepools 
 every pool no nodepool manages), and the `exoscale:` section of the YAML config with the same keys in
 lower case plus client tuning, allocatable reservations and emulator seeding. Environment wins over
 YAML. Every problem is one `ConfigError(key, problem)` at startup; no network I/O happens here.
+The YAML section is declared by `ExoscaleOptions` (pydantic, on the shared types of option_models.py).
 """
 
 from __future__ import annotations
@@ -21,19 +22,30 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from cloudprovider_grpc.config.secrets import read_secret
-from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
+from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.emulators.exoscale.seed import instance_types
-from cloudprovider_grpc.providers.options import (
-    ClientTuning,
-    norm_key,
-    read_float,
-    read_int,
-    read_reserved,
-    read_url,
+from cloudprovider_grpc.providers.option_models import (
+    Count,
+    NonNegative,
+    OptionalRate,
+    PositiveCount,
+    Reserved,
+    Section,
+    Text,
+    TunedSection,
+    non_empty_list,
+    problem,
+    read_value,
+    reader,
+    section_problems,
 )
+from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 
 #: in-tree default of EXOSCALE_API_ENVIRONMENT (exoscale_manager.go)
@@ -50,44 +62,11 @@ DEFAULT_UNBOUNDED_MAX = 1000
 #: appear over time, so the form is checked, not the list
 _ZONE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _ENV_RE = _ZONE_RE
-_TOP_KEYS = frozenset(
-    {
-        "zone",
-        "api-environment",
-        "api-endpoint",
-        "sks-cluster",
-        "instance-pools",
-        "unbounded-max-size",
-        "reserved",
-        *ClientTuning.KEYS,
-        "operation-retries",
-        "emulator",
-    }
-)
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a new Instance Pool
 #: member stays `starting` this long. Users report that CA on Exoscale takes about 5 to 15 minutes to
 #: add a node (kubernetes/autoscaler#4796, research notes B); 300 s of boot is the low end of that,
 #: before CA's own loop delays. A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"boot-seconds": 300.0, "destroy-seconds": 30.0}
-_EMULATOR_KEYS = frozenset(
-    {
-        "boot-seconds",
-        "destroy-seconds",
-        "operation-polls",
-        "operation-seconds",
-        "quota-limit",
-        "quota-mode",
-        "conflict-mode",
-        "auth-failure-status",
-        "rate-limit",
-        "demo",
-        "stock",
-        "nodepools",
-    }
-)
-#: a seeded nodepool: the API's field names (`instance-type` by `<family>.<size>`, `taints` as the API's
-#: {key: {value, effect}} map), plus fixed ids so a seed can name its node groups
-_NODEPOOL_KEYS = frozenset({"id", "instance-pool-id", "name", "instance-type", "size", "labels", "taints"})
 _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
@@ -96,26 +75,175 @@ _TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=10.0)
 
 
-@dataclass(frozen=True)
-class EmulatorOptions:
-    """How `--emulate` seeds the emulated cloud (providers/exoscale/emulator.py)."""
+def _uuid(value: Any) -> str:
+    if value is not None and not _UUID_RE.match(str(value)):
+        raise problem(f"{value!r} is not a lower-case UUID")
+    return str(value or "")
 
-    boot_seconds: float = 5.0
-    destroy_seconds: float = 2.0
-    operation_polls: int = 1
-    operation_seconds: float = 0.0
-    quota_limit: int = 50
-    quota_mode: str = "operation"
-    conflict_mode: str = "accept"
-    auth_failure_status: int = 403
-    rate_limit: float | None = None
+
+def _name(value: Any) -> str:
+    name = str(value or "").strip()
+    if not name:
+        raise problem("missing (a non-empty string)")
+    return name
+
+
+def _labels(value: Any) -> dict[str, str]:
+    labels = value or {}
+    if not isinstance(labels, Mapping):
+        raise problem("expected a mapping of strings")
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def _taints(value: Any) -> dict[str, dict[str, str]]:
+    taints = value or {}
+    if not isinstance(taints, Mapping) or not all(
+        isinstance(t, Mapping) and t.get("effect", "NoSchedule") in _TAINT_EFFECTS for t in taints.values()
+    ):
+        raise problem("expected {key: {value, effect}} with a Kubernetes taint effect")
+    return {
+        str(k): {"value": str(t.get("value") or ""), "effect": str(t.get("effect") or "NoSchedule")}
+        for k, t in taints.items()
+    }
+
+
+def _type_name(value: Any, key: str = "") -> str:
+    known = sorted(f"{t['family']}.{t['size']}" for t in instance_types(EMULATOR_ZONE))
+    name = str(value or "").strip()
+    if name not in known:
+        raise problem(f"{name!r} is not an emulated instance type (known: {', '.join(known)})", key)
+    return name
+
+
+_Uuid = Annotated[str, BeforeValidator(_uuid)]
+
+
+class NodepoolOptions(Section):
+    """A seeded nodepool (`exoscale.emulator.nodepools[i]`): the API's field names (`instance-type`
+    by `<family>.<size>`, `taints` as the API's {key: {value, effect}} map), plus fixed ids so a seed
+    can name its node groups."""
+
+    UNKNOWN = "key"
+
+    id: _Uuid = ""
+    instance_pool_id: _Uuid = ""
+    name: Annotated[str, BeforeValidator(_name)] = Field("", validate_default=True)
+    instance_type: Annotated[str, BeforeValidator(_type_name)] = "standard.medium"
+    size: Count = 0
+    labels: Annotated[dict[str, str], BeforeValidator(_labels)] = {}
+    taints: Annotated[dict[str, dict[str, str]], BeforeValidator(_taints)] = {}
+
+    def entry(self) -> dict[str, Any]:
+        """The nodepool in the shape the emulator's `seed_demo` takes."""
+        return {
+            "id": self.id,
+            "instance-pool-id": self.instance_pool_id,
+            "name": self.name,
+            "type": self.instance_type,
+            "size": self.size,
+            "labels": dict(self.labels),
+            "taints": {k: dict(t) for k, t in self.taints.items()},
+        }
+
+
+def _one_of(*allowed: str) -> BeforeValidator:
+    def check(value: Any) -> str:
+        if str(value) not in allowed:
+            raise problem(f"{str(value)!r} is not {' or '.join(repr(a) for a in allowed)}")
+        return str(value)
+
+    return BeforeValidator(check)
+
+
+def _auth_status(value: Any) -> int:
+    status = int(read_value(read_int, value))
+    if status not in (401, 403):
+        raise problem(f"must be 401 or 403, got {status}")
+    return status
+
+
+def _demo(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise problem(f"expected true or false, got {value!r}")
+    return value
+
+
+def _stock(value: Any) -> dict[str, int]:
+    raw = value or {}
+    if not isinstance(raw, Mapping):
+        raise problem("expected a mapping of instance type -> count")
+    out = {}
+    for k, v in raw.items():
+        try:
+            out[_type_name(k, f".{k}")] = int(read_int(v, ""))
+        except ConfigError as exc:
+            raise problem(exc.problem, f".{k}") from None
+    return out
+
+
+class EmulatorOptions(Section):
+    """How `--emulate` seeds the emulated cloud (`exoscale.emulator`; providers/exoscale/wiring.py)."""
+
+    SUGGEST = False
+
+    boot_seconds: NonNegative = 5.0
+    destroy_seconds: NonNegative = 2.0
+    operation_polls: Count = 1
+    operation_seconds: NonNegative = 0.0
+    quota_limit: Annotated[int, reader(read_int, minimum=-1)] = 50
+    quota_mode: Annotated[str, _one_of("operation", "reject")] = "operation"
+    conflict_mode: Annotated[str, _one_of("accept", "reject")] = "accept"
+    auth_failure_status: Annotated[int, BeforeValidator(_auth_status)] = 403
+    rate_limit: OptionalRate = None
     #: seed the demo SKS cluster (two nodepools) and standalone pool
-    demo: bool = True
+    demo: Annotated[bool, BeforeValidator(_demo)] = True
     #: instance type (`<family>.<size>`) -> instances of it the zone can still create (0: none; a
     #: scale-up beyond it fails its operation, reason `unavailable`); types not named have no limit
-    stock: Mapping[str, int] = field(default_factory=dict)
-    #: nodepools seeded instead of the demo's (`seed_demo`'s entry shape); None: the demo cloud
-    nodepools: tuple[Mapping[str, Any], ...] | None = None
+    stock: Annotated[dict[str, int], BeforeValidator(_stock)] = {}
+    #: nodepools seeded instead of the demo's; None: the demo cloud
+    nodepools: Annotated[tuple[NodepoolOptions, ...] | None, non_empty_list("nodepools", null=True)] = None
+
+    @field_validator("nodepools")
+    @classmethod
+    def _unique(cls, pools: tuple[NodepoolOptions, ...] | None) -> tuple[NodepoolOptions, ...] | None:
+        for key in ("name", "id", "instance_pool_id"):
+            values = [getattr(n, key) for n in pools or () if getattr(n, key)]
+            if len(set(values)) != len(values):
+                raise problem(f"two nodepools have the same {key.replace('_', '-')}")
+        return pools
+
+    def seed_nodepools(self) -> list[dict[str, Any]] | None:
+        """The nodepools in the shape the emulator's `seed_demo` takes; None: the demo's."""
+        return None if self.nodepools is None else [n.entry() for n in self.nodepools]
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: Sequence[Any] = value.split(",")
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        raise problem("expected a list of names or ids (or a comma-separated string)")
+    names = tuple(dict.fromkeys(str(v).strip() for v in items if str(v).strip()))
+    if "*" in names and len(names) > 1:
+        raise problem("'*' (every standalone pool) cannot be combined with names")
+    return names
+
+
+class ExoscaleOptions(TunedSection):
+    """The `exoscale:` section of the YAML config: the in-tree environment variables' keys in lower
+    case (the environment wins), plus client tuning, allocatable reservations and emulator seeding."""
+
+    zone: Text = ""
+    api_environment: Text = ""
+    api_endpoint: Text = ""
+    sks_cluster: Text = ""
+    instance_pools: Annotated[tuple[str, ...], BeforeValidator(lambda v: _names(v or []))] = ()
+    unbounded_max_size: PositiveCount = DEFAULT_UNBOUNDED_MAX
+    reserved: Reserved = {}
+    #: how often an operation that failed for `conflict`/`busy` is sent again before it counts as failed
+    operation_retries: Count = 5
+    emulator: EmulatorOptions = EmulatorOptions()
 
 
 @dataclass(frozen=True)
@@ -155,135 +283,11 @@ def credential(value: str, key: str) -> str:
     return value
 
 
-def _names(value: Any, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        items: Sequence[Any] = value.split(",")
-    elif isinstance(value, list | tuple):
-        items = value
-    else:
-        raise ConfigError(where, "expected a list of names or ids (or a comma-separated string)")
-    names = tuple(dict.fromkeys(str(v).strip() for v in items if str(v).strip()))
-    if "*" in names and len(names) > 1:
-        raise ConfigError(where, "'*' (every standalone pool) cannot be combined with names")
-    return names
-
-
-def _pick(env: Mapping[str, str], var: str, opts: Mapping[str, Any], key: str) -> tuple[str, str]:
+def _pick(env: Mapping[str, str], var: str, opts: ExoscaleOptions, key: str) -> tuple[str, str]:
     """(value, where it came from): the environment variable wins over the YAML key."""
     if env.get(var, "").strip():
         return env[var], var
-    value = opts.get(key)
-    return ("" if value is None else str(value)), f"exoscale.{key}"
-
-
-def _type_name(value: Any, where: str) -> str:
-    known = sorted(f"{t['family']}.{t['size']}" for t in instance_types(EMULATOR_ZONE))
-    name = str(value or "").strip()
-    if name not in known:
-        raise ConfigError(where, f"{name!r} is not an emulated instance type (known: {', '.join(known)})")
-    return name
-
-
-def _seed_nodepool(raw: Any, where: str) -> dict[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(where, "expected a mapping")
-    opts = {norm_key(k): v for k, v in raw.items()}
-    for k in opts:
-        if k not in _NODEPOOL_KEYS:
-            raise unknown_key(f"{where}.{k}", k, _NODEPOOL_KEYS)
-    name = str(opts.get("name") or "").strip()
-    if not name:
-        raise ConfigError(f"{where}.name", "missing (a non-empty string)")
-    for key in ("id", "instance-pool-id"):
-        if opts.get(key) is not None and not _UUID_RE.match(str(opts[key])):
-            raise ConfigError(f"{where}.{key}", f"{opts[key]!r} is not a lower-case UUID")
-    labels = opts.get("labels") or {}
-    taints = opts.get("taints") or {}
-    if not isinstance(labels, Mapping):
-        raise ConfigError(f"{where}.labels", "expected a mapping of strings")
-    if not isinstance(taints, Mapping) or not all(
-        isinstance(t, Mapping) and t.get("effect", "NoSchedule") in _TAINT_EFFECTS for t in taints.values()
-    ):
-        raise ConfigError(f"{where}.taints", "expected {key: {value, effect}} with a Kubernetes taint effect")
-    return {
-        "id": str(opts.get("id") or ""),
-        "instance-pool-id": str(opts.get("instance-pool-id") or ""),
-        "name": name,
-        "type": _type_name(opts.get("instance-type", "standard.medium"), f"{where}.instance-type"),
-        "size": read_int(opts.get("size", 0), f"{where}.size"),
-        "labels": {str(k): str(v) for k, v in labels.items()},
-        "taints": {
-            str(k): {"value": str(t.get("value") or ""), "effect": str(t.get("effect") or "NoSchedule")}
-            for k, t in taints.items()
-        },
-    }
-
-
-def _emulator_options(value: Any) -> EmulatorOptions:
-    if value is None:
-        return EmulatorOptions()
-    if not isinstance(value, Mapping):
-        raise ConfigError("exoscale.emulator", "expected a mapping")
-    emu = {norm_key(k): v for k, v in value.items()}
-    for k in emu:
-        if k not in _EMULATOR_KEYS:
-            raise ConfigError(
-                f"exoscale.emulator.{k}", f"unknown option (known: {', '.join(sorted(_EMULATOR_KEYS))})"
-            )
-    d = EmulatorOptions()
-
-    def w(k: str) -> str:
-        return f"exoscale.emulator.{k}"
-
-    quota_mode = str(emu.get("quota-mode", d.quota_mode))
-    if quota_mode not in ("operation", "reject"):
-        raise ConfigError(w("quota-mode"), f"{quota_mode!r} is not 'operation' or 'reject'")
-    conflict_mode = str(emu.get("conflict-mode", d.conflict_mode))
-    if conflict_mode not in ("accept", "reject"):
-        raise ConfigError(w("conflict-mode"), f"{conflict_mode!r} is not 'accept' or 'reject'")
-    status = read_int(
-        emu.get("auth-failure-status", d.auth_failure_status), w("auth-failure-status"), minimum=0
-    )
-    if status not in (401, 403):
-        raise ConfigError(w("auth-failure-status"), f"must be 401 or 403, got {status}")
-    demo = emu.get("demo", d.demo)
-    if not isinstance(demo, bool):
-        raise ConfigError(w("demo"), f"expected true or false, got {demo!r}")
-    raw_stock = emu.get("stock") or {}
-    if not isinstance(raw_stock, Mapping):
-        raise ConfigError(w("stock"), "expected a mapping of instance type -> count")
-    stock = {_type_name(k, w(f"stock.{k}")): read_int(v, w(f"stock.{k}")) for k, v in raw_stock.items()}
-    nodepools = None
-    if emu.get("nodepools") is not None:
-        if not isinstance(emu["nodepools"], list) or not emu["nodepools"]:
-            raise ConfigError(w("nodepools"), "expected a non-empty list of nodepools")
-        nodepools = tuple(_seed_nodepool(n, w(f"nodepools[{i}]")) for i, n in enumerate(emu["nodepools"]))
-        for key in ("name", "id", "instance-pool-id"):
-            values = [n[key] for n in nodepools if n[key]]
-            if len(set(values)) != len(values):
-                raise ConfigError(w("nodepools"), f"two nodepools have the same {key}")
-    return EmulatorOptions(
-        boot_seconds=read_float(emu.get("boot-seconds", d.boot_seconds), w("boot-seconds")),
-        destroy_seconds=read_float(emu.get("destroy-seconds", d.destroy_seconds), w("destroy-seconds")),
-        operation_polls=read_int(
-            emu.get("operation-polls", d.operation_polls), w("operation-polls"), minimum=0
-        ),
-        operation_seconds=read_float(
-            emu.get("operation-seconds", d.operation_seconds), w("operation-seconds")
-        ),
-        quota_limit=read_int(emu.get("quota-limit", d.quota_limit), w("quota-limit"), minimum=-1),
-        quota_mode=quota_mode,
-        conflict_mode=conflict_mode,
-        auth_failure_status=status,
-        rate_limit=(
-            read_float(emu["rate-limit"], w("rate-limit"), allow_zero=False)
-            if emu.get("rate-limit")
-            else None
-        ),
-        demo=demo,
-        stock=stock,
-        nodepools=nodepools,
-    )
+    return str(getattr(opts, key.replace("-", "_"))), f"exoscale.{key}"
 
 
 def load_config(ctx: ProviderContext) -> ExoscaleConfig:
@@ -292,10 +296,11 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         raise ConfigError(
             "cloud-config", "the Exoscale provider has no cloud-config file (in-tree neither); use env vars"
         )
-    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
-    for key in opts:
-        if key not in _TOP_KEYS:
-            raise unknown_key(f"exoscale.{key}", key, _TOP_KEYS, what="option")
+    try:
+        opts = ExoscaleOptions.model_validate(ctx.options or {})
+    except ValidationError as exc:
+        raise_all(section_problems(exc, "exoscale"))
+        raise
     env = ctx.env
 
     # the zone and both credentials are checked before any is reported: a first run learns every
@@ -344,9 +349,12 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
 
     cluster, _ = _pick(env, "EXOSCALE_SKS_CLUSTER", opts, "sks-cluster")
     if env.get("EXOSCALE_INSTANCE_POOLS", "").strip():
-        pools = _names(env["EXOSCALE_INSTANCE_POOLS"], "EXOSCALE_INSTANCE_POOLS")
+        try:
+            pools = _names(env["EXOSCALE_INSTANCE_POOLS"])
+        except PydanticCustomError as exc:
+            raise ConfigError("EXOSCALE_INSTANCE_POOLS", exc.message()) from None
     else:
-        pools = _names(opts.get("instance-pools") or [], "exoscale.instance-pools")
+        pools = opts.instance_pools
     if ctx.emulate and not pools and not ctx.nodes:
         pools = ("*",)  # the demo cloud's standalone pool joins the demo nodepools
 
@@ -356,8 +364,6 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
             raise ConfigError(f"nodes ({spec.name})", "named twice")
         seen.add(spec.name)
 
-    reserved = read_reserved(opts.get("reserved"), "exoscale.reserved")
-
     return ExoscaleConfig(
         zone=zone,
         api_key=key,
@@ -366,11 +372,9 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         sks_cluster=cluster.strip(),
         instance_pools=pools,
         specs=tuple(ctx.nodes),
-        unbounded_max_size=read_int(
-            opts.get("unbounded-max-size", DEFAULT_UNBOUNDED_MAX), "exoscale.unbounded-max-size", minimum=1
-        ),
-        reserved=reserved,
-        tuning=TUNING.read(opts, "exoscale"),
-        operation_retries=read_int(opts.get("operation-retries", 5), "exoscale.operation-retries", minimum=0),
-        emulator=_emulator_options(opts.get("emulator")),
+        unbounded_max_size=opts.unbounded_max_size,
+        reserved=opts.reserved,
+        tuning=opts.tuning(TUNING),
+        operation_retries=opts.operation_retries,
+        emulator=opts.emulator,
     )

@@ -70,7 +70,7 @@ def emulator_for(
         emulator.seed_demo(
             config.sks_cluster or "demo",
             extra_nodepools=[s.name for s in config.specs if "*" not in config.instance_pools],
-            nodepools=emu.nodepools,
+            nodepools=emu.seed_nodepools(),
         )
     return emulator
 

@@ -15,6 +15,9 @@ Groups are discovered from the cluster on every Refresh (pools with `auto_scaler
 `min_nodes`/`max_nodes`, as in-tree). `--nodes MIN:MAX:POOL` (new; in-tree ignored it) narrows the
 set to the pools it names, by pool id or label, and overrides their bounds. VKE refuses pools below
 one node (vultr/vultr-cloud-controller-manager#227), so a min of 0 is treated as 1 and reported.
+
+The YAML section is declared by `VultrOptions` (pydantic, on the shared types of option_models.py);
+`load_config` reads the file, the environment and --nodes around it.
 """
 
 from __future__ import annotations
@@ -25,21 +28,30 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cloudprovider_grpc.config.secrets import read_secret
-from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
-from cloudprovider_grpc.providers.options import (
-    ClientTuning,
-    check_known,
-    norm_key,
-    read_float,
-    read_int,
-    read_mapping,
-    read_reserved,
-    read_url,
+from cloudprovider_grpc.providers.option_models import (
+    EMPTY_IS_DEFAULT,
+    Count,
+    Counts,
+    NonNegative,
+    OptionalRate,
+    PositiveCount,
+    Reserved,
+    Section,
+    TunedSection,
+    non_empty_list,
+    optional,
+    problem,
+    read_value,
+    section_problems,
 )
+from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_mapping, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 
 log = logging.getLogger(__name__)
@@ -59,40 +71,115 @@ _FILE_KEYS = frozenset({"cluster_id", "token", "api_url"})
 #: HTTP tuning: timeouts well under CA's 5 s deadline; govultr retries 429/5xx/connection errors 3
 #: times (govultr.go SetRetryLimit default); 20 requests/s stays under the API's 30/s per IP
 TUNING = ClientTuning(read_timeout=4.0, retries=3, rate_limit=20.0)
-#: option keys as `norm_key` spells them (users may write `-` or `_`)
-_TOP_KEYS = ClientTuning.KEYS | {"cluster-id", "api-url", "reserved", "page-size", "emulator"}
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): how long a new VKE node
 #: stays `pending`. Vultr publishes no figure for a pool node to boot and join (research notes, Part A,
 #: have none); 120 s is this project's assumption, stated in every report that uses it. A scenario's
 #: `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"provision-seconds": 120.0}
-_EMULATOR_KEYS = frozenset(
-    {"provision-seconds", "rate-limit", "page-size", "node-limit", "stock", "region", "pools"}
-)
-#: a seeded pool takes the API's own field names (`id`: a fixed pool id instead of a generated one)
-_EMULATOR_POOL_KEYS = frozenset(
-    {"id", "label", "plan", "node_quantity", "min_nodes", "max_nodes", "auto_scaler", "labels", "taints"}
-)
 #: cluster ids go into URL paths; VKE's are UUIDs, anything else could escape the path
 _CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 
 
-@dataclass(frozen=True)
-class EmulatorOptions:
-    """How `--emulate` seeds the emulated cloud (see providers/vultr/emulator.py)."""
+def _nonempty(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise problem("missing (a non-empty string)")
+    return value
 
-    provision_seconds: float = 5.0
-    #: Vultr documents 30 requests/s per IP before 429 (API v2 introduction)
-    rate_limit: float | None = 30.0
-    page_size: int = 100
+
+def _taints(value: Any) -> tuple[dict[str, str], ...]:
+    taints = value or []
+    if not isinstance(taints, list) or not all(isinstance(t, Mapping) and "key" in t for t in taints):
+        raise problem("expected a list of {key, value, effect}")
+    return tuple({str(k): str(v) for k, v in t.items()} for t in taints)
+
+
+class PoolOptions(Section):
+    """A seeded pool (`vultr.emulator.pools[i]`): the API's own field names, `id` a fixed pool id
+    instead of a generated one."""
+
+    model_config = ConfigDict(alias_generator=None)
+    UNKNOWN = "key"
+    SUGGEST = False
+
+    id: str = ""
+    label: Annotated[str, BeforeValidator(_nonempty)] = Field("", validate_default=True)
+    plan: Annotated[str, BeforeValidator(_nonempty)] = Field("", validate_default=True)
+    node_quantity: PositiveCount = 1
+    min_nodes: Count = 1
+    max_nodes: PositiveCount = 10
+    auto_scaler: Annotated[bool, BeforeValidator(bool)] = True
+    labels: Annotated[dict[str, str], BeforeValidator(lambda v: _string_map(v or {}))] = {}
+    taints: Annotated[tuple[dict[str, str], ...], BeforeValidator(_taints)] = ()
+
+    @classmethod
+    def spell(cls, key: object) -> str:
+        return str(key).strip().lower().replace("-", "_")
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id(cls, value: Any) -> str:
+        pool_id = str(value or "")
+        if pool_id and not _CLUSTER_ID_RE.match(pool_id):
+            raise problem(f"{pool_id!r} is not a node pool id (a UUID)")
+        return pool_id
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolOptions:
+        if self.min_nodes > self.max_nodes:
+            raise problem(f"{self.min_nodes} is above max_nodes {self.max_nodes}", ".min_nodes")
+        return self
+
+    def seed(self) -> EmulatorPool:
+        """The pool as the emulator takes it."""
+        return EmulatorPool(**self.model_dump())
+
+
+class EmulatorOptions(Section):
+    """How `--emulate` seeds the emulated cloud (`vultr.emulator`; see providers/vultr/wiring.py)."""
+
+    AS_WRITTEN = True
+
+    provision_seconds: NonNegative = 5.0
+    #: Vultr documents 30 requests/s per IP before 429 (API v2 introduction); 0 or null: no limit
+    rate_limit: OptionalRate = 30.0
+    page_size: PositiveCount = 100
     #: nodes the account may run in total; None for no limit (PATCH beyond it answers 400)
-    node_limit: int | None = None
+    node_limit: Annotated[int | None, optional(read_int)] = None
     #: plan id -> new nodes of that plan the location can still provide (0: sold out; PATCH growing
     #: a pool of it answers 400); plans not named have no limit
-    stock: Mapping[str, int] = field(default_factory=dict)
-    region: str = "ewr"
+    stock: Counts = {}
+    region: Annotated[str, BeforeValidator(lambda v: str(v or "ewr"))] = "ewr"
     #: None: the demo pools
-    pools: tuple[EmulatorPool, ...] | None = None
+    pools: Annotated[tuple[PoolOptions, ...] | None, non_empty_list("pools")] = None
+
+    @field_validator("pools")
+    @classmethod
+    def _unique(cls, pools: tuple[PoolOptions, ...] | None) -> tuple[PoolOptions, ...] | None:
+        ids = [p.id for p in pools or () if p.id]
+        if len(set(ids)) != len(ids):
+            raise problem("two pools have the same id")
+        return pools
+
+    def seed_pools(self) -> tuple[EmulatorPool, ...] | None:
+        return None if self.pools is None else tuple(p.seed() for p in self.pools)
+
+
+class VultrOptions(TunedSection):
+    """The `vultr:` section of the YAML config."""
+
+    AS_WRITTEN = True
+
+    cluster_id: str = ""
+    api_url: str = ""
+    reserved: Reserved = {}
+    #: node pools per list page (the API's documented usual default)
+    page_size: PositiveCount = 100
+    emulator: Annotated[EmulatorOptions, EMPTY_IS_DEFAULT] = EmulatorOptions()
+
+    @field_validator("cluster_id", "api_url", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> str:
+        return str(value or "")
 
 
 @dataclass(frozen=True)
@@ -152,87 +239,24 @@ def _api_url(value: str, where: str) -> str:
     return url.removesuffix("v2/")
 
 
-def _string_map(value: Any, where: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in read_mapping(value, where).items()}
-
-
-def _emulator_pool(raw: Any, where: str) -> EmulatorPool:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(where, "expected a mapping")
-    opts = {str(k).strip().lower().replace("-", "_"): v for k, v in raw.items()}
-    for k in opts:
-        if k not in _EMULATOR_POOL_KEYS:
-            raise ConfigError(
-                f"{where}.{k}", f"unknown key (known: {', '.join(sorted(_EMULATOR_POOL_KEYS))})"
-            )
-    for k in ("label", "plan"):
-        if not isinstance(opts.get(k), str) or not opts[k]:
-            raise ConfigError(f"{where}.{k}", "missing (a non-empty string)")
-    taints = opts.get("taints") or []
-    if not isinstance(taints, list) or not all(isinstance(t, Mapping) and "key" in t for t in taints):
-        raise ConfigError(f"{where}.taints", "expected a list of {key, value, effect}")
-    pool_id = str(opts.get("id") or "")
-    if pool_id and not _CLUSTER_ID_RE.match(pool_id):
-        raise ConfigError(f"{where}.id", f"{pool_id!r} is not a node pool id (a UUID)")
-    pool = EmulatorPool(
-        id=pool_id,
-        label=opts["label"],
-        plan=opts["plan"],
-        node_quantity=read_int(opts.get("node_quantity", 1), f"{where}.node_quantity", minimum=1),
-        min_nodes=read_int(opts.get("min_nodes", 1), f"{where}.min_nodes"),
-        max_nodes=read_int(opts.get("max_nodes", 10), f"{where}.max_nodes", minimum=1),
-        auto_scaler=bool(opts.get("auto_scaler", True)),
-        labels=_string_map(opts.get("labels") or {}, f"{where}.labels"),
-        taints=tuple({str(k): str(v) for k, v in t.items()} for t in taints),
-    )
-    if pool.min_nodes > pool.max_nodes:
-        raise ConfigError(f"{where}.min_nodes", f"{pool.min_nodes} is above max_nodes {pool.max_nodes}")
-    return pool
-
-
-def _emulator(value: Any) -> EmulatorOptions:
-    section = read_mapping(value, "vultr.emulator")
-    check_known(section, "vultr.emulator", _EMULATOR_KEYS)
-    emu = {norm_key(k): v for k, v in section.items()}
-    defaults = EmulatorOptions()
-    pools = None
-    if "pools" in emu:
-        if not isinstance(emu["pools"], list) or not emu["pools"]:
-            raise ConfigError("vultr.emulator.pools", "expected a non-empty list of pools")
-        pools = tuple(_emulator_pool(p, f"vultr.emulator.pools[{i}]") for i, p in enumerate(emu["pools"]))
-        ids = [p.id for p in pools if p.id]
-        if len(set(ids)) != len(ids):
-            raise ConfigError("vultr.emulator.pools", "two pools have the same id")
-    stock = {
-        str(plan): read_int(n, f"vultr.emulator.stock.{plan}")
-        for plan, n in read_mapping(emu.get("stock") or {}, "vultr.emulator.stock").items()
-    }
-    rate = emu.get("rate-limit", defaults.rate_limit)  # 0 or null: no limit
-    limit = emu.get("node-limit")
-    return EmulatorOptions(
-        provision_seconds=read_float(
-            emu.get("provision-seconds", defaults.provision_seconds), "vultr.emulator.provision-seconds"
-        ),
-        rate_limit=read_float(rate, "vultr.emulator.rate-limit", allow_zero=False) if rate else None,
-        page_size=read_int(emu.get("page-size", defaults.page_size), "vultr.emulator.page-size", minimum=1),
-        node_limit=read_int(limit, "vultr.emulator.node-limit") if limit is not None else None,
-        stock=stock,
-        region=str(emu.get("region") or defaults.region),
-        pools=pools,
-    )
+def _string_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in read_value(read_mapping, value).items()}
 
 
 def load_config(ctx: ProviderContext) -> VultrConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem.
     No network I/O: the pools themselves are read from the cluster on each Refresh."""
-    check_known(ctx.options or {}, "vultr", _TOP_KEYS)
-    opts = {norm_key(k): v for k, v in dict(ctx.options or {}).items()}
+    try:
+        opts = VultrOptions.model_validate(ctx.options or {})
+    except ValidationError as exc:
+        raise_all(section_problems(exc, "vultr"))
+        raise
     warnings: list[str] = []
     file = _read_cloud_config(ctx.cloud_config, warnings) if ctx.cloud_config is not None else {}
     env = ctx.env
 
-    cluster_where = "vultr.cluster-id" if opts.get("cluster-id") else "cloud-config cluster_id"
-    cluster_id = str(opts.get("cluster-id") or file.get("cluster_id") or "").strip()
+    cluster_where = "vultr.cluster-id" if opts.cluster_id else "cloud-config cluster_id"
+    cluster_id = (opts.cluster_id or file.get("cluster_id") or "").strip()
     if not cluster_id:
         if not ctx.emulate and ctx.cloud_config is None:
             raise ConfigError(
@@ -260,8 +284,8 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
 
     if env.get(API_URL_ENV, "").strip():
         api_url = _api_url(env[API_URL_ENV], API_URL_ENV)
-    elif opts.get("api-url"):
-        api_url = _api_url(str(opts["api-url"]), "vultr.api-url")
+    elif opts.api_url:
+        api_url = _api_url(opts.api_url, "vultr.api-url")
     elif file.get("api_url"):
         api_url = _api_url(file["api_url"], "cloud-config api_url")
     else:
@@ -281,10 +305,10 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
         token=token,
         api_url=api_url,
         nodes=tuple(ctx.nodes),
-        reserved=read_reserved(opts.get("reserved"), "vultr.reserved"),
-        tuning=TUNING.read(opts, "vultr"),
-        page_size=read_int(opts.get("page-size", 100), "vultr.page-size", minimum=1),
-        emulator=_emulator(opts.get("emulator") or {}),
+        reserved=opts.reserved,
+        tuning=opts.tuning(TUNING),
+        page_size=opts.page_size,
+        emulator=opts.emulator,
         warnings=tuple(warnings),
     )
     for w in config.warnings:

@@ -68,7 +68,7 @@ def _emulator_for(
     if state_file is None or not state_file.exists():
         emulator.add_cluster(
             cluster_id,
-            emu.pools if emu.pools is not None else emulator_seed.DEMO_POOLS,
+            emu.seed_pools() or emulator_seed.DEMO_POOLS,
             region=emu.region,
         )
     return emulator
