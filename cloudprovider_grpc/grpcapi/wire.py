@@ -4,7 +4,8 @@ What makes them worth a module: the protocol carries most values twice (a legacy
 successor, see proto/), and CA's releases differ in which one they send and which one they read
 back, so reading prefers the current field and falls back to the legacy one, writing always fills
 both. Values CA could not have meant (times outside Timestamp's range, malformed or negative
-durations, non-finite ratios) are refused as INVALID_ARGUMENT naming the field.
+durations, non-finite ratios) are refused as INVALID_ARGUMENT naming the field. The service's full
+name lives here too: the servicer, the health service, the front and tracing all name it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from google.protobuf.descriptor import FieldDescriptor
 from cloudprovider_grpc.core.errors import InvalidArgument
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, NodeGroup, NodeRef
+
+#: "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider", as the descriptor spells it
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CloudProvider"].full_name
 
 _NS = 1_000_000_000
 
