@@ -101,44 +101,57 @@ class ServerHandle:
                 return
             deadline = time.monotonic() + grace
             self._stopping = True
-            if self.leader is not None:
-                # replicas: the Lease to a successor first, while calls are still answered; then the
-                # port's GOAWAY sends callers to the new leader (there is no quiet moment to wait for)
-                self.leader.hand_over(deadline)
-                self.serving = False
-                self.health.enter_graceful_shutdown()
-            else:
-                self.serving = False
-                self.health.enter_graceful_shutdown()
-                if self.front is not None:
-                    self.front.closing()  # from now on every call reaches the gate below
-                self.gate.close()
-                # the port closes once callers have stopped arriving (a quiet moment), bounded by the grace
-                if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
-                    self.cut_off = True
-                    log.warning(
-                        "grace period over with %d RPCs still running; cancelling them", self.gate.active
-                    )
+            self._stop_taking_calls(deadline)
             self.health.end_watches()
-            remaining = max(deadline - time.monotonic(), 0.0)
-            if self.front is not None:
-                # the public port closes first; Python's socket serves the relayed calls meanwhile
-                self.front.stop(remaining)
-                remaining = max(deadline - time.monotonic(), 0.0)
-            self.server.stop(remaining).wait(remaining)
-            if self.relay is not None:
-                self.relay.close()  # the forwarded calls finished with the port's last calls
-            if self.front is not None:
-                self.front.close()
-            self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
-            if self.reporter is not None:
-                self.reporter.stop(max(deadline - time.monotonic(), 0.0))
-            if self.metrics_server is not None:
-                self.metrics_server.shutdown()
-                self.metrics_server.server_close()
-            tracing.shutdown(max(deadline - time.monotonic(), 0.5))
+            self._close_ports(deadline)
+            self._stop_background(deadline)
             self._stopped.set()
             log.info("server stopped")
+
+    def _stop_taking_calls(self, deadline: float) -> None:
+        """Health NOT_SERVING, and the calls in flight finished or handed over, while the port
+        stays open."""
+        if self.leader is not None:
+            # replicas: the Lease to a successor first, while calls are still answered; then the
+            # port's GOAWAY sends callers to the new leader (there is no quiet moment to wait for)
+            self.leader.hand_over(deadline)
+            self.serving = False
+            self.health.enter_graceful_shutdown()
+            return
+        self.serving = False
+        self.health.enter_graceful_shutdown()
+        if self.front is not None:
+            self.front.closing()  # from now on every call reaches the gate below
+        self.gate.close()
+        # the port closes once callers have stopped arriving (a quiet moment), bounded by the grace
+        if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
+            self.cut_off = True
+            log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
+
+    def _close_ports(self, deadline: float) -> None:
+        """The public port (the front's, then Python's), cancelling only what still runs at the
+        deadline; then the relay and the front's link, whose calls ended with the port's."""
+        remaining = max(deadline - time.monotonic(), 0.0)
+        if self.front is not None:
+            # the public port closes first; Python's socket serves the relayed calls meanwhile
+            self.front.stop(remaining)
+            remaining = max(deadline - time.monotonic(), 0.0)
+        self.server.stop(remaining).wait(remaining)
+        if self.relay is not None:
+            self.relay.close()  # the forwarded calls finished with the port's last calls
+        if self.front is not None:
+            self.front.close()
+
+    def _stop_background(self, deadline: float) -> None:
+        """The provider's workers, the status reporter, the metrics port and tracing, with what is
+        left of the grace."""
+        self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
+        if self.reporter is not None:
+            self.reporter.stop(max(deadline - time.monotonic(), 0.0))
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
+        tracing.shutdown(max(deadline - time.monotonic(), 0.5))
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
