@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -199,13 +200,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     handlers = register(server, servicer)
     health_servicer, standard = add_standard_services(server)
     address = _grpc_address(settings.address)
-    link: FrontLink | None = None
-    if binary is not None:
-        # every unary method goes over the front's link, the streaming ones over gRPC
-        registered = {f"/{SERVICE_NAME}/{name}": handler for name, handler in handlers.items()} | standard
-        link, port = start_front(binary, settings, server, unary_calls(registered))
-    else:
-        port = _listen(server, settings, address)
+    link, port = _open_public_port(binary, settings, server, handlers, standard, address)
     handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
     _attach_front(handle, link, relay)
 
@@ -241,6 +236,24 @@ def _grpc_server(settings: Settings) -> grpc.Server:
         # a second server on the same port must fail loudly, not silently share it (grpc default is 1)
         options=[("grpc.so_reuseport", 0)],
     )
+
+
+def _open_public_port(
+    binary: Path | None,
+    settings: Settings,
+    server: grpc.Server,
+    handlers: dict[str, grpc.RpcMethodHandler],
+    standard: dict[str, grpc.RpcMethodHandler],
+    address: str,
+) -> tuple[FrontLink | None, int]:
+    """The compiled front on the public port when there is one, else Python's own gRPC port; returns
+    the front's link (or None) and the bound port. `handlers` are ours by method name, `standard`
+    the health and reflection services' by full name."""
+    if binary is None:
+        return None, _listen(server, settings, address)
+    # every unary method goes over the front's link, the streaming ones over gRPC
+    registered = {f"/{SERVICE_NAME}/{name}": handler for name, handler in handlers.items()} | standard
+    return start_front(binary, settings, server, unary_calls(registered))
 
 
 def _listen(server: grpc.Server, settings: Settings, address: str) -> int:
