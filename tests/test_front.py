@@ -30,8 +30,9 @@ from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core.errors import NotFound
 from cloudprovider_grpc.front import binary
 from cloudprovider_grpc.grpcapi import rawparse
-from cloudprovider_grpc.grpcapi import servicer as service
+from cloudprovider_grpc.grpcapi.handlers import VERSION_TRAILER
 from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeGroup, NodeRef
@@ -265,7 +266,7 @@ def _varint(n: int) -> bytes:
 
 def test_map_entries_in_any_order_share_one_cached_answer() -> None:
     with dial_server(Dial()) as handle, channel(handle) as ch:
-        raw = ch.unary_unary(f"/{service.SERVICE_NAME}/NodeGroupForNode")
+        raw = ch.unary_unary(f"/{SERVICE_NAME}/NodeGroupForNode")
         labels = [("pool", "g"), ("zone", "z1"), ("arch", "amd64")]
         front0, python0 = split_counts(handle, "NodeGroupForNode", "OK")
         for order in (labels, labels[::-1], labels[1:] + labels[:1], labels):
@@ -368,7 +369,7 @@ def test_metrics_count_each_call_once_whoever_answers_it() -> None:
 def test_malformed_bodies_reach_python_every_time(monkeypatch, caplog) -> None:
     monkeypatch.setattr(rawparse, "MALFORMED", rawparse.MalformedLog())
     with dial_server(Dial()) as handle, channel(handle) as ch:
-        raw = ch.unary_unary(f"/{service.SERVICE_NAME}/{TARGET}")
+        raw = ch.unary_unary(f"/{SERVICE_NAME}/{TARGET}")
         _, python0 = split_counts(handle, TARGET, "INVALID_ARGUMENT")
         with caplog.at_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer"):
             for _ in range(3):
@@ -390,7 +391,7 @@ def test_the_version_trailer_never_reaches_the_caller() -> None:
         ):
             for _ in range(2):
                 _, info = call.with_call(request, timeout=5)
-                assert service.VERSION_TRAILER not in dict(info.trailing_metadata() or ())
+                assert VERSION_TRAILER not in dict(info.trailing_metadata() or ())
 
 
 def test_gzip_compressed_calls_are_accepted_as_by_grpcio() -> None:

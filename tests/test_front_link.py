@@ -31,7 +31,8 @@ from cloudprovider_grpc.front.counters import FrontCounters
 from cloudprovider_grpc.front.link import LinkServer
 from cloudprovider_grpc.front.process import FrontProcess
 from cloudprovider_grpc.grpcapi import rawparse
-from cloudprovider_grpc.grpcapi.servicer import CACHEABLE, SERVICE_NAME
+from cloudprovider_grpc.grpcapi.handlers import CACHEABLE
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.servers import channel, sim_server, stub
 from tests.support.waits import poll

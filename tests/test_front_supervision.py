@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cloudprovider_grpc.core.errors import ServerStartError
 from cloudprovider_grpc.front import supervisor
-from cloudprovider_grpc.grpcapi.servicer import SERVICE_NAME
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.certs import write_pki
 from tests.support.front import children, gone, serve

@@ -19,8 +19,7 @@ import grpc
 import pytest
 
 from cloudprovider_grpc.grpcapi.server import ServerHandle
-from cloudprovider_grpc.grpcapi.servicer import SERVICE_NAME
-from cloudprovider_grpc.grpcapi.wire import options_to_pb
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME, options_to_pb
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
 from tests.support.servers import channel, sim_server

@@ -12,7 +12,8 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
 from cloudprovider_grpc.grpcapi import rawparse
-from cloudprovider_grpc.grpcapi.servicer import MAX_MESSAGE, SERVICE_NAME, safe_message
+from cloudprovider_grpc.grpcapi.outcome import MAX_MESSAGE, safe_message
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.servers import channel, sim_server, stub
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import grpc
 
-from cloudprovider_grpc.grpcapi.servicer import VERSION_TRAILER
+from cloudprovider_grpc.grpcapi.handlers import VERSION_TRAILER
 from cloudprovider_grpc.observability.logs import OncePer
 
 log = logging.getLogger("cloudprovider_grpc.front")
@@ -64,7 +64,7 @@ class Aborted(Exception):
 class LinkContext:
     """What the handlers use of grpcio's ServicerContext: abort, set_code and set_details (the health
     check's unknown service), and the trailer that carries the state version (see
-    service._send_version), which the link sends in the answer's header."""
+    handlers._send_version), which the link sends in the answer's header."""
 
     __slots__ = ("code", "deadline", "details", "version")
 
@@ -265,7 +265,7 @@ class LinkServer:
             body = self._calls[index](request, context)
         except Aborted as exc:
             return answer(_CODES[exc.code], exc.message, version=context.version)
-        except Exception:  # the handlers map every error to a status (service._invoke): a bug here
+        except Exception:  # the handlers map every error to a status (outcome.invoke): a bug here
             log.exception("front link: %s failed unexpectedly", self.methods[index])
             return answer(_CODES[grpc.StatusCode.INTERNAL], "internal error in cloudprovider-grpc")
         if context.code is not None and context.code != grpc.StatusCode.OK:

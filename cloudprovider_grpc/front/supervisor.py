@@ -31,7 +31,8 @@ from cloudprovider_grpc.front import binary as front_binary_mod
 from cloudprovider_grpc.front.counters import FrontCounters
 from cloudprovider_grpc.front.link import Call, LinkServer
 from cloudprovider_grpc.front.process import FrontProcess, FrontStartError, map_field_paths
-from cloudprovider_grpc.grpcapi.servicer import CACHEABLE, SERVICE_NAME
+from cloudprovider_grpc.grpcapi.handlers import CACHEABLE
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.tls.reload import CertReloader

@@ -11,7 +11,7 @@ from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from cloudprovider_grpc.grpcapi import rawparse
-from cloudprovider_grpc.grpcapi.servicer import SERVICE_NAME
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 REFLECTION_SERVICE = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]

@@ -4,7 +4,7 @@ Why not let grpcio deserialize: a body that does not parse makes grpcio log a fu
 error level, answer INTERNAL, and keep about 16-19 KB per failed request alive for good (RSS grew by
 hundreds of MB over 20,000 fuzzed health checks; it reproduces on a bare grpcio server). Handlers
 built here receive the request as bytes, parse it themselves and answer INVALID_ARGUMENT with one
-rate-limited warning; nothing is kept afterwards. The CloudProvider service (service.py) and the
+rate-limited warning; nothing is kept afterwards. The CloudProvider service (handlers.py) and the
 standard health and reflection services all go through this one mechanism.
 """
 

@@ -13,9 +13,11 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,8 +26,11 @@ from cloudprovider_grpc.config.settings import Settings, is_loopback
 from cloudprovider_grpc.core.errors import ServerStartError
 from cloudprovider_grpc.front.link import unary_calls
 from cloudprovider_grpc.front.supervisor import FrontLink, front_binary, start_front
+from cloudprovider_grpc.grpcapi.admission import Gate
+from cloudprovider_grpc.grpcapi.handlers import register
 from cloudprovider_grpc.grpcapi.health import HealthService, add_standard_services, set_serving
-from cloudprovider_grpc.grpcapi.servicer import SERVICE_NAME, CloudProviderServicer, Gate, method_handlers
+from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.ha.election import Elector, build_elector
 from cloudprovider_grpc.ha.handover import HandOverRelay, advertised_address
 from cloudprovider_grpc.observability import status, tracing
@@ -97,44 +102,57 @@ class ServerHandle:
                 return
             deadline = time.monotonic() + grace
             self._stopping = True
-            if self.leader is not None:
-                # replicas: the Lease to a successor first, while calls are still answered; then the
-                # port's GOAWAY sends callers to the new leader (there is no quiet moment to wait for)
-                self.leader.hand_over(deadline)
-                self.serving = False
-                self.health.enter_graceful_shutdown()
-            else:
-                self.serving = False
-                self.health.enter_graceful_shutdown()
-                if self.front is not None:
-                    self.front.closing()  # from now on every call reaches the gate below
-                self.gate.close()
-                # the port closes once callers have stopped arriving (a quiet moment), bounded by the grace
-                if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
-                    self.cut_off = True
-                    log.warning(
-                        "grace period over with %d RPCs still running; cancelling them", self.gate.active
-                    )
+            self._stop_taking_calls(deadline)
             self.health.end_watches()
-            remaining = max(deadline - time.monotonic(), 0.0)
-            if self.front is not None:
-                # the public port closes first; Python's socket serves the relayed calls meanwhile
-                self.front.stop(remaining)
-                remaining = max(deadline - time.monotonic(), 0.0)
-            self.server.stop(remaining).wait(remaining)
-            if self.relay is not None:
-                self.relay.close()  # the forwarded calls finished with the port's last calls
-            if self.front is not None:
-                self.front.close()
-            self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
-            if self.reporter is not None:
-                self.reporter.stop(max(deadline - time.monotonic(), 0.0))
-            if self.metrics_server is not None:
-                self.metrics_server.shutdown()
-                self.metrics_server.server_close()
-            tracing.shutdown(max(deadline - time.monotonic(), 0.5))
+            self._close_ports(deadline)
+            self._stop_background(deadline)
             self._stopped.set()
             log.info("server stopped")
+
+    def _stop_taking_calls(self, deadline: float) -> None:
+        """Health NOT_SERVING, and the calls in flight finished or handed over, while the port
+        stays open."""
+        if self.leader is not None:
+            # replicas: the Lease to a successor first, while calls are still answered; then the
+            # port's GOAWAY sends callers to the new leader (there is no quiet moment to wait for)
+            self.leader.hand_over(deadline)
+            self.serving = False
+            self.health.enter_graceful_shutdown()
+            return
+        self.serving = False
+        self.health.enter_graceful_shutdown()
+        if self.front is not None:
+            self.front.closing()  # from now on every call reaches the gate below
+        self.gate.close()
+        # the port closes once callers have stopped arriving (a quiet moment), bounded by the grace
+        if not self.gate.wait_quiet(QUIET_BEFORE_CLOSE, deadline) and self.gate.active:
+            self.cut_off = True
+            log.warning("grace period over with %d RPCs still running; cancelling them", self.gate.active)
+
+    def _close_ports(self, deadline: float) -> None:
+        """The public port (the front's, then Python's), cancelling only what still runs at the
+        deadline; then the relay and the front's link, whose calls ended with the port's."""
+        remaining = max(deadline - time.monotonic(), 0.0)
+        if self.front is not None:
+            # the public port closes first; Python's socket serves the relayed calls meanwhile
+            self.front.stop(remaining)
+            remaining = max(deadline - time.monotonic(), 0.0)
+        self.server.stop(remaining).wait(remaining)
+        if self.relay is not None:
+            self.relay.close()  # the forwarded calls finished with the port's last calls
+        if self.front is not None:
+            self.front.close()
+
+    def _stop_background(self, deadline: float) -> None:
+        """The provider's workers, the status reporter, the metrics port and tracing, with what is
+        left of the grace."""
+        self.provider.stop(timeout=max(deadline - time.monotonic(), 0.0))
+        if self.reporter is not None:
+            self.reporter.stop(max(deadline - time.monotonic(), 0.0))
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
+        tracing.shutdown(max(deadline - time.monotonic(), 0.5))
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
@@ -164,44 +182,98 @@ class ServerHandle:
 
 
 def start_server(settings: Settings | None = None, *, provider: CloudProvider | None = None) -> ServerHandle:
-    """Build the provider (unless given), bind the ports, start serving; raise ServerStartError."""
+    """Build the provider (unless given), bind the ports, start serving; raise ServerStartError.
+
+    The parts, in the order they start: the provider, the gRPC server with our handlers and the
+    health and reflection services, the public port (the compiled front's or Python's own), the
+    metrics/health HTTP port, the Kubernetes status reporter, then serving, then the leader election.
+    """
     settings = settings or Settings()
     tracing.configure()  # OTEL_* variables: spans of RPCs, background jobs and cloud calls (tracing.py)
     binary = front_binary(settings)
     elector = build_elector(settings.leader_elect) if settings.leader_elect.enabled else None
     if provider is None:
-        gate = elector.gate if elector is not None else DryRunGate() if settings.dry_run else None
-        provider = build_provider(settings.provider, settings.provider_context(gate=gate))
+        provider = _build_provider(settings, elector)
     relay = HandOverRelay(SERVICE_NAME, elector.identity, settings.tls) if elector is not None else None
     servicer = CloudProviderServicer(provider, behind_front=binary is not None, relay=relay)
-    server = grpc.server(
+    server = _grpc_server(settings)
+    handlers = register(server, servicer)
+    health_servicer, standard = add_standard_services(server)
+    address = _grpc_address(settings.address)
+    link, port = _open_public_port(binary, settings, server, handlers, standard, address)
+    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
+    _attach_front(handle, link, relay)
+
+    def status_now() -> dict[str, Any]:
+        return status.snapshot(provider, elector.view if elector is not None else None)
+
+    if settings.metrics_address:
+        _start_metrics_port(handle, settings, status_now)
+    if settings.kube_status:
+        from cloudprovider_grpc.observability.kubereport import start_reporting
+
+        handle.reporter = start_reporting(settings, provider, status_now, elector)
+    _start_serving(handle)
+    if elector is None:
+        set_serving(health_servicer, True)
+    else:
+        _start_election(handle, elector, advertised_address(address.rpartition(":")[0], port))
+    _log_started(handle, settings, address)
+    return handle
+
+
+def _build_provider(settings: Settings, elector: Elector | None) -> CloudProvider:
+    """The configured cloud's provider; its writes pass the Lease gate of a leader-elected replica,
+    or the dry-run gate that refuses them all."""
+    gate = elector.gate if elector is not None else DryRunGate() if settings.dry_run else None
+    return build_provider(settings.provider, settings.provider_context(gate=gate))
+
+
+def _grpc_server(settings: Settings) -> grpc.Server:
+    """The grpcio server, its thread pool sized by `grpc_workers`; nothing registered, nothing bound."""
+    return grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.grpc_workers, thread_name_prefix="grpc"),
         # a second server on the same port must fail loudly, not silently share it (grpc default is 1)
         options=[("grpc.so_reuseport", 0)],
     )
-    # raw-bytes handlers: the service parses requests itself (see service._raw_handler)
-    handlers = method_handlers(servicer)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
-    health_servicer, standard = add_standard_services(server)
-    address = _grpc_address(settings.address)
-    link: FrontLink | None = None
-    if binary is not None:
-        # every unary method goes over the front's link, the streaming ones over gRPC
-        registered = {f"/{SERVICE_NAME}/{name}": handler for name, handler in handlers.items()} | standard
-        link, port = start_front(binary, settings, server, unary_calls(registered))
-    else:
-        try:
-            if settings.tls.enabled:
-                port = server.add_secure_port(address, CertReloader(settings.tls).credentials())
-            else:
-                port = server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
-        if not port:
-            raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
 
-    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
+
+def _open_public_port(
+    binary: Path | None,
+    settings: Settings,
+    server: grpc.Server,
+    handlers: dict[str, grpc.RpcMethodHandler],
+    standard: dict[str, grpc.RpcMethodHandler],
+    address: str,
+) -> tuple[FrontLink | None, int]:
+    """The compiled front on the public port when there is one, else Python's own gRPC port; returns
+    the front's link (or None) and the bound port. `handlers` are ours by method name, `standard`
+    the health and reflection services' by full name."""
+    if binary is None:
+        return None, _listen(server, settings, address)
+    # every unary method goes over the front's link, the streaming ones over gRPC
+    registered = {f"/{SERVICE_NAME}/{name}": handler for name, handler in handlers.items()} | standard
+    return start_front(binary, settings, server, unary_calls(registered))
+
+
+def _listen(server: grpc.Server, settings: Settings, address: str) -> int:
+    """Python serving the public port itself (no compiled front): bind it, with TLS (reloaded
+    certificates) when configured; returns the bound port."""
+    try:
+        if settings.tls.enabled:
+            port = server.add_secure_port(address, CertReloader(settings.tls).credentials())
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
+    if not port:
+        raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
+    return port
+
+
+def _attach_front(handle: ServerHandle, link: FrontLink | None, relay: HandOverRelay | None) -> None:
+    """Wire the compiled front (if any) and the hand-over relay (if any) to the handle: the front
+    reports its health and failures there and learns the provider's state version."""
     handle.front = link
     handle.relay = relay
     if relay is not None and link is not None:
@@ -209,48 +281,54 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if link is not None:
         link.on_serving = handle.front_serving
         link.on_fatal = handle.fail
-        link.version = provider.state_version
-        provider.watch_state(link.push_version)
+        link.version = handle.provider.state_version
+        handle.provider.watch_state(link.push_version)
 
-    def status_now() -> dict[str, Any]:
-        return status.snapshot(provider, elector.view if elector is not None else None)
 
-    if settings.metrics_address:
-        try:
-            httpd = start_metrics_http(settings.metrics_address, handle, status_now)
-        except OSError as exc:
-            server.stop(0)
-            if link is not None:
-                link.kill()
-                link.close()
-            raise ServerStartError(
-                f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
-            ) from None
-        handle.metrics_server, handle.metrics_port = httpd, httpd.server_address[1]
+def _start_metrics_port(
+    handle: ServerHandle, settings: Settings, status_now: Callable[[], dict[str, Any]]
+) -> None:
+    """The metrics/health HTTP port; when it cannot bind, what started so far is stopped again."""
+    try:
+        httpd = start_metrics_http(settings.metrics_address, handle, status_now)
+    except OSError as exc:
+        handle.server.stop(0)
+        if handle.front is not None:
+            handle.front.kill()
+            handle.front.close()
+        raise ServerStartError(
+            f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
+        ) from None
+    handle.metrics_server, handle.metrics_port = httpd, httpd.server_address[1]
 
-    if settings.kube_status:
-        from cloudprovider_grpc.observability.kubereport import start_reporting
 
-        handle.reporter = start_reporting(settings, provider, status_now, elector)
-    provider.start()
-    server.start()
-    if link is not None:
-        link.serve()
-    if link is not None:
-        link.push_version(provider.state_version())
+def _start_serving(handle: ServerHandle) -> None:
+    """The provider's background work, then the gRPC server, then the front on the public port."""
+    handle.provider.start()
+    handle.server.start()
+    if handle.front is not None:
+        handle.front.serve()
+        handle.front.push_version(handle.provider.state_version())
     handle.serving = True
-    if elector is None:
-        set_serving(health_servicer, True)
-    else:
-        set_serving(health_servicer, False)  # a standby until the Lease says otherwise
-        handle.leader = elector
-        elector.start(
-            provider,
-            on_leading=lambda ready: set_serving(health_servicer, ready),
-            on_lost=lambda: threading.Thread(target=handle.stop, name="shutdown", daemon=True).start(),
-            address=advertised_address(address.rpartition(":")[0], port),
-            relay=relay,
-        )
+
+
+def _start_election(handle: ServerHandle, elector: Elector, address: str) -> None:
+    """A leader-elected replica starts as a standby (health NOT_SERVING) until the Lease says
+    otherwise; losing the leadership stops the server."""
+    health = handle.health
+    set_serving(health, False)  # a standby until the Lease says otherwise
+    handle.leader = elector
+    elector.start(
+        handle.provider,
+        on_leading=lambda ready: set_serving(health, ready),
+        on_lost=lambda: threading.Thread(target=handle.stop, name="shutdown", daemon=True).start(),
+        address=address,
+        relay=handle.relay,
+    )
+
+
+def _log_started(handle: ServerHandle, settings: Settings, address: str) -> None:
+    """The line that says what serves where, and the warnings about a risky configuration."""
     metrics_at = (
         f"metrics on {settings.metrics_address.rpartition(':')[0]}:{handle.metrics_port}"
         if handle.metrics_server is not None
@@ -258,13 +336,13 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     )
     log.info(
         "serving externalgrpc on %s (%s), %s, provider %s%s with %d node groups, front: %s",
-        f"{address.rpartition(':')[0]}:{port}",
+        f"{address.rpartition(':')[0]}:{handle.port}",
         "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext",
         metrics_at,
-        provider.name,
+        handle.provider.name,
         " (emulated cloud)" if settings.emulate else "",
-        len(provider.node_groups()),
-        "compiled" if link is not None else "python",
+        len(handle.provider.node_groups()),
+        "compiled" if handle.front is not None else "python",
     )
     if settings.dry_run:
         log.warning(
@@ -277,7 +355,6 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
             "reach it can create and delete machines; use TLS or a loopback address",
             settings.address,
         )
-    return handle
 
 
 def serve_forever(settings: Settings) -> int:

@@ -4,7 +4,8 @@ What makes them worth a module: the protocol carries most values twice (a legacy
 successor, see proto/), and CA's releases differ in which one they send and which one they read
 back, so reading prefers the current field and falls back to the legacy one, writing always fills
 both. Values CA could not have meant (times outside Timestamp's range, malformed or negative
-durations, non-finite ratios) are refused as INVALID_ARGUMENT naming the field.
+durations, non-finite ratios) are refused as INVALID_ARGUMENT naming the field. The service's full
+name lives here too: the servicer, the health service, the front and tracing all name it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.descriptor import FieldDescriptor
 
 from cloudprovider_grpc.core.errors import InvalidArgument
+from cloudprovider_grpc.k8s.resources import parse_pod, pod_requests
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.contract import AutoscalingOptions, NodeGroup, NodeRef
+from cloudprovider_grpc.providers.contract import AutoscalingOptions, Instance, NodeGroup, NodeRef
+
+#: "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider", as the descriptor spells it
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CloudProvider"].full_name
 
 _NS = 1_000_000_000
 
@@ -30,6 +35,38 @@ def node_ref(node: pb.ExternalGrpcNode) -> NodeRef:
 
 def group_pb(group: NodeGroup) -> pb.NodeGroup:
     return pb.NodeGroup(id=group.id, minSize=group.min_size, maxSize=group.max_size, debug=group.debug)
+
+
+def nodes_pb(instances: list[Instance]) -> pb.NodeGroupNodesResponse:
+    resp = pb.NodeGroupNodesResponse()
+    for inst in instances:
+        out = resp.instances.add(id=inst.id)
+        out.status.instanceState = int(inst.state)  # type: ignore[assignment]  # a proto enum field
+        if inst.error is not None:
+            out.status.errorInfo.errorCode = inst.error.code
+            out.status.errorInfo.errorMessage = inst.error.message
+            out.status.errorInfo.instanceErrorClass = int(inst.error.error_class)
+    return resp
+
+
+def pod_bytes(request: pb.PricingPodPriceRequest) -> bytes:
+    """The priced pod's encoded v1.Pod: CA >= 1.34.2 sends pod_bytes; older CAs the embedded Pod."""
+    raw = request.pod_bytes or request.pod
+    if not raw:
+        raise InvalidArgument("pod_bytes (or the legacy pod field) is required")
+    return raw
+
+
+def pod_requests_of(raw: bytes) -> dict[str, float]:
+    """The resource requests of the pod in `raw` (see pod_bytes), as numbers to price."""
+    try:
+        pod = parse_pod(raw)
+    except ValueError as exc:
+        raise InvalidArgument(f"pod_bytes is not a valid v1.Pod: {exc}") from None
+    try:
+        return {name: float(v) for name, v in pod_requests(pod).items()}
+    except OverflowError:  # "1e1000" is a valid Quantity, but no price can be computed from it
+        raise InvalidArgument("pod_bytes: the pod's resource requests are too large to price") from None
 
 
 #: google.protobuf.Timestamp's documented range, 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z: what

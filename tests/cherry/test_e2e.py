@@ -265,7 +265,7 @@ def test_emulate_mode_runs_server_and_emulator_together() -> None:
 
 def test_the_encoded_template_is_reused_until_the_catalogue_reloads(emulator: CherryEmulator) -> None:
     """The Cherry driver builds a new template object per call; the machinery caches it per group,
-    so the service's template-bytes cache hits for Cherry too (grpcapi/servicer.py _template_bytes)."""
+    so the service's template-bytes cache hits for Cherry too (grpcapi/answers.py template_node)."""
     from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
 
     provider = build_provider("cherry", example_ctx(emulator))
