@@ -37,12 +37,12 @@ STANDIN_REPOSITORY = "localhost/cpg-ca-standin"
 CA_RELEASE = "cluster-autoscaler"
 
 
-def standin_image(podman: Podman) -> str:
-    """The stand-in's image (built once per source of it and of the client it uses)."""
-    key = gotools.tree_key(*conformance._sources(), STANDIN_SOURCE, conformance.PROTO_ROOT)
-    image = f"{STANDIN_REPOSITORY}:{key}"
-    if podman.exists(image):
-        return image
+def _standin_key() -> str:
+    return gotools.tree_key(*conformance._sources(), STANDIN_SOURCE, conformance.PROTO_ROOT)
+
+
+def standin_binary() -> Path:
+    """The stand-in, static (built once per source of it and of the client it uses)."""
 
     def prepare(scratch: Path) -> Path:
         conformance.prepare(scratch)
@@ -50,11 +50,20 @@ def standin_image(podman: Podman) -> str:
         return scratch
 
     built = gotools.go_build(
-        "ca-standin", key, prepare, ["./standin"], ldflags="-s -w", env={"CGO_ENABLED": "0"}
+        "ca-standin", _standin_key(), prepare, ["./standin"], ldflags="-s -w", env={"CGO_ENABLED": "0"}
     )
-    context = built / "context"
+    return built / "standin"
+
+
+def standin_image(podman: Podman) -> str:
+    """The stand-in's image: its binary alone, FROM scratch."""
+    image = f"{STANDIN_REPOSITORY}:{_standin_key()}"
+    if podman.exists(image):
+        return image
+    binary = standin_binary()
+    context = binary.parent / "context"
     context.mkdir(exist_ok=True)
-    shutil.copy2(built / "standin", context / "cluster-autoscaler")
+    shutil.copy2(binary, context / "cluster-autoscaler")
     # CA's image keeps its binary at /cluster-autoscaler and the chart runs `./cluster-autoscaler`.
     (context / "Containerfile").write_text(
         "FROM scratch\nCOPY cluster-autoscaler /cluster-autoscaler\nWORKDIR /\n"

@@ -27,8 +27,8 @@ import yaml
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.deploy_support.tools import tool
+from tests.realnode import figures, official_chart
 from tests.realnode import image as images
-from tests.realnode import official_chart
 from tests.realnode.cluster import Cluster
 from tests.support.certs import Pki, write_pki
 from tests.support.gotools import HELM
@@ -284,7 +284,7 @@ def release(node: Cluster, work: Path) -> Release:
     """The chart on the sim cloud, two replicas."""
     pki = write_pki(work / "pki")
     installed = install(node, tool(HELM), pki, work, RELEASE, {"provider": "sim", "nodes": [f"1:5:{GROUP}"]})
-    print(f"\nchart installed, leader and standby settled in {installed.install_seconds:.1f} s")
+    figures.note(f"\nchart installed, leader and standby settled in {installed.install_seconds:.1f} s")
     return installed
 
 
@@ -346,7 +346,7 @@ def step_upgrade_under_load(release: Release) -> None:
     finally:
         loop.stop()
     calls, answered = sum(loop.calls.values()), sum(loop.answered.values())
-    print(
+    figures.note(
         f"\nupgrade rolled out in {took:.1f} s; {calls} calls, {answered} answered OK,"
         f" {loop.failures()} failed, other statuses {loop.other}; holders {watch.holders}"
         f"\nupgrade counts: calls {calls}, failed {loop.failures()}, forwarded by the old leader"
@@ -379,7 +379,7 @@ def step_deleted_leader_replaced_within_20_seconds(release: Release) -> None:
         interval=0.2,
     )
     took = time.monotonic() - deleted
-    print(f"\nleader {name} deleted: new leader {release.holder()} after {took:.1f} s")
+    figures.note(f"\nleader {name} deleted: new leader {release.holder()} after {took:.1f} s")
     poll(lambda: settled(release), 120, "delete: a leader and a standby again", interval=0.5)
     loop = every_rpc(release)
     assert loop.failures() == 0, f"delete: calls through the Service failed after: {loop.failed}"
@@ -451,7 +451,7 @@ def step_second_release_on_an_emulated_cloud(first: Release, work: Path) -> None
         probe.channel.close()
     assert groups, "emulated: the emulator's demo groups were not listed"
     loop = every_rpc(emulated, group=groups[0].id)
-    print(
+    figures.note(
         f"\nsecond release (exoscale, emulated) settled in {emulated.install_seconds:.1f} s;"
         f" groups {[g.id for g in groups]}; {sum(loop.answered.values())} calls answered"
     )
@@ -480,8 +480,9 @@ def step_official_chart_with_the_sidecar(first: Release, built: images.Built, wo
     health = ca.get(8085, "/health-check")
     metrics = ca.get(8087, "/metrics")[1]
     served = {m: official_chart.served(metrics, m) for m in ("NodeGroups", "NodeGroupTargetSize", "Refresh")}
-    print(
-        f"\nofficial chart: stand-in image built and loaded in {prepared:.1f} s; installed, pod Ready"
+    figures.note(
+        f"\nofficial chart: stand-in image ({images.size_and_layers(built.podman, standin)[0] / 1e6:.1f} MB)"
+        f" built (or found cached) and loaded in {prepared:.1f} s; installed, pod Ready"
         f" with its sidecar in {ca.install_seconds:.1f} s; stand-in {calls}; server served {served}"
     )
     assert health[0] == 200, f"ca chart: the stand-in's health check: {health}"
