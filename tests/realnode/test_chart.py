@@ -423,8 +423,8 @@ def step_disruption_budget_refuses_the_last_replica(release: Release) -> None:
             evict(leader)
     assert refused.value.status == 429, f"evict: {refused.value.body}"
     assert "disruption budget" in str(refused.value.body), f"evict: {refused.value.body}"
-    poll(lambda: settled(release), 120, "evict: a leader and a standby again", interval=0.5)
-    assert settled(release)["metadata"]["name"] == leader["metadata"]["name"], "evict: the leader moved"
+    after = poll(lambda: settled(release), 120, "evict: a leader and a standby again", interval=0.5)
+    assert after["metadata"]["name"] == leader["metadata"]["name"], "evict: the leader moved"
 
 
 def step_second_release_on_an_emulated_cloud(first: Release, work: Path) -> None:
