@@ -107,16 +107,27 @@ class CaPod:
         return str(self.pod["status"]["podIP"])
 
     def get(self, port: int, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://{self.ip}:{port}{path}", timeout=5) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+        return http_get(f"{self.ip}:{port}", path)
 
     def calls(self) -> dict[str, Any] | None:
-        """The stand-in's report (`loops`, `last_ok`, `calls` and `failed` per RPC)."""
-        code, body = self.get(8085, "/calls")
-        return json.loads(body) if code == 200 else None
+        return standin_report(f"{self.ip}:8085")
+
+
+def http_get(address: str, path: str) -> tuple[int, str]:
+    """Status and body of a GET (an error status as it is; 0 and the reason when nothing answered)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def standin_report(address: str) -> dict[str, Any] | None:
+    """The stand-in's report at `address` (`loops`, `last_ok`, `calls` and `failed` per RPC)."""
+    code, body = http_get(address, "/calls")
+    return json.loads(body) if code == 200 else None
 
 
 def ca_pods(node: Cluster, namespace: str) -> list[dict[str, Any]]:

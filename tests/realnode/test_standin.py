@@ -6,37 +6,19 @@ stand-in whose health check could not fail would prove nothing in the chart test
 
 from __future__ import annotations
 
-import json
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.deploy_support.tools import unavailable
-from tests.realnode.official_chart import standin_binary
+from tests.realnode.official_chart import http_get, standin_binary, standin_report
 from tests.support.backends import backend
 from tests.support.ports import free_port
 from tests.support.probes import start_server
 from tests.support.waits import poll
 
 pytestmark = [pytest.mark.integration]
-
-
-def _loops(address: str) -> int:
-    code, body = _get(address, "/calls")
-    return int(json.loads(body)["loops"]) if code == 200 else 0
-
-
-def _get(address: str, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=5) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +39,15 @@ def test_standin_health_check_follows_its_calls(binary: Path, tmp_path: Path) ->
     args += [f"--cloud-config={config}", "--scan-interval=200ms", f"--address={health}"]
     standin = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        poll(lambda: _loops(health) >= 3, 30, "three loops of the stand-in")
-        report = json.loads(_get(health, "/calls")[1])
+        report = poll(
+            lambda: (got := standin_report(health)) and got["loops"] >= 3 and got, 30, "three loops"
+        )
         assert report["last_ok"] and not report["failed"], report
         assert report["calls"]["NodeGroups"] >= 3 and report["calls"]["NodeGroupTargetSize"] >= 3, report
-        assert _get(health, "/health-check")[0] == 200
+        assert http_get(health, "/health-check")[0] == 200
         server.close()
-        poll(lambda: _get(health, "/health-check")[0] == 500, 30, "the health check to fail")
-        body = _get(health, "/health-check")[1]
+        poll(lambda: http_get(health, "/health-check")[0] == 500, 30, "the health check to fail")
+        body = http_get(health, "/health-check")[1]
         assert "Refresh" in body, body
     finally:
         server.close()
