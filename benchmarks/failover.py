@@ -4,10 +4,13 @@
                                             [--lease 15s --renew-deadline 10s --retry-period 2s]
                                             [--upgrades 3] [--parallel]
 
-Then `--upgrades` rolling upgrades (Exoscale, two replicas, each replaced in turn: a new one starts,
-the old one gets SIGTERM) under a client calling every RPC in a loop through the same kind of port,
-alternately in plaintext and under mutual TLS: printed, the calls made, the calls that failed by
-method, and the calls the old leader forwarded to its successor.
+Then `--upgrades` rolling upgrades (Exoscale, two replicas, each replaced in turn in a Deployment's
+order: a new one starts and, once it is Ready as a replica (`/readyz/replica`), an old one gets
+SIGTERM, the standby first and the leader last, so the Lease changes hands once) under a client
+calling every RPC in a loop through a port that follows the leader's readiness as the Service follows
+the leader label, alternately in plaintext and under mutual TLS: printed, the calls made, the calls
+that failed by method, the calls the old leader forwarded to its successor, and the hand-overs (old
+replicas that began forwarding).
 
 Per backend, on a real kube-apiserver and etcd (tests/support/controlplane.py) and the backend's
 emulated cloud, `--rounds` kills in a row (tests/support/ha.py, kill_chain): two replicas sharing a
@@ -105,10 +108,12 @@ def main() -> int:
             forwarded = sum(
                 int(n) for log in upgrade.logs for n in re.findall(r"(\d+) calls were forwarded", log)
             )
+            handovers = sum("calls that reach this replica are forwarded" in log for log in upgrade.logs)
             mode = "mutual TLS" if pki else "plaintext"
             print(
                 f"  rolling upgrade {i + 1} ({mode}): {loop.failures()} failed of "
-                f"{sum(loop.calls.values())} calls {failed or ''}; {forwarded} forwarded by the old leader",
+                f"{sum(loop.calls.values())} calls {failed or ''}; {forwarded} forwarded by the old leader,"
+                f" {handovers} hand-over(s)",
                 flush=True,
             )
     print()

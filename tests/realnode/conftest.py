@@ -15,9 +15,29 @@ import pytest
 from cloudprovider_grpc.front.gotoolchain import file_lock
 from tests.deploy_support.tools import unavailable
 from tests.realnode import cluster as clusters
+from tests.realnode import figures
 from tests.realnode import image as images
 from tests.realnode.host import cache, require_tools
 from tests.support import controlplane
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controlling process (or a run without xdist)
+        figures.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        figures.discard_if_empty()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    found = figures.collected()
+    if found is not None:
+        path, lines = found
+        terminalreporter.write_sep("-", f"realnode figures (also in {path})")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +50,7 @@ def built() -> images.Built:
     image = images.build(podman, "realnode")
     seconds = time.monotonic() - started
     size, layers = images.size_and_layers(podman, image)
-    print(
+    figures.note(
         f"\nimage {image}: built (or found cached) in {seconds:.1f} s,"
         f" {size / 1e6:.1f} MB, {len(layers)} layers"
     )
@@ -53,5 +73,5 @@ def node(built: images.Built, tmp_path_factory: pytest.TempPathFactory) -> Itera
         started = time.monotonic()
         running.load_image(built.podman, built.image, f"{images.REPOSITORY}:realnode-2")
         running.timings["image load"] = time.monotonic() - started
-        print("\nrealnode cluster: " + ", ".join(f"{k} {v:.1f} s" for k, v in running.timings.items()))
+        figures.note("\nrealnode cluster: " + ", ".join(f"{k} {v:.1f} s" for k, v in running.timings.items()))
         yield running

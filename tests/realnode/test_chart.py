@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,9 @@ import kubernetes
 import pytest
 import yaml
 
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.deploy_support.tools import tool
+from tests.realnode import figures, official_chart
 from tests.realnode import image as images
 from tests.realnode.cluster import Cluster
 from tests.support.certs import Pki, write_pki
@@ -38,7 +40,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(360
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "cloudprovider-grpc"
 RELEASE = "cpg"
-FULLNAME = f"{RELEASE}-cloudprovider-grpc"
 GROUP = "pool-a"
 LEADER_LABEL = "cloudprovider-grpc.io/leader"
 
@@ -51,6 +52,12 @@ class Release:
     helm: Path
     values: Path
     install_seconds: float
+    name: str = RELEASE
+    replicas: int = 2
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.name}-cloudprovider-grpc"
 
     def helm_run(self, *args: str) -> str:
         import subprocess
@@ -72,16 +79,18 @@ class Release:
 
     def pods(self) -> list[dict[str, Any]]:
         out = self.node.kubectl(
-            "get", "pods", "-n", self.namespace, "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "json"
+            "get", "pods", "-n", self.namespace, "-l", f"app.kubernetes.io/instance={self.name}", "-o", "json"
         ).stdout
         return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
 
     def holder(self) -> str:
-        out = self.node.kubectl("get", "lease", FULLNAME, "-n", self.namespace, "-o", "json", check=False)
+        out = self.node.kubectl(
+            "get", "lease", self.fullname, "-n", self.namespace, "-o", "json", check=False
+        )
         return json.loads(out.stdout)["spec"].get("holderIdentity", "") if out.returncode == 0 else ""
 
     def service_ip(self) -> str:
-        out = self.node.kubectl("get", "service", FULLNAME, "-n", self.namespace, "-o", "json").stdout
+        out = self.node.kubectl("get", "service", self.fullname, "-n", self.namespace, "-o", "json").stdout
         return str(json.loads(out)["spec"]["clusterIP"])
 
     def api(self) -> kubernetes.client.ApiClient:
@@ -94,7 +103,7 @@ class Release:
             "-n",
             self.namespace,
             "-l",
-            f"kubernetes.io/service-name={FULLNAME}",
+            f"kubernetes.io/service-name={self.fullname}",
             "-o",
             "json",
         ).stdout
@@ -121,10 +130,10 @@ def labelled_leader(pod: dict[str, Any]) -> bool:
 
 
 def settled(release: Release) -> dict[str, Any] | None:
-    """The leader pod once two pods run and are Ready, exactly one is labelled the leader, it holds
-    the Lease and the Service points at it alone; else None."""
+    """The leader pod once the release's pods (two, or `replicas`) run and are Ready, exactly one is
+    labelled the leader, it holds the Lease and the Service points at it alone; else None."""
     pods = release.pods()
-    if len(pods) != 2 or not all(running(p) and ready(p) for p in pods):
+    if len(pods) != release.replicas or not all(running(p) and ready(p) for p in pods):
         return None
     leaders = [p for p in pods if labelled_leader(p)]
     if len(leaders) != 1 or release.holder() != leaders[0]["metadata"]["name"]:
@@ -139,7 +148,7 @@ def rolled_out(release: Release) -> bool:
     template, every replica runs it and is available, no old one is left."""
     with release.api() as client:
         deployment = kubernetes.client.AppsV1Api(client).read_namespaced_deployment(
-            FULLNAME, release.namespace
+            release.fullname, release.namespace
         )
     status, want = deployment.status, deployment.spec.replicas
     return bool(
@@ -173,7 +182,9 @@ class HolderWatch:
             coordination = kubernetes.client.CoordinationV1Api(client)
             while not self._stop.wait(0.1):
                 try:
-                    lease = coordination.read_namespaced_lease(FULLNAME, self._release.namespace)
+                    lease = coordination.read_namespaced_lease(
+                        self._release.fullname, self._release.namespace
+                    )
                 except kubernetes.client.ApiException:
                     continue
                 holder = lease.spec.holder_identity or ""
@@ -181,14 +192,60 @@ class HolderWatch:
                     self.holders.append(holder)
 
 
-@pytest.fixture(scope="module")
-def release(node: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
-    """`helm install` of the chart: the sim cloud, two replicas, mutual TLS from a Secret the user
-    provides (tls.mode=secret: no cert-manager), the image the suite built."""
-    helm = tool(HELM)
-    work = tmp_path_factory.mktemp("chart")
-    pki = write_pki(work / "pki")
-    namespace = node.plane.namespace("chart")
+class HandOverLog:
+    """The hand-over lines of every server container's log in the release's namespace, read from
+    the kubelet's pod log files every 0.2 s on a thread (a replaced pod's files go with it, so
+    they are read while they exist): how many calls an old leader forwarded to its successor."""
+
+    PATTERN = re.compile(r"hand-over: (\d+) calls were forwarded|hand-over: calls that reach this replica")
+
+    def __init__(self, release: Release) -> None:
+        self._root = release.node.workdir / "pod-logs"
+        self._glob = f"{release.namespace}_*/cloudprovider-grpc/*.log"
+        self.lines: dict[str, list[str]] = {}  # log file -> its hand-over lines
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HandOverLog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._read()
+
+    def _read(self) -> None:
+        for path in self._root.glob(self._glob):
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            found = [line for line in text.splitlines() if self.PATTERN.search(line)]
+            if len(found) >= len(self.lines.get(str(path), [])):
+                self.lines[str(path)] = found
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._read()
+
+    def forwarded(self) -> int:
+        return sum(
+            int(m.group(1))
+            for found in self.lines.values()
+            for line in found
+            if (m := self.PATTERN.search(line)) and m.group(1)
+        )
+
+    def forwarding_started(self) -> int:
+        return sum(1 for found in self.lines.values() for line in found if "calls that reach" in line)
+
+
+def install(node: Cluster, helm: Path, pki: Pki, work: Path, name: str, overrides: dict[str, Any]) -> Release:
+    """`helm install` of the chart as release `name` in a namespace of its own: mutual TLS from a
+    Secret the user provides (tls.mode=secret: no cert-manager), the image the suite built, the
+    `overrides`; returned once its pods settled (see `settled`), with the time that took."""
+    namespace = node.plane.namespace(name)
     files = {"tls.crt": pki.server_cert, "tls.key": pki.server_key, "ca.crt": pki.ca}
     node.kubectl(
         "create",
@@ -199,32 +256,41 @@ def release(node: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         namespace,
         *(f"--from-file={k}={v}" for k, v in files.items()),
     )
-    values = work / "values.yaml"
-    values.write_text(
-        yaml.safe_dump(
-            {
-                "image": {"repository": images.REPOSITORY, "tag": "realnode", "pullPolicy": "Never"},
-                "provider": "sim",
-                "nodes": [f"1:5:{GROUP}"],
-                "replicas": 2,
-                "tls": {"mode": "secret", "secret": {"name": "cpg-tls"}},
-                # the pods' requests fit any build machine
-                "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-            }
-        )
-    )
-    installed = Release(node, namespace, pki, helm, values, 0.0)
+    chosen: dict[str, Any] = {
+        "image": {"repository": images.REPOSITORY, "tag": "realnode", "pullPolicy": "Never"},
+        "replicas": 2,
+        "tls": {"mode": "secret", "secret": {"name": "cpg-tls"}},
+        # the pods' requests fit any build machine
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        **overrides,
+    }
+    values = work / f"{name}-values.yaml"
+    values.write_text(yaml.safe_dump(chosen))
+    installed = Release(node, namespace, pki, helm, values, 0.0, name, chosen["replicas"])
     started = time.monotonic()
-    installed.helm_run("install", RELEASE, str(CHART), f"--values={values}")
-    poll(lambda: settled(installed), 180, f"a leader and a standby:\n{installed.pods()}", interval=0.5)
+    installed.helm_run("install", name, str(CHART), f"--values={values}")
+    poll(lambda: settled(installed), 180, f"{name}: its pods to settle:\n{installed.pods()}", interval=0.5)
     installed.install_seconds = time.monotonic() - started
-    print(f"\nchart installed, leader and standby settled in {installed.install_seconds:.1f} s")
-    yield installed
+    return installed
 
 
-def every_rpc(release: Release, rounds: int = 3) -> EveryRpcLoop:
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("chart")
+
+
+@pytest.fixture(scope="module")
+def release(node: Cluster, work: Path) -> Release:
+    """The chart on the sim cloud, two replicas."""
+    pki = write_pki(work / "pki")
+    installed = install(node, tool(HELM), pki, work, RELEASE, {"provider": "sim", "nodes": [f"1:5:{GROUP}"]})
+    figures.note(f"\nchart installed, leader and standby settled in {installed.install_seconds:.1f} s")
+    return installed
+
+
+def every_rpc(release: Release, rounds: int = 3, group: str = GROUP) -> EveryRpcLoop:
     """Every RPC through the Service from the host, with CA's client certificate."""
-    loop = EveryRpcLoop(f"{release.service_ip()}:8086", GROUP, release.pki).start()
+    loop = EveryRpcLoop(f"{release.service_ip()}:8086", group, release.pki).start()
     try:
         poll(lambda: loop.calls.get("Refresh", 0) >= rounds, 120, f"{rounds} rounds of every RPC")
     finally:
@@ -232,13 +298,17 @@ def every_rpc(release: Release, rounds: int = 3) -> EveryRpcLoop:
     return loop
 
 
-def test_chart_on_a_real_node(release: Release) -> None:
-    """Install, then upgrade, delete, kill and evict, in order; each step's assertions say which."""
+def test_chart_on_a_real_node(release: Release, built: images.Built, work: Path) -> None:
+    """Install, then upgrade, delete, kill and evict, in order; then a second release on an emulated
+    cloud, and the official cluster-autoscaler chart with our sidecar values. Each step's assertions
+    say which."""
     step_leader_and_standby_behind_the_service(release)
     step_upgrade_under_load(release)
     step_deleted_leader_replaced_within_20_seconds(release)
     step_killed_front_restarted(release)
     step_disruption_budget_refuses_the_last_replica(release)
+    step_second_release_on_an_emulated_cloud(release, work)
+    step_official_chart_with_the_sidecar(release, built, work)
 
 
 def step_leader_and_standby_behind_the_service(release: Release) -> None:
@@ -263,7 +333,7 @@ def step_upgrade_under_load(release: Release) -> None:
     loop = EveryRpcLoop(f"{release.service_ip()}:8086", GROUP, release.pki).start()
     try:
         poll(lambda: loop.calls.get("Refresh", 0) >= 3, 120, "upgrade: the loop to run")
-        with HolderWatch(release) as watch:
+        with HolderWatch(release) as watch, HandOverLog(release) as handover:
             started = time.monotonic()
             release.helm_run(
                 "upgrade", RELEASE, str(CHART), f"--values={release.values}", "--set=image.tag=realnode-2"
@@ -276,9 +346,12 @@ def step_upgrade_under_load(release: Release) -> None:
     finally:
         loop.stop()
     calls, answered = sum(loop.calls.values()), sum(loop.answered.values())
-    print(
+    figures.note(
         f"\nupgrade rolled out in {took:.1f} s; {calls} calls, {answered} answered OK,"
         f" {loop.failures()} failed, other statuses {loop.other}; holders {watch.holders}"
+        f"\nupgrade counts: calls {calls}, failed {loop.failures()}, forwarded by the old leader"
+        f" {handover.forwarded()} (forwarding began {handover.forwarding_started()} time(s)),"
+        f" hand-overs {len(watch.holders) - 1}"
     )
     assert loop.failures() == 0, f"upgrade: calls failed: {loop.failed}"
     assert len(watch.holders) == 2 and watch.holders[0] == before["metadata"]["name"], (
@@ -306,7 +379,7 @@ def step_deleted_leader_replaced_within_20_seconds(release: Release) -> None:
         interval=0.2,
     )
     took = time.monotonic() - deleted
-    print(f"\nleader {name} deleted: new leader {release.holder()} after {took:.1f} s")
+    figures.note(f"\nleader {name} deleted: new leader {release.holder()} after {took:.1f} s")
     poll(lambda: settled(release), 120, "delete: a leader and a standby again", interval=0.5)
     loop = every_rpc(release)
     assert loop.failures() == 0, f"delete: calls through the Service failed after: {loop.failed}"
@@ -350,8 +423,76 @@ def step_disruption_budget_refuses_the_last_replica(release: Release) -> None:
             evict(leader)
     assert refused.value.status == 429, f"evict: {refused.value.body}"
     assert "disruption budget" in str(refused.value.body), f"evict: {refused.value.body}"
-    poll(lambda: settled(release), 120, "evict: a leader and a standby again", interval=0.5)
-    assert settled(release)["metadata"]["name"] == leader["metadata"]["name"], "evict: the leader moved"
+    after = poll(lambda: settled(release), 120, "evict: a leader and a standby again", interval=0.5)
+    assert after["metadata"]["name"] == leader["metadata"]["name"], "evict: the leader moved"
+
+
+def step_second_release_on_an_emulated_cloud(first: Release, work: Path) -> None:
+    """A second release beside the first, on the Exoscale backend's bundled emulator (`--emulate`:
+    no account, no credentials Secret, the emulator's demo groups): its pod settles and every RPC
+    is answered through its own Service."""
+    emulated = install(
+        first.node,
+        first.helm,
+        first.pki,
+        work,
+        "emulated",
+        {
+            "provider": "exoscale",
+            "extraArgs": ["--emulate"],
+            "backends": {"exoscale": {"env": [], "files": []}},
+            "replicas": 1,
+        },
+    )
+    probe = EveryRpcLoop(f"{emulated.service_ip()}:8086", GROUP, emulated.pki)
+    try:
+        groups = probe.stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
+    finally:
+        probe.channel.close()
+    assert groups, "emulated: the emulator's demo groups were not listed"
+    loop = every_rpc(emulated, group=groups[0].id)
+    figures.note(
+        f"\nsecond release (exoscale, emulated) settled in {emulated.install_seconds:.1f} s;"
+        f" groups {[g.id for g in groups]}; {sum(loop.answered.values())} calls answered"
+    )
+    assert loop.failures() == 0, f"emulated: calls through the Service failed: {loop.failed}"
+    for method in ("NodeGroups", "NodeGroupTargetSize", "NodeGroupNodes", "NodeGroupTemplateNodeInfo"):
+        assert loop.answered.get(method, 0) >= 3, f"emulated: {method} answered {loop.answered}"
+
+
+def step_official_chart_with_the_sidecar(first: Release, built: images.Built, work: Path) -> None:
+    """The official cluster-autoscaler chart with deploy/helm/cluster-autoscaler/sim.yaml: the pod
+    Ready with both containers (our server as a native sidecar, restartPolicy Always, and the CA
+    stand-in), the stand-in's loops answered (its own count and health check) and our server's
+    metrics counting the calls it served."""
+    node = first.node
+    started = time.monotonic()
+    standin = official_chart.standin_image(built.podman)
+    node.load_image(built.podman, standin)
+    prepared = time.monotonic() - started
+    ca = official_chart.install_official_chart(
+        node, first.helm, work, f"{images.REPOSITORY}:realnode", standin
+    )
+    sidecar = next(c for c in ca.pod["spec"]["initContainers"] if c["name"] == "cloudprovider-grpc")
+    assert sidecar.get("restartPolicy") == "Always", f"ca chart: not a native sidecar: {sidecar}"
+    poll(lambda: (ca.calls() or {}).get("loops", 0) >= 3, 60, "ca chart: three loops of the stand-in")
+    calls = ca.calls() or {}
+    health = ca.get(8085, "/health-check")
+    metrics = ca.get(8087, "/metrics")[1]
+    served = {m: official_chart.served(metrics, m) for m in ("NodeGroups", "NodeGroupTargetSize", "Refresh")}
+    figures.note(
+        f"\nofficial chart: stand-in image ({images.size_and_layers(built.podman, standin)[0] / 1e6:.1f} MB)"
+        f" built (or found cached) and loaded in {prepared:.1f} s; installed, pod Ready"
+        f" with its sidecar in {ca.install_seconds:.1f} s; stand-in {calls}; server served {served}"
+    )
+    assert health[0] == 200, f"ca chart: the stand-in's health check: {health}"
+    assert calls["last_ok"] and not calls["failed"], f"ca chart: the stand-in's calls failed: {calls}"
+    for method in ("NodeGroups", "NodeGroupTargetSize", "Refresh"):
+        assert calls["calls"].get(method, 0) >= 3, f"ca chart: the stand-in made no {method}: {calls}"
+        assert served[method] >= calls["calls"][method], f"ca chart: {method} served {served}, {calls}"
+    pod = official_chart.ca_pods(node, ca.pod["metadata"]["namespace"])[0]
+    statuses = pod["status"]["initContainerStatuses"] + pod["status"]["containerStatuses"]
+    assert [s.get("restartCount", 0) for s in statuses] == [0, 0], f"ca chart: restarts: {pod['status']}"
 
 
 def _front_pid(node: Cluster, pod_uid: str, *, missing_ok: bool = False) -> int:
