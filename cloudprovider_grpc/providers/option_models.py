@@ -1,0 +1,188 @@
+"""pydantic building blocks for a cloud's own configuration section, shared by the cloud packages.
+
+A cloud declares its options as models built on `OptionSection`: every key with its type, range and
+default. The spellings users write are the field's aliases: a key is accepted with dashes or
+underscores and in any case (`read_timeout`, `Read-Timeout`: `read-timeout`), and an environment
+variable read in a key's place is a further alias, spelt as the variable is (`ORGANIZATION_ID`).
+The words a user reads are the project's, not pydantic's: a validator raises `Problem(text)` and
+`first_problem`/`problems` turn the ValidationError into the `ConfigError(key, problem)` lines the
+CLI prints, the key found from the error's location by the cloud's own `where` (a value read from
+a cloud-config file is named by its file section, one from the environment by its variable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_int
+
+Loc = tuple[str | int, ...]
+
+
+class Problem(ValueError):
+    """A validator's finding in the user's words. `at` extends the error's location (an unknown
+    key, or the field a check across fields blames); `key` names an input outside the section
+    (an environment variable) instead of the location."""
+
+    def __init__(self, problem: str, *, at: Loc = (), key: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.at = at
+        self.key = key
+
+
+def checked(read: Callable[..., Any], value: Any, **kwargs: Any) -> Any:
+    """One of providers/options.py's readers run inside a validator: its ConfigError becomes this
+    field's Problem with the same words (a reader that names a sub-key, like `reserved.cpu`,
+    keeps it)."""
+    try:
+        return read(value, "", **kwargs)
+    except ConfigError as exc:
+        raise Problem(exc.problem, at=(exc.key[1:],) if exc.key else ()) from None
+
+
+def dotted(prefix: str, loc: Loc) -> str:
+    """`spc.emulator.pools[0].min-count`: keys joined by dots, list positions in brackets."""
+    text = prefix
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text
+
+
+def problems(exc: ValidationError, where: Callable[[Loc], str]) -> list[ConfigError]:
+    """One ConfigError per error of `exc`, in validation order (the fields' declared order)."""
+    found = []
+    for err in exc.errors():
+        cause = err.get("ctx", {}).get("error")
+        loc = tuple(err["loc"])
+        if isinstance(cause, Problem):
+            found.append(ConfigError(cause.key or where(loc + cause.at), cause.problem))
+        else:  # a type no loader produces; pydantic's own words
+            found.append(ConfigError(where(loc), err["msg"]))
+    return found
+
+
+def first_problem(exc: ValidationError, where: Callable[[Loc], str]) -> ConfigError:
+    """The problem a user is told about first, as when options were checked one after another."""
+    return problems(exc, where)[0]
+
+
+class OptionSection(BaseModel):
+    """A mapping of options: unknown keys refused (a typo never falls back to a default), values
+    frozen, inputs never quoted in pydantic's messages (a secret could be one)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=norm_key,
+        populate_by_name=True,
+        hide_input_in_errors=True,
+        arbitrary_types_allowed=True,
+    )
+
+    #: what a value that is not a mapping gets told
+    not_a_mapping: ClassVar[str] = "expected a mapping"
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """The keys users write (the aliases in `norm_key` form; environment variables excluded)."""
+        return frozenset(name for name in _aliases(cls) if name == norm_key(name))
+
+    @classmethod
+    def env_names(cls) -> frozenset[str]:
+        """The environment variables read in place of a key."""
+        return frozenset(name for name in _aliases(cls) if name != norm_key(name))
+
+    @classmethod
+    def field_of(cls, loc: Loc) -> str | None:
+        """The field an error location's first part (a key, a variable or the field's name) is of."""
+        if not loc:
+            return None
+        for name in cls.model_fields:
+            if loc[0] == name or loc[0] in _aliases(cls, name):
+                return name
+        return None
+
+    @classmethod
+    def unknown(cls, key: str) -> str:
+        """The problem an unknown key is reported with."""
+        return f"unknown option (known: {', '.join(sorted(cls.keys()))})"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spelling(cls, data: Any) -> Any:
+        if isinstance(data, BaseModel):
+            return data
+        if not isinstance(data, Mapping):
+            raise Problem(cls.not_a_mapping)
+        env, known = cls.env_names(), cls.keys()
+        given = {k if k in env else norm_key(k): v for k, v in data.items()}
+        for key in given:
+            if key not in env and key not in known:
+                raise Problem(cls.unknown(key), at=(key,))
+        for name in cls.model_fields:  # a field given twice: its first spelling wins (the environment)
+            present = [alias for alias in _aliases(cls, name) if alias in given]
+            for shadowed in present[1:]:
+                del given[shadowed]
+        return given
+
+
+def _aliases(model: type[BaseModel], only: str | None = None) -> list[str]:
+    """Every spelling of the model's fields (of field `only`, if given)."""
+    names: list[str] = []
+    for name, info in model.model_fields.items():
+        if only is not None and name != only:
+            continue
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.extend(str(choice) for choice in alias.choices)
+        elif isinstance(alias, str):
+            names.append(alias)
+        else:
+            names.append(info.alias or name)
+    return names
+
+
+class TuningOptions(OptionSection):
+    """The HTTP client keys every cloud section takes (providers/options.py `ClientTuning`); a key
+    left out keeps the cloud's default."""
+
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    retries: int | None = None
+    retry_budget: float | None = None
+    rate_limit: float | None = None
+    catalog_ttl: float | None = None
+
+    @field_validator("connect_timeout", "read_timeout", "retry_budget", mode="before")
+    @classmethod
+    def _positive(cls, v: Any) -> float:
+        return float(checked(read_float, v, allow_zero=False))
+
+    @field_validator("retries", mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> int:
+        return int(checked(read_int, v))
+
+    @field_validator("rate_limit", mode="before")
+    @classmethod
+    def _rate(cls, v: Any) -> float | None:
+        return None if v is None else float(checked(read_float, v, allow_zero=False))
+
+    @field_validator("catalog_ttl", mode="before")
+    @classmethod
+    def _ttl(cls, v: Any) -> float:
+        return float(checked(read_float, v))
+
+    def tuning(self, defaults: ClientTuning) -> ClientTuning:
+        """`defaults` with the keys given here (an explicit `rate-limit: null` lifts the limit)."""
+        given = {name: getattr(self, name) for name in self.model_fields_set if name in _TUNING_FIELDS}
+        return dataclasses.replace(defaults, **given)
+
+
+_TUNING_FIELDS = frozenset(TuningOptions.model_fields)
