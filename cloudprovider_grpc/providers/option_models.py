@@ -13,7 +13,7 @@ a cloud-config file is named by its file section, one from the environment by it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
@@ -70,6 +70,24 @@ def problems(exc: ValidationError, where: Callable[[Loc], str]) -> list[ConfigEr
 def first_problem(exc: ValidationError, where: Callable[[Loc], str]) -> ConfigError:
     """The problem a user is told about first, as when options were checked one after another."""
     return problems(exc, where)[0]
+
+
+def told_in_order(
+    exc: ValidationError, where: Callable[[Loc], str], model: type[OptionSection], first: Sequence[str] = ()
+) -> list[tuple[ConfigError, str | None]]:
+    """`exc`'s problems (with the field each is of) in the order a user is told them: an unknown key,
+    then the fields named in `first`, then the others as declared, the client tuning last."""
+
+    def rank(pair: tuple[ConfigError, str | None]) -> tuple[int, int]:
+        name = pair[1]
+        if name is None:
+            return (0, 0)
+        if name in first:
+            return (1, first.index(name))
+        return (3, 0) if name in _TUNING_FIELDS else (2, 0)
+
+    fields = [model.field_of(tuple(err["loc"])) for err in exc.errors()]
+    return sorted(zip(problems(exc, where), fields, strict=True), key=rank)
 
 
 class OptionSection(BaseModel):

@@ -53,7 +53,7 @@ from cloudprovider_grpc.providers.option_models import (
     checked,
     dotted,
     first_problem,
-    problems,
+    told_in_order,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_int, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -266,9 +266,9 @@ _POOL_NAME_RE = re.compile(r"^[a-z0-9A-Z]+[a-z0-9A-Z\-._]*[a-z0-9A-Z]+$|^[a-z0-9
 #: less; no published figure", research notes); 300 s is this project's assumption for bare metal,
 #: stated in every report that uses it. A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"deploy-seconds": 300.0}
-#: options problems told after the pools' (the order they were always checked in); the unknown keys
-#: and CHERRY_MANAGER come first, the client tuning last
-_LATE_ORDER = ("reserved", "emulator", "api_url")
+#: the order options problems are told in (the order they were always checked in): an unknown key
+#: and CHERRY_MANAGER before the pools, these after them, the client tuning last
+_TOLD_ORDER = ("manager", "reserved", "emulator", "api_url")
 
 
 @dataclass(frozen=True)
@@ -320,19 +320,16 @@ def options_input(ctx: ProviderContext) -> dict[str, Any]:
 
 
 def _options(given: Mapping[str, Any]) -> tuple[CherryOptions | None, ConfigError | None]:
-    """The validated options, or the problem to tell once the pools are checked. An unknown key or
-    CHERRY_MANAGER is told at once."""
+    """The validated options, or the problem to tell once the pools are checked (the order they
+    were always checked in). An unknown key or CHERRY_MANAGER is told at once."""
     try:
         return CherryOptions.model_validate(given), None
     except ValidationError as exc:
-        fields = [CherryOptions.field_of(tuple(err["loc"])) for err in exc.errors()]
-        found = problems(exc, _option_where)
-        first = [p for p, f in zip(found, fields, strict=True) if f in (None, "manager")]
-        if first:
-            raise first[0] from None
-        rank = {name: i for i, name in enumerate(_LATE_ORDER)}
-        ordered = sorted(zip(found, fields, strict=True), key=lambda pf: rank.get(str(pf[1]), len(rank)))
-        return None, ordered[0][0]
+        told = told_in_order(exc, _option_where, CherryOptions, first=_TOLD_ORDER)
+        problem, field_name = told[0]
+        if field_name in (None, "manager"):
+            raise problem from None
+        return None, problem
 
 
 # ---------------------------------------------------------------- assembly

@@ -45,7 +45,7 @@ from cloudprovider_grpc.providers.option_models import (
     TuningOptions,
     checked,
     dotted,
-    problems,
+    told_in_order,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -226,7 +226,8 @@ class SpcOptions(TuningOptions):
     cluster_id: int | None = Field(
         None, validation_alias=AliasChoices("CLUSTER_ID", "cluster-id"), validate_default=True
     )
-    #: a file mounted from the ConfigMap `stackpoint-node-pools`, replacing the pool listing
+    #: a file mounted from the ConfigMap `stackpoint-node-pools`, replacing the pool listing (read
+    #: with --nodes by `_group_sources`, in the order problems were always told)
     node_pools_file: str | None = Field(
         None, validation_alias=AliasChoices("SPC_NODE_POOLS_FILE", "node-pools-file")
     )
@@ -350,32 +351,38 @@ def _where(loc: Loc) -> str:
     return dotted("spc", loc)
 
 
-def load_config(ctx: ProviderContext) -> SpcConfig:
-    """Validate every input and build the configuration; raise ConfigError on the first problem (the
-    required inputs: every one missing at once)."""
-    try:
-        options = SpcOptions.model_validate(options_input(ctx), context={"emulate": ctx.emulate})
-    except ValidationError as exc:
-        found = problems(exc, _where)
-        required = [
-            problem
-            for problem, err in zip(found, exc.errors(), strict=True)
-            if SpcOptions.field_of(err["loc"][:1]) in SpcOptions.REQUIRED
-        ]
-        raise_all(required or found[:1])
-        raise
+def _group_sources(
+    ctx: ProviderContext, given: Mapping[str, Any]
+) -> tuple[tuple[Mapping[str, Any], ...] | None, tuple[Gen1Group, ...], tuple[tuple[int, int, str], ...]]:
+    """The node-pools file's pools (None: list them) and the `--nodes` groups."""
     pools_override = None
-    if options.node_pools_file:
-        path = Path(options.node_pools_file)
+    if "SPC_NODE_POOLS_FILE" in given:
+        pools_file, where = given["SPC_NODE_POOLS_FILE"], "SPC_NODE_POOLS_FILE"
+    else:
+        pools_file, where = given.get("node-pools-file"), "spc.node-pools-file"
+    if pools_file:
+        path = Path(str(pools_file))
         # the fork used the ConfigMap only "if it exists"; a mounted optional ConfigMap may be absent
         if path.exists():
-            where = (
-                "SPC_NODE_POOLS_FILE"
-                if ctx.env.get("SPC_NODE_POOLS_FILE", "").strip()
-                else "spc.node-pools-file"
-            )
             pools_override = read_pools_file(path, where)
-    gen1, narrow = read_nodes(ctx)
+    return (pools_override, *read_nodes(ctx))
+
+
+def load_config(ctx: ProviderContext) -> SpcConfig:
+    """Validate every input and build the configuration; raise ConfigError on the first problem, in
+    the order they were always checked: an unknown key, the required inputs (every one missing at
+    once), the node-pools file and --nodes, the other options."""
+    given = options_input(ctx)
+    try:
+        options = SpcOptions.model_validate(given, context={"emulate": ctx.emulate})
+    except ValidationError as exc:
+        told = told_in_order(exc, _where, SpcOptions)
+        if told[0][1] is None:
+            raise told[0][0] from None
+        raise_all([problem for problem, name in told if name in SpcOptions.REQUIRED])
+        _group_sources(ctx, given)
+        raise told[0][0] from None
+    pools_override, gen1, narrow = _group_sources(ctx, given)
     return SpcConfig(
         api_url=options.api_url or DEFAULT_API_URL,
         token=options.token,
