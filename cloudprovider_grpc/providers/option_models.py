@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
 from cloudprovider_grpc.core.errors import ConfigError
-from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_int
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_int, read_reserved
 
 Loc = tuple[str | int, ...]
 
@@ -166,39 +166,40 @@ def _aliases(model: type[BaseModel], only: str | None = None) -> list[str]:
     return names
 
 
+def _at_least_0(v: Any) -> float:
+    return float(checked(read_float, v))
+
+
+def _above_0(v: Any) -> float:
+    return float(checked(read_float, v, allow_zero=False))
+
+
+#: seconds of an emulator's timer: a number of at least 0
+Seconds = Annotated[float, BeforeValidator(_at_least_0)]
+#: a timeout: a number above 0
+Timeout = Annotated[float, BeforeValidator(_above_0)]
+#: an emulator's requests per second: above 0; left out, 0 or empty: no limit
+EmulatorRate = Annotated[float | None, BeforeValidator(lambda v: _above_0(v) if v else None)]
+#: `reserved`: resource name -> Kubernetes quantity taken from each node's allocatable
+Reserved = Annotated[dict[str, str], BeforeValidator(lambda v: dict(checked(read_reserved, v)))]
+#: a sub-section left out or empty (`emulator:` with nothing under it) takes its defaults
+OR_DEFAULTS = BeforeValidator(lambda v: v or {})
+
+
 class TuningOptions(OptionSection):
     """The HTTP client keys every cloud section takes (providers/options.py `ClientTuning`); a key
-    left out keeps the cloud's default."""
+    left out keeps the cloud's default, a key given as null is refused (but `rate-limit: null`,
+    which lifts the limit)."""
 
-    connect_timeout: float | None = None
-    read_timeout: float | None = None
-    retries: int | None = None
-    retry_budget: float | None = None
-    rate_limit: float | None = None
-    catalog_ttl: float | None = None
-
-    @field_validator("connect_timeout", "read_timeout", "retry_budget", mode="before")
-    @classmethod
-    def _positive(cls, v: Any) -> float:
-        return float(checked(read_float, v, allow_zero=False))
-
-    @field_validator("retries", mode="before")
-    @classmethod
-    def _count(cls, v: Any) -> int:
-        return int(checked(read_int, v))
-
-    @field_validator("rate_limit", mode="before")
-    @classmethod
-    def _rate(cls, v: Any) -> float | None:
-        return None if v is None else float(checked(read_float, v, allow_zero=False))
-
-    @field_validator("catalog_ttl", mode="before")
-    @classmethod
-    def _ttl(cls, v: Any) -> float:
-        return float(checked(read_float, v))
+    connect_timeout: Annotated[float | None, BeforeValidator(_above_0)] = None
+    read_timeout: Annotated[float | None, BeforeValidator(_above_0)] = None
+    retries: Annotated[int | None, BeforeValidator(lambda v: int(checked(read_int, v)))] = None
+    retry_budget: Annotated[float | None, BeforeValidator(_above_0)] = None
+    rate_limit: Annotated[float | None, BeforeValidator(lambda v: None if v is None else _above_0(v))] = None
+    catalog_ttl: Annotated[float | None, BeforeValidator(_at_least_0)] = None
 
     def tuning(self, defaults: ClientTuning) -> ClientTuning:
-        """`defaults` with the keys given here (an explicit `rate-limit: null` lifts the limit)."""
+        """`defaults` with the keys given here."""
         given = {name: getattr(self, name) for name in self.model_fields_set if name in _TUNING_FIELDS}
         return dataclasses.replace(defaults, **given)
 

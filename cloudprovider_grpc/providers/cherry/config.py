@@ -30,7 +30,7 @@ import binascii
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -46,16 +46,18 @@ from cloudprovider_grpc.providers.cherry.pool_sections import (
 )
 from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS, GroupConfig
 from cloudprovider_grpc.providers.option_models import (
+    OR_DEFAULTS,
     Loc,
     OptionSection,
     Problem,
+    Reserved,
     TuningOptions,
     checked,
     dotted,
     first_problem,
     told_in_order,
 )
-from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_int, read_reserved
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_int
 from cloudprovider_grpc.providers.registry import ProviderContext
 
 DEFAULT_API_URL = "https://api.cherryservers.com/v1/"
@@ -73,16 +75,16 @@ class CherryOptions(TuningOptions):
     api_url: str = Field(DEFAULT_API_URL, validation_alias=AliasChoices("CHERRY_API_URL", "api-url"))
     #: for pools that set no `cluster-name` (--cluster-name wins)
     cluster_name: str = ""
-    #: the default pool settings, as the cloud-config's [global]
+    #: the default pool settings, as the cloud-config's [global], and pool name -> settings, as its
+    #: [nodegroupdef "<pool>"]: read as written by pool_sections.py, whose errors name the section
     global_: Any = Field(None, alias="global")
-    #: pool name -> settings, as the cloud-config's [nodegroupdef "<pool>"]
     pools: Any = None
     controller_node_label: str = Field(
         DEFAULT_CONTROLLER_LABEL,
         validation_alias=AliasChoices("CHERRY_CONTROLLER_NODE_IDENTIFIER_LABEL", "controller-node-label"),
     )
-    reserved: dict[str, str] = Field(default_factory=dict)
-    emulator: EmulatorOptions = Field(default_factory=EmulatorOptions)
+    reserved: Reserved = Field(default_factory=dict)
+    emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = Field(default_factory=EmulatorOptions)
 
     @field_validator("manager", mode="before")
     @classmethod
@@ -109,16 +111,6 @@ class CherryOptions(TuningOptions):
     @classmethod
     def _label(cls, v: Any) -> str:
         return str(v or DEFAULT_CONTROLLER_LABEL)
-
-    @field_validator("reserved", mode="before")
-    @classmethod
-    def _reserved(cls, v: Any) -> dict[str, str]:
-        return dict(checked(read_reserved, v))
-
-    @field_validator("emulator", mode="before")
-    @classmethod
-    def _emulator(cls, v: Any) -> Any:
-        return v or {}
 
 
 def _count(v: Any) -> int:

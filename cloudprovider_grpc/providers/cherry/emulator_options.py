@@ -8,28 +8,17 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from cloudprovider_grpc.providers.option_models import OptionSection, Problem, checked
-from cloudprovider_grpc.providers.options import read_float
+from cloudprovider_grpc.providers.option_models import EmulatorRate, OptionSection, Problem, Seconds
 
 
 class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (emulators/cherry/emulator.py)."""
 
-    deploy_seconds: float = 5.0
-    terminate_seconds: float = 0.0
-    rate_limit: float | None = None
+    deploy_seconds: Seconds = 5.0
+    terminate_seconds: Seconds = 0.0
+    rate_limit: EmulatorRate = None
     #: plan (slug or id) -> region -> quantity; "*" keys apply to every plan/region
     stock: Mapping[str, Mapping[str, int]] = Field(default_factory=lambda: {"*": {"*": 100}})
-
-    @field_validator("deploy_seconds", "terminate_seconds", mode="before")
-    @classmethod
-    def _seconds(cls, v: Any) -> float:
-        return float(checked(read_float, v))
-
-    @field_validator("rate_limit", mode="before")
-    @classmethod
-    def _rate(cls, v: Any) -> float | None:
-        return float(checked(read_float, v, allow_zero=False)) if v else None
 
     @field_validator("stock", mode="before")
     @classmethod

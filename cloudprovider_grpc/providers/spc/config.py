@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -39,15 +39,19 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from cloudprovider_grpc.core.errors import raise_all, unknown_key
 from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.option_models import (
+    OR_DEFAULTS,
+    EmulatorRate,
     Loc,
     OptionSection,
     Problem,
+    Reserved,
+    Seconds,
+    Timeout,
     TuningOptions,
-    checked,
     dotted,
     told_in_order,
 )
-from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_reserved
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key
 from cloudprovider_grpc.providers.registry import ProviderContext
 from cloudprovider_grpc.providers.spc.group_sources import Gen1Group, read_nodes, read_pools_file
 from cloudprovider_grpc.providers.spc.providerid import parse_template
@@ -126,32 +130,20 @@ class EmulatorOptions(OptionSection):
     """How `--emulate` runs the emulated SPC API (emulators/spc/emulator.py). Seconds per state;
     the fork's logs show minutes in reality (a 1-node scale-up took about 15 min, §B5)."""
 
-    draft_seconds: float = 2.0
-    building_seconds: float = 3.0
-    provisioned_seconds: float = 2.0
-    deleting_seconds: float = 3.0
+    draft_seconds: Seconds = 2.0
+    building_seconds: Seconds = 3.0
+    provisioned_seconds: Seconds = 2.0
+    deleting_seconds: Seconds = 3.0
     #: include `cpu`/`memory` in pool JSON (the documented pool JSON has neither, §B2)
     pool_cpu_memory: bool = False
-    rate_limit: float | None = None
+    rate_limit: EmulatorRate = None
     #: the emulated cluster's pools; empty: the demo cluster's two autoscaled AWS pools
     pools: tuple[EmulatorPool, ...] = ()
-
-    @field_validator(
-        "draft_seconds", "building_seconds", "provisioned_seconds", "deleting_seconds", mode="before"
-    )
-    @classmethod
-    def _seconds(cls, v: Any) -> float:
-        return float(checked(read_float, v))
 
     @field_validator("pool_cpu_memory", mode="before")
     @classmethod
     def _flag(cls, v: Any) -> bool:
         return bool(v)
-
-    @field_validator("rate_limit", mode="before")
-    @classmethod
-    def _rate(cls, v: Any) -> float | None:
-        return float(checked(read_float, v, allow_zero=False)) if v else None
 
     @field_validator("pools", mode="before")
     @classmethod
@@ -232,10 +224,10 @@ class SpcOptions(TuningOptions):
         None, validation_alias=AliasChoices("SPC_NODE_POOLS_FILE", "node-pools-file")
     )
     provider_id_template: GoTemplate | None = None
-    reserved: dict[str, str] = Field(default_factory=dict)
-    emulator: EmulatorOptions = Field(default_factory=EmulatorOptions)
+    reserved: Reserved = Field(default_factory=dict)
+    emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = Field(default_factory=EmulatorOptions)
     #: seconds a node may stay `draft` before it counts as failed
-    draft_timeout: float = 600.0
+    draft_timeout: Timeout = 600.0
 
     @classmethod
     def unknown(cls, key: str) -> str:
@@ -275,21 +267,6 @@ class SpcOptions(TuningOptions):
             return parse_template(str(v))
         except TemplateError as exc:
             raise Problem(str(exc)) from None
-
-    @field_validator("reserved", mode="before")
-    @classmethod
-    def _reserved(cls, v: Any) -> dict[str, str]:
-        return dict(checked(read_reserved, v))
-
-    @field_validator("emulator", mode="before")
-    @classmethod
-    def _emulator(cls, v: Any) -> Any:
-        return v or {}
-
-    @field_validator("draft_timeout", mode="before")
-    @classmethod
-    def _draft(cls, v: Any) -> float:
-        return float(checked(read_float, v, allow_zero=False))
 
 
 #: the public API of the SPC era (stackpoint-api-docs `_basics.md`)
