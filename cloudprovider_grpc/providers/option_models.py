@@ -5,16 +5,18 @@ default. The spellings users write are the field's aliases: a key is accepted wi
 underscores and in any case (`read_timeout`, `Read-Timeout`: `read-timeout`), and an environment
 variable read in a key's place is a further alias, spelt as the variable is (`ORGANIZATION_ID`).
 The words a user reads are the project's, not pydantic's: a validator raises `Problem(text)` and
-`first_problem`/`problems` turn the ValidationError into the `ConfigError(key, problem)` lines the
+`problems`/`told_in_order` turn the ValidationError into the `ConfigError(key, problem)` lines the
 CLI prints, the key found from the error's location by the cloud's own `where` (a value read from
-a cloud-config file is named by its file section, one from the environment by its variable).
+a cloud-config file is named by its file section, one from the environment by its variable). The
+shared value types (`Seconds`, `Timeout`, `EmulatorRate`, `Reserved`) and `TuningOptions` reuse
+providers/options.py's readers, so their words are the same for every cloud.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
@@ -103,9 +105,6 @@ class OptionSection(BaseModel):
         arbitrary_types_allowed=True,
     )
 
-    #: what a value that is not a mapping gets told
-    not_a_mapping: ClassVar[str] = "expected a mapping"
-
     @classmethod
     def keys(cls) -> frozenset[str]:
         """The keys users write (the aliases in `norm_key` form; environment variables excluded)."""
@@ -137,7 +136,7 @@ class OptionSection(BaseModel):
         if isinstance(data, BaseModel):
             return data
         if not isinstance(data, Mapping):
-            raise Problem(cls.not_a_mapping)
+            raise Problem("expected a mapping")
         env, known = cls.env_names(), cls.keys()
         given = {k if k in env else norm_key(k): v for k, v in data.items()}
         for key in given:
