@@ -1,185 +1,206 @@
-"""A backend's YAML section declared as a pydantic model, with the errors options.py always gave.
+"""pydantic building blocks for a cloud's own configuration section, shared by the cloud packages.
 
-A cloud's section (`vultr:`, `exoscale:`, `alicloud:`) is a `Section` subclass: every option with its
-type, range and default, nested models for the emulator's knobs. The value types below run the shared
-readers of options.py, so a bad value reads exactly as it did when each cloud parsed its mapping by
-hand; `section_problems` turns pydantic's ValidationError into those ConfigErrors, each naming its key
-(`vultr.emulator.pools[0].plan`). What does not come from the YAML section (environment variables,
-secret files, the in-tree cloud-config, --nodes) stays with each cloud's loader in its config.py.
+A cloud declares its options as models built on `OptionSection`: every key with its type, range and
+default. The spellings users write are the field's aliases: a key is accepted with dashes or
+underscores and in any case (`read_timeout`, `Read-Timeout`: `read-timeout`), and an environment
+variable read in a key's place is a further alias, spelt as the variable is (`ORGANIZATION_ID`).
+The words a user reads are the project's, not pydantic's: a validator raises `Problem(text)` and
+`problems`/`told_in_order` turn the ValidationError into the `ConfigError(key, problem)` lines the
+CLI prints, the key found from the error's location by the cloud's own `where` (a value read from
+a cloud-config file is named by its file section, one from the environment by its variable). The
+shared value types (`Seconds`, `Timeout`, `EmulatorRate`, `Reserved`) and `TuningOptions` reuse
+providers/options.py's readers, so their words are the same for every cloud.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
-from cloudprovider_grpc.core.errors import ConfigError, unknown_key
-from cloudprovider_grpc.providers.options import (
-    ClientTuning,
-    norm_key,
-    read_float,
-    read_int,
-    read_mapping,
-    read_reserved,
-)
+from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_float, read_int, read_reserved
+
+Loc = tuple[str | int, ...]
 
 
-def problem(text: str, key: str = "") -> PydanticCustomError:
-    """A validation failure carrying our own wording; `key` is appended to the failing field's key
-    (".min_nodes" for a check of the whole pool that blames one of its fields)."""
-    return PydanticCustomError("config", "{problem}", {"problem": text, "key": key})
+class Problem(ValueError):
+    """A validator's finding in the user's words. `at` extends the error's location (an unknown
+    key, or the field a check across fields blames); `key` names an input outside the section
+    (an environment variable) instead of the location."""
+
+    def __init__(self, problem: str, *, at: Loc = (), key: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.at = at
+        self.key = key
 
 
-def read_value(read: Callable[..., Any], value: Any, **kwargs: Any) -> Any:
-    """`read(value, '', **kwargs)`, its ConfigError as a validation failure."""
+def checked(read: Callable[..., Any], value: Any, **kwargs: Any) -> Any:
+    """One of providers/options.py's readers run inside a validator: its ConfigError becomes this
+    field's Problem with the same words (a reader that names a sub-key, like `reserved.cpu`,
+    keeps it)."""
     try:
         return read(value, "", **kwargs)
     except ConfigError as exc:
-        raise problem(exc.problem, exc.key) from None
+        raise Problem(exc.problem, at=(exc.key[1:],) if exc.key else ()) from None
 
 
-def reader(read: Callable[..., Any], **kwargs: Any) -> BeforeValidator:
-    """A field validator from one of options.py's readers (called with an empty key: the key a
-    reader appends for a nested value, as `read_reserved` does, is kept)."""
-    return BeforeValidator(lambda value: read_value(read, value, **kwargs))
+def dotted(prefix: str, loc: Loc) -> str:
+    """`spc.emulator.pools[0].min-count`: keys joined by dots, list positions in brackets."""
+    text = prefix
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text
 
 
-def optional(read: Callable[..., Any], **kwargs: Any) -> BeforeValidator:
-    """Like `reader`, with null accepted as None."""
-    return BeforeValidator(lambda value: None if value is None else read_value(read, value, **kwargs))
+def problems(exc: ValidationError, where: Callable[[Loc], str]) -> list[ConfigError]:
+    """One ConfigError per error of `exc`, in validation order (the fields' declared order)."""
+    found = []
+    for err in exc.errors():
+        cause = err.get("ctx", {}).get("error")
+        loc = tuple(err["loc"])
+        if isinstance(cause, Problem):
+            found.append(ConfigError(cause.key or where(loc + cause.at), cause.problem))
+        else:  # a type no loader produces; pydantic's own words
+            found.append(ConfigError(where(loc), err["msg"]))
+    return found
 
 
-def non_empty_list(what: str, *, null: bool = False) -> BeforeValidator:
-    """A list of at least one item (`null`: or null, meaning "none given")."""
-
-    def check(value: Any) -> Any:
-        if (value is not None or not null) and (not isinstance(value, list) or not value):
-            raise problem(f"expected a non-empty list of {what}")
-        return value
-
-    return BeforeValidator(check)
+def first_problem(exc: ValidationError, where: Callable[[Loc], str]) -> ConfigError:
+    """The problem a user is told about first, as when options were checked one after another."""
+    return problems(exc, where)[0]
 
 
-def _optional_rate(value: Any) -> float | None:
-    """0 or null: no limit."""
-    return float(read_value(read_float, value, allow_zero=False)) if value else None
+def told_in_order(
+    exc: ValidationError, where: Callable[[Loc], str], model: type[OptionSection], first: Sequence[str] = ()
+) -> list[tuple[ConfigError, str | None]]:
+    """`exc`'s problems (with the field each is of) in the order a user is told them: an unknown key,
+    then the fields named in `first`, then the others as declared, the client tuning last."""
+
+    def rank(pair: tuple[ConfigError, str | None]) -> tuple[int, int]:
+        name = pair[1]
+        if name is None:
+            return (0, 0)
+        if name in first:
+            return (1, first.index(name))
+        return (3, 0) if name in _TUNING_FIELDS else (2, 0)
+
+    fields = [model.field_of(tuple(err["loc"])) for err in exc.errors()]
+    return sorted(zip(problems(exc, where), fields, strict=True), key=rank)
 
 
-#: seconds, rates and other numbers of at least 0
-NonNegative = Annotated[float, reader(read_float)]
-#: an emulator's request rate; 0 or null for none
-OptionalRate = Annotated[float | None, BeforeValidator(_optional_rate)]
-#: whole numbers of at least 0, of at least 1
-Count = Annotated[int, reader(read_int)]
-PositiveCount = Annotated[int, reader(read_int, minimum=1)]
-#: resource name -> Kubernetes quantity
-Reserved = Annotated[dict[str, str], reader(read_reserved)]
-#: a string; null is ""
-Text = Annotated[str, BeforeValidator(lambda value: "" if value is None else str(value))]
+class OptionSection(BaseModel):
+    """A mapping of options: unknown keys refused (a typo never falls back to a default), values
+    frozen, inputs never quoted in pydantic's messages (a secret could be one)."""
 
-
-def _keyed(value: Any) -> dict[str, int]:
-    """Each count's problem names its key (`stock.vc2-1c-2gb`)."""
-    out = {}
-    for k, v in read_value(read_mapping, value or {}).items():
-        try:
-            out[str(k)] = read_int(v, "")
-        except ConfigError as exc:
-            raise problem(exc.problem, f".{k}") from None
-    return out
-
-
-#: name -> a whole number of at least 0 (an emulator's stock per plan or type)
-Counts = Annotated[dict[str, int], BeforeValidator(_keyed)]
-
-
-#: a nested section where any empty value (`[]`, `""`, `0`) means "all defaults"
-EMPTY_IS_DEFAULT = BeforeValidator(lambda value: value or {})
-
-
-def _dashed(name: str) -> str:
-    return name.replace("_", "-")
-
-
-class Section(BaseModel):
-    """A mapping of options whose keys may be written with `-` or `_`, in any case (`norm_key`).
-    An unknown key is an error naming it (a typo must not fall back to a default silently)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=_dashed, populate_by_name=True)
-
-    #: what an unknown key is called, whether the nearest known key is suggested, and whether the
-    #: error names the key as written (else as `spell` spells it)
-    UNKNOWN: ClassVar[str] = "option"
-    SUGGEST: ClassVar[bool] = True
-    AS_WRITTEN: ClassVar[bool] = False
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=norm_key,
+        populate_by_name=True,
+        hide_input_in_errors=True,
+        arbitrary_types_allowed=True,
+    )
 
     @classmethod
-    def spell(cls, key: object) -> str:
-        """A key as the model's aliases spell it."""
-        return norm_key(key)
+    def keys(cls) -> frozenset[str]:
+        """The keys users write (the aliases in `norm_key` form; environment variables excluded)."""
+        return frozenset(name for name in _aliases(cls) if name == norm_key(name))
 
     @classmethod
-    def keys(cls) -> list[str]:
-        return [f.alias or name for name, f in cls.model_fields.items()]
+    def env_names(cls) -> frozenset[str]:
+        """The environment variables read in place of a key."""
+        return frozenset(name for name in _aliases(cls) if name != norm_key(name))
+
+    @classmethod
+    def field_of(cls, loc: Loc) -> str | None:
+        """The field an error location's first part (a key, a variable or the field's name) is of."""
+        if not loc:
+            return None
+        for name in cls.model_fields:
+            if loc[0] == name or loc[0] in _aliases(cls, name):
+                return name
+        return None
+
+    @classmethod
+    def unknown(cls, key: str) -> str:
+        """The problem an unknown key is reported with."""
+        return f"unknown option (known: {', '.join(sorted(cls.keys()))})"
 
     @model_validator(mode="before")
     @classmethod
-    def _normalise(cls, value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise problem("expected a mapping")
-        known = cls.keys()
-        out: dict[str, Any] = {}
-        for raw, item in value.items():
-            key = cls.spell(raw)
-            if key not in known:
-                if cls.SUGGEST:
-                    text = unknown_key("", key, known, what=cls.UNKNOWN).problem
-                else:
-                    text = f"unknown {cls.UNKNOWN} (known: {', '.join(sorted(known))})"
-                raise problem(text, f".{raw}" if cls.AS_WRITTEN else f".{key}")
-            out[key] = item
-        return out
+    def _spelling(cls, data: Any) -> Any:
+        if isinstance(data, BaseModel):
+            return data
+        if not isinstance(data, Mapping):
+            raise Problem("expected a mapping")
+        env, known = cls.env_names(), cls.keys()
+        given = {k if k in env else norm_key(k): v for k, v in data.items()}
+        for key in given:
+            if key not in env and key not in known:
+                raise Problem(cls.unknown(key), at=(key,))
+        for name in cls.model_fields:  # a field given twice: its first spelling wins (the environment)
+            present = [alias for alias in _aliases(cls, name) if alias in given]
+            for shadowed in present[1:]:
+                del given[shadowed]
+        return given
 
 
-_Tuned = Annotated[float | None, reader(read_float, allow_zero=False)]
+def _aliases(model: type[BaseModel], only: str | None = None) -> list[str]:
+    """Every spelling of the model's fields (of field `only`, if given)."""
+    names: list[str] = []
+    for name, info in model.model_fields.items():
+        if only is not None and name != only:
+            continue
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.extend(str(choice) for choice in alias.choices)
+        elif isinstance(alias, str):
+            names.append(alias)
+        else:
+            names.append(info.alias or name)
+    return names
 
 
-class TunedSection(Section):
-    """A section with the HTTP client tuning every cloud client takes (options.ClientTuning); a key
-    left out keeps the cloud's own default."""
+def _at_least_0(v: Any) -> float:
+    return float(checked(read_float, v))
 
-    connect_timeout: _Tuned = None
-    read_timeout: _Tuned = None
-    retries: Annotated[int | None, reader(read_int)] = None
-    retry_budget: _Tuned = None
-    #: null: no client-side limit
-    rate_limit: Annotated[float | None, optional(read_float, allow_zero=False)] = None
-    catalog_ttl: Annotated[float | None, reader(read_float)] = None
+
+def _above_0(v: Any) -> float:
+    return float(checked(read_float, v, allow_zero=False))
+
+
+#: seconds of an emulator's timer: a number of at least 0
+Seconds = Annotated[float, BeforeValidator(_at_least_0)]
+#: a timeout: a number above 0
+Timeout = Annotated[float, BeforeValidator(_above_0)]
+#: an emulator's requests per second: above 0; left out, 0 or empty: no limit
+EmulatorRate = Annotated[float | None, BeforeValidator(lambda v: _above_0(v) if v else None)]
+#: `reserved`: resource name -> Kubernetes quantity taken from each node's allocatable
+Reserved = Annotated[dict[str, str], BeforeValidator(lambda v: dict(checked(read_reserved, v)))]
+#: a sub-section left out or empty (`emulator:` with nothing under it) takes its defaults
+OR_DEFAULTS = BeforeValidator(lambda v: v or {})
+
+
+class TuningOptions(OptionSection):
+    """The HTTP client keys every cloud section takes (providers/options.py `ClientTuning`); a key
+    left out keeps the cloud's default, a key given as null is refused (but `rate-limit: null`,
+    which lifts the limit)."""
+
+    connect_timeout: Annotated[float | None, BeforeValidator(_above_0)] = None
+    read_timeout: Annotated[float | None, BeforeValidator(_above_0)] = None
+    retries: Annotated[int | None, BeforeValidator(lambda v: int(checked(read_int, v)))] = None
+    retry_budget: Annotated[float | None, BeforeValidator(_above_0)] = None
+    rate_limit: Annotated[float | None, BeforeValidator(lambda v: None if v is None else _above_0(v))] = None
+    catalog_ttl: Annotated[float | None, BeforeValidator(_at_least_0)] = None
 
     def tuning(self, defaults: ClientTuning) -> ClientTuning:
-        """`defaults` with the keys the section sets (`rate-limit: null`: no limit)."""
-        names = [f.name for f in dataclasses.fields(ClientTuning)]
-        return dataclasses.replace(
-            defaults, **{n: getattr(self, n) for n in names if n in self.model_fields_set}
-        )
+        """`defaults` with the keys given here."""
+        given = {name: getattr(self, name) for name in self.model_fields_set if name in _TUNING_FIELDS}
+        return dataclasses.replace(defaults, **given)
 
 
-def section_problems(exc: ValidationError, prefix: str) -> list[ConfigError]:
-    """One ConfigError per error of `exc`, keyed `prefix.key.list[0].key` as the CLI prints them."""
-    found = []
-    for err in exc.errors():
-        where = prefix
-        for part in err["loc"]:
-            where += f"[{part}]" if isinstance(part, int) else f".{part}"
-        ctx = err.get("ctx") or {}
-        if err["type"] == "config":
-            found.append(ConfigError(where + str(ctx.get("key", "")), str(ctx["problem"])))
-        else:
-            found.append(ConfigError(where, err["msg"].removeprefix("Value error, ")))
-    return found
+_TUNING_FIELDS = frozenset(TuningOptions.model_fields)

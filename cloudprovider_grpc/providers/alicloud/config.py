@@ -35,7 +35,7 @@ from pydantic import BeforeValidator, ValidationError
 from cloudprovider_grpc.config import secrets
 from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.driver import GroupConfig
-from cloudprovider_grpc.providers.option_models import (
+from cloudprovider_grpc.providers.option_sections import (
     EMPTY_IS_DEFAULT,
     NonNegative,
     OptionalRate,

@@ -15,13 +15,9 @@ from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.cherry.emulator import DEFAULT_TEAM, CherryEmulator
 from cloudprovider_grpc.providers.cherry.client import CherryClient
-from cloudprovider_grpc.providers.cherry.config import (
-    EMULATOR_DEFAULT_TOKEN,
-    CherryConfig,
-    EmulatorOptions,
-    load_config,
-)
+from cloudprovider_grpc.providers.cherry.config import EMULATOR_DEFAULT_TOKEN, CherryConfig, load_config
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
+from cloudprovider_grpc.providers.cherry.emulator_options import EmulatorOptions
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
 __all__ = ["build_driver", "build_emulator", "make_client"]

@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 from cloudprovider_grpc.config.secrets import read_secret
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.emulators.exoscale.seed import instance_types
-from cloudprovider_grpc.providers.option_models import (
+from cloudprovider_grpc.providers.option_sections import (
     Count,
     NonNegative,
     OptionalRate,

@@ -30,7 +30,8 @@ from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver, narrow_groups
 from cloudprovider_grpc.providers.spc.client import SpcClient
-from cloudprovider_grpc.providers.spc.config import GROUP_PREFIX, Gen1Group, SpcConfig
+from cloudprovider_grpc.providers.spc.config import SpcConfig
+from cloudprovider_grpc.providers.spc.group_sources import GROUP_PREFIX, Gen1Group
 from cloudprovider_grpc.providers.spc.providerid import instance_id, node_name, region_of
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_
 from cloudprovider_grpc.config.secrets import read_secret
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
-from cloudprovider_grpc.providers.option_models import (
+from cloudprovider_grpc.providers.option_sections import (
     EMPTY_IS_DEFAULT,
     Count,
     Counts,
