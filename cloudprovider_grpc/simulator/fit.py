@@ -14,7 +14,8 @@ resource part (changes with every placement), so hot loops only repeat the cheap
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Protocol, TypeVar
 
 from cloudprovider_grpc.simulator.model import PODS, NodeShape, PodShape, Resources, Taint
 
@@ -78,6 +79,14 @@ def resource_reason(requests: Resources, free: Mapping[str, int]) -> str:
     return ", ".join(f"Insufficient {k}" for k in short)
 
 
+class _HasShape(Protocol):
+    @property
+    def shape(self) -> NodeShape: ...
+
+
+_N = TypeVar("_N", bound=_HasShape)
+
+
 class StaticFitCache:
     """static_fit memoised per (pod shape, node shape) object pair."""
 
@@ -93,3 +102,16 @@ class StaticFitCache:
             self._cache[key] = hit
             self._keep.append((shape, node))
         return hit
+
+    def fitting(self, shape: PodShape, nodes: Iterable[_N]) -> list[_N]:
+        """The nodes (in order) whose node shape `shape` fits: one look-up per distinct node
+        shape (a node group's nodes share their template's), not one per node."""
+        verdicts: dict[int, bool] = {}
+        out = []
+        for n in nodes:
+            ok = verdicts.get(id(n.shape))
+            if ok is None:
+                ok = verdicts[id(n.shape)] = self(shape, n.shape)
+            if ok:
+                out.append(n)
+        return out

@@ -67,18 +67,18 @@ class Report:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+        return _json(self.to_dict())
 
     def write(self, out_dir: str | Path, plot: bool = True) -> list[str]:
         """Write report.json, report.html, series.csv (one row per loop) and timeline.png (when
         matplotlib is installed); returns notes."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(self.to_json(), encoding="utf-8")
+        data = self.to_dict()  # once for the three files: an hour's decisions take a while
+        (out / "report.json").write_text(_json(data), encoding="utf-8")
         notes = [f"wrote {out / 'report.json'}"]
         from cloudprovider_grpc.simulator.html import write_html
 
-        data = self.to_dict()
         notes.append(write_html(data, out / "report.html"))
         from cloudprovider_grpc.simulator.report_tables import write_series
 
@@ -86,6 +86,11 @@ class Report:
         if plot:
             notes.append(write_timeline(self, out / "timeline.png"))
         return notes
+
+
+def _json(data: dict[str, Any]) -> str:
+    """report.json's text: stable key order, so equal runs give equal files."""
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 
 class Recorder:

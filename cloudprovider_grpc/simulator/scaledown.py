@@ -158,6 +158,7 @@ class ScaleDownPlanner:
         self.current: dict[str, Unneeded] = {}
         self._fits = StaticFitCache()
         self._util: dict[str, tuple[int, GroupScaleDownOptions, float, str, Unremovable | None]] = {}
+        self._open: dict[int, list[Node]] = {}
 
     def update(
         self,
@@ -218,6 +219,7 @@ class ScaleDownPlanner:
         if not underutilized:
             return self._finish([], unremovable)
         free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
+        self._open = {}  # destinations per pod shape with room, for this pass's `free` only
         view: Placement | None = None
         if interpod:
             view = Placement.of({n.name: n for n in [*destinations, *candidates]}.values())
@@ -306,14 +308,18 @@ class ScaleDownPlanner:
         for shape, count in by_shape.values():
             remaining = count
             one_by_one = view is not None and view.relevant(shape)
-            for dest in destinations:
+            full: set[str] = set()
+            for dest in self._open_destinations(shape, destinations, free):
                 if remaining == 0:
                     break
-                if dest.name == node.name or dest.name in removed or dest.name not in free:
+                if dest.name == node.name or dest.name in removed:
                     continue
-                if not self._fits(shape, dest.shape):
-                    continue
-                cur = tentative.get(dest.name) or dict(free[dest.name])
+                cur = tentative.get(dest.name)
+                if cur is None:
+                    if not fit_count(shape.requests, free[dest.name]):
+                        full.add(dest.name)
+                        continue
+                    cur = dict(free[dest.name])
                 n = min(remaining, fit_count(shape.requests, cur))
                 if one_by_one and view is not None:
                     k = 0
@@ -329,6 +335,8 @@ class ScaleDownPlanner:
                     tentative[dest.name] = cur
                     landed.append((dest.name, shape, n))
                     remaining -= n
+            if full:
+                self._open[id(shape)] = [d for d in self._open[id(shape)] if d.name not in full]
             if remaining:
                 ok = False
                 break
@@ -346,6 +354,19 @@ class ScaleDownPlanner:
         for dest_name, shape, n in landed:
             moved_in.setdefault(dest_name, []).extend([shape] * n)
         return True
+
+    def _open_destinations(
+        self, shape: PodShape, destinations: Sequence[Node], free: Mapping[str, Resources]
+    ) -> list[Node]:
+        """The destinations (in their order) that pods of `shape` may still move to in this pass:
+        statically fitting, not being deleted, and not yet found full. Within a pass committed
+        free resources only shrink, so a node found without room for one pod of the shape stays
+        so, and later nodes of the pass skip it instead of re-checking a thousand full nodes."""
+        found = self._open.get(id(shape))
+        if found is None:
+            found = self._fits.fitting(shape, (d for d in destinations if d.name in free))
+            self._open[id(shape)] = found
+        return found
 
     def clear(self) -> None:
         """Forget every unneeded timer (CA's CleanUpUnneededNodes, e.g. while the cluster is

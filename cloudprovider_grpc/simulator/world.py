@@ -17,6 +17,7 @@ module plays those parts, deterministically:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable
 
@@ -32,6 +33,7 @@ from cloudprovider_grpc.simulator.model import (
     Pod,
     PodShape,
     Requirement,
+    Resources,
     SpreadConstraint,
     Taint,
     Term,
@@ -269,25 +271,26 @@ class World:
         heaps: dict[int, list[tuple[float, int, int, Node]]] = {}
         rank = {n.name: i for i, n in enumerate(nodes)}  # heap ties go to the earliest node
         view: Placement | None = None  # built only when an inter-pod predicate can matter
-        if any(p.shape.interpod for p in order) or any(
-            p.shape.pod_anti_affinity for n in nodes for p in n.pods.values()
-        ):
+        by_cpu: _ByFreeCpu | None = None  # built when the first heap is
+        if any(p.shape.interpod for p in order) or self._anti_affinity_bound():
             view = Placement.of(nodes)
         for pod in order:
             sid = id(pod.shape)
             if sid in stuck:
                 continue
-            cands = candidates.get(sid)
-            if cands is None:
-                cands = [n for n in nodes if self._fits(pod.shape, n.shape)]
-                candidates[sid] = cands
-            if view is not None and view.relevant(pod.shape):
-                best = self._best_node(pod.shape, [n for n in cands if view.allows(pod.shape, n.name)])
-            elif self.most_allocated:
+            if (view is not None and view.relevant(pod.shape)) or self.most_allocated:
+                cands = candidates.get(sid)
+                if cands is None:
+                    cands = candidates[sid] = self._fits.fitting(pod.shape, nodes)
+                if view is not None and view.relevant(pod.shape):
+                    cands = [n for n in cands if view.allows(pod.shape, n.name)]
                 best = self._best_node(pod.shape, cands)
             else:
                 heap = heaps.get(sid)
                 if heap is None:
+                    if by_cpu is None:
+                        by_cpu = _ByFreeCpu(nodes)
+                    cands = self._fits.fitting(pod.shape, by_cpu.with_room(pod.shape))
                     heap = heaps[sid] = self._score_heap(pod.shape, cands, rank)
                 best = self._pop_best(pod.shape, heap)
             if best is None:
@@ -307,6 +310,18 @@ class World:
             bound += 1
         return bound
 
+    def _anti_affinity_bound(self) -> bool:
+        """Whether a pod with anti-affinity terms runs on a schedulable node (its terms then
+        constrain every incoming pod). Only controller pods carry such terms, so this reads the
+        few workloads that have them rather than every pod of the cluster."""
+        nodes = self.nodes
+        return any(
+            p.node is not None and nodes[p.node].schedulable
+            for c in self.controllers
+            if c.shape.pod_anti_affinity
+            for p in c.pods.values()
+        )
+
     @staticmethod
     def _score(shape: PodShape, n: Node) -> float | None:
         """LeastAllocated's score of `n` for one more pod of `shape`, None when it does not fit
@@ -315,21 +330,23 @@ class World:
         for k, v in req.items():
             if v > alloc.get(k, 0) - used.get(k, 0):
                 return None
-        score = 0.0
-        for res in (CPU, MEMORY):
-            a = alloc.get(res, 0)
-            if a:
-                score += (a - used.get(res, 0) - req.get(res, 0)) / a
-        return score
+        return _least_allocated(alloc, used, req.get(CPU, 0), req.get(MEMORY, 0))
 
     def _score_heap(
         self, shape: PodShape, nodes: list[Node], rank: dict[str, int]
     ) -> list[tuple[float, int, int, Node]]:
+        # `_score`'s fit check inlined: this runs for every node with room for each pending
+        # workload in every loop
         heap = []
+        needs = list(shape.requests.items())
+        cpu, memory = shape.requests.get(CPU, 0), shape.requests.get(MEMORY, 0)
         for n in nodes:
-            score = self._score(shape, n)
-            if score is not None:
-                heap.append((-score, rank[n.name], n.version, n))
+            alloc, used = n.shape.allocatable, n.used
+            for k, v in needs:
+                if v > alloc.get(k, 0) - used.get(k, 0):
+                    break
+            else:
+                heap.append((-_least_allocated(alloc, used, cpu, memory), rank[n.name], n.version, n))
         heapq.heapify(heap)
         return heap
 
@@ -363,13 +380,44 @@ class World:
                     break
             if not ok:
                 continue
-            score = 0.0
-            for res in (CPU, MEMORY):
-                a = alloc.get(res, 0)
-                if a:
-                    score += (a - used.get(res, 0) - req.get(res, 0)) / a
+            score = _least_allocated(alloc, used, req.get(CPU, 0), req.get(MEMORY, 0))
             if self.most_allocated:
                 score = -score
             if best is None or score > best_score:
                 best, best_score = n, score
         return best
+
+
+class _ByFreeCpu:
+    """Schedulable nodes sorted by free cpu at the start of a scheduling pass. Binds only shrink
+    a node's free cpu, so the nodes short of a pod's cpu request at the start stay short for the
+    whole pass: a shape's heap is built from the nodes with enough cpu, not from every node."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        pairs = sorted(((-_free_cpu(n), i) for i, n in enumerate(nodes)))
+        self._nodes = [nodes[i] for _, i in pairs]
+        self._free = [f for f, _ in pairs]  # minus free cpu, ascending, for bisect
+
+    def with_room(self, shape: PodShape) -> list[Node]:
+        """A superset of the nodes that fit one more pod of `shape` (in no particular order)."""
+        cpu = shape.requests.get(CPU)
+        if cpu is None:  # not asking for cpu: a node's cpu does not rule it out
+            return self._nodes
+        return self._nodes[: bisect.bisect_right(self._free, -cpu)]
+
+
+def _free_cpu(n: Node) -> int:
+    return n.shape.allocatable.get(CPU, 0) - n.used.get(CPU, 0)
+
+
+def _least_allocated(alloc: Resources, used: Resources, cpu: int, memory: int) -> float:
+    """LeastAllocated's score once the pod (cpu, memory requests) is added: `World._score`'s
+    arithmetic, in the same order so the floats are the same."""
+    score = 0.0
+    a = alloc.get(CPU, 0)
+    if a:
+        score += (a - used.get(CPU, 0) - cpu) / a
+    a = alloc.get(MEMORY, 0)
+    if a:
+        score += (a - used.get(MEMORY, 0) - memory) / a
+    return score
