@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cloudprovider_grpc.providers.base import GroupProvider
-from cloudprovider_grpc.providers.machines import MachineProvider
-from cloudprovider_grpc.providers.pools import PoolProvider
+from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
+from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions, SimPoolDriver
 
 

@@ -1,4 +1,4 @@
-"""The providers' activity record (providers/activity.py) and the status document's rules
+"""The providers' activity record (providers/machinery/activity.py) and the status document's rules
 (observability/status.py): which occurrences a failure makes, which back-off it holds, what counts
 as a change."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from cloudprovider_grpc.core.clouderrors import ErrorClass
 from cloudprovider_grpc.observability import status
-from cloudprovider_grpc.providers.activity import Activity, Occurrence
+from cloudprovider_grpc.providers.machinery.activity import Activity, Occurrence
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.unit

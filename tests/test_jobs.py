@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cloudprovider_grpc.providers.jobs import JobRunner
+from cloudprovider_grpc.providers.machinery.jobs import JobRunner
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.unit

@@ -22,8 +22,8 @@ from cloudprovider_grpc.observability.events import SPAM_BURST
 from cloudprovider_grpc.observability.kubereport import CONFIGMAP, KubeReporter
 from cloudprovider_grpc.observability.status import snapshot
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.activity import Occurrence
 from cloudprovider_grpc.providers.contract import NodeRef
+from cloudprovider_grpc.providers.machinery.activity import Occurrence
 from cloudprovider_grpc.providers.registry import build_provider
 from tests.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.controlplane import ControlPlane

@@ -17,7 +17,7 @@ from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.driver import CloudError, Machine, MachineListing
-from cloudprovider_grpc.providers.machines import MachineProvider
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from tests.support.servers import channel, stub
 

@@ -1,4 +1,4 @@
-"""The pool shape of the shared machinery (providers/pools.py) over a real gRPC port.
+"""The pool shape of the shared machinery (providers/machinery/pools/provider.py) over a real gRPC port.
 
 The cloud is the sim backend in pool mode: it owns each group's desired size, converges on it by
 itself, deletes *random* instances when the size drops below the count (as VKE does), and removes
@@ -29,7 +29,7 @@ from cloudprovider_grpc.providers.driver import (
     OperationStatus,
     RemoveOutcome,
 )
-from cloudprovider_grpc.providers.pools import PoolProvider
+from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
 from cloudprovider_grpc.providers.sim import SimCloud, SimOptions, SimPoolDriver
 from tests.support.servers import channel, stub

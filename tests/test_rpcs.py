@@ -22,7 +22,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
 from cloudprovider_grpc.providers.contract import InstanceState
 from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver
-from cloudprovider_grpc.providers.machines import MachineProvider
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from tests.support.servers import ManualClock, channel, sim_server, stub
 
 pytestmark = pytest.mark.integration

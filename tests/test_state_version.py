@@ -40,14 +40,14 @@ from cloudprovider_grpc.emulators import EmulatorServer, FaultPlan
 from cloudprovider_grpc.emulators.cherry import CherryEmulator
 from cloudprovider_grpc.emulators.spc import SpcEmulator
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
-from cloudprovider_grpc.providers.base import GroupProvider
 from cloudprovider_grpc.providers.cherry import make_client
 from cloudprovider_grpc.providers.cherry.config import load_config as load_cherry
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, NodeRef
 from cloudprovider_grpc.providers.driver import CONTROL_PLANE_LABELS, DriverBase
-from cloudprovider_grpc.providers.machines import MachineProvider
-from cloudprovider_grpc.providers.pools import PoolProvider
+from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
+from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext, build_provider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions, SimPoolDriver
 from cloudprovider_grpc.providers.sim.cloud import FailSpec, SimGroupSpec

@@ -12,10 +12,10 @@ import pytest
 from cloudprovider_grpc.core.errors import FailedPrecondition, Unavailable
 from cloudprovider_grpc.ha.term_gate import LeaderGate
 from cloudprovider_grpc.providers.contract import NodeRef
-from cloudprovider_grpc.providers.gate import DRY_RUN_WRITES, DryRunGate, Write
-from cloudprovider_grpc.providers.journal import Journal
-from cloudprovider_grpc.providers.machines import MachineProvider
-from cloudprovider_grpc.providers.pools import PoolProvider
+from cloudprovider_grpc.providers.machinery.gate import DRY_RUN_WRITES, DryRunGate, Write
+from cloudprovider_grpc.providers.machinery.journal import Journal
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
+from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
 from cloudprovider_grpc.providers.sim.cloud import SimPoolDriver
 from tests.support.servers import ManualClock
@@ -62,7 +62,7 @@ def test_dry_run_refuses_every_write_rpc_and_changes_nothing(
     before = provider.target_size("g"), _alive(cloud)
     counted = DRY_RUN_WRITES.labels("sim", "create")._value.get()
     victim = before[1][0]
-    with caplog.at_level(logging.INFO, logger="cloudprovider_grpc.providers.gate"):
+    with caplog.at_level(logging.INFO, logger="cloudprovider_grpc.providers.machinery.gate"):
         with pytest.raises(FailedPrecondition, match="dry run: would create 3 machines in g"):
             provider.increase_size("g", 3)
         with pytest.raises(FailedPrecondition, match=f"would delete 1 machine \\({victim}\\) in g"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudprovider_grpc.core.errors import ProviderError
-from cloudprovider_grpc.providers.gate import DryRunGate
+from cloudprovider_grpc.providers.machinery.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import backend_module, build_provider
 
 EXIT_OK = 0

@@ -210,7 +210,7 @@ class Settings(BaseSettings):
     front: Literal["auto", "on", "off"] = "auto"
     #: the front's executable; default: the build of `cloudprovider-grpc build-front` in the user cache
     front_binary: Path | None = None
-    #: list the cloud and answer CA, never write to the cloud (providers/gate.py DryRunGate)
+    #: list the cloud and answer CA, never write to the cloud (providers/machinery/gate.py DryRunGate)
     dry_run: bool = False
     #: leader election on a coordination.k8s.io/v1 Lease (cloudprovider_grpc/ha/election.py), with
     #: cluster-autoscaler's flag names and defaults

@@ -36,7 +36,7 @@ from cloudprovider_grpc.ha.handover import HandOverRelay, advertised_address
 from cloudprovider_grpc.observability import status, tracing
 from cloudprovider_grpc.observability.metrics_port import start_metrics_http
 from cloudprovider_grpc.providers.contract import CloudProvider
-from cloudprovider_grpc.providers.gate import DryRunGate
+from cloudprovider_grpc.providers.machinery.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import build_provider
 from cloudprovider_grpc.tls.reload import CertReloader
 

@@ -6,7 +6,7 @@ acquireTime, renewTime and leaseTransitions; a record is expired when it has not
 leaseDurationSeconds as measured on the observer's own clock, so no two clocks are compared;
 updates carry the resourceVersion they were read at, so two candidates can never both win).
 
-- **Only the leader writes.** `LeaderGate` (term_gate.py) is the write gate (providers/gate.py)
+- **Only the leader writes.** `LeaderGate` (term_gate.py) is the write gate (providers/machinery/gate.py)
   of this process: a write RPC on a standby answers UNAVAILABLE; a background write is checked
   right before its driver call; the journal is written only by the leader. The Lease itself is
   read and written in lease.py, and what this replica reads and writes of it in candidate.py.

@@ -1,5 +1,5 @@
 """The leadership term as the write gate of a leader-elected replica (see election.py for the
-election and providers/gate.py for what a write gate is): writes pass only within a valid term,
+election and providers/machinery/gate.py for what a write gate is): writes pass only within a valid term,
 which lasts until `renew deadline` after the start of the last successful renewal, on this
 process's monotonic clock."""
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from cloudprovider_grpc.core.errors import Unavailable
-from cloudprovider_grpc.providers.gate import Write, WriteGate
+from cloudprovider_grpc.providers.machinery.gate import Write, WriteGate
 
 #: the election's own logger: a refused write is a line of the election's story
 log = logging.getLogger("cloudprovider_grpc.ha.election")

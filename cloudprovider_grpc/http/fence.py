@@ -1,6 +1,6 @@
 """A term fence for cloud writes, checked by the HTTP client right before each request leaves.
 
-The write gate (`providers/gate.py`) is asked once, before a background job calls the driver; a
+The write gate (`providers/machinery/gate.py`) is asked once, before a background job calls the driver; a
 leader's term can still run out after that answer: while the job waits for a rate-limit token,
 sleeps between retries, or while the whole process is frozen (SIGSTOP, a paused VM) and resumes
 after another replica took over. So a job runs inside `fenced(check)`, and `HttpClient` calls

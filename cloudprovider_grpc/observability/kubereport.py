@@ -30,7 +30,7 @@ from cloudprovider_grpc.config.secrets import redact
 from cloudprovider_grpc.ha.lease import api_problem
 from cloudprovider_grpc.observability import status
 from cloudprovider_grpc.observability.events import Correlator, Event, ObjectRef, Write
-from cloudprovider_grpc.providers.activity import Occurrence
+from cloudprovider_grpc.providers.machinery.activity import Occurrence
 
 log = logging.getLogger(__name__)
 

@@ -201,9 +201,9 @@ class CloudProvider(abc.ABC):
     def watch_state(self, callback: Callable[[int], None]) -> None:
         """Call `callback(new_version)` after every change of `state_version()`, from the thread
         that made the change, once the change is visible to readers. Callbacks must be cheap and
-        must never block: the shared machinery (providers/group_core.py) calls them with its lock held,
-        so that they arrive in version order whatever thread made each change, and every RPC waits
-        meanwhile. The default provider never changes version, so it never calls back."""
+        must never block: the shared machinery (providers/machinery/group_core.py) calls them with
+        its lock held, so that they arrive in version order whatever thread made each change, and
+        every RPC waits meanwhile. The default provider never changes version, so it never calls back."""
         return None
 
     # ---- operations ----

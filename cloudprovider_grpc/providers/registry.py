@@ -21,7 +21,7 @@ from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.driver import DriverBase
-from cloudprovider_grpc.providers.gate import WriteGate
+from cloudprovider_grpc.providers.machinery.gate import WriteGate
 
 #: name -> module holding build()/build_emulator()
 BACKENDS: dict[str, str] = {
@@ -77,7 +77,7 @@ class ProviderContext:
     env: Mapping[str, str] = field(default_factory=dict)
     clock: Clock | None = None
     inline_workers: bool = False
-    #: the write gate every cloud write passes (providers/gate.py); None: writes are open
+    #: the write gate every cloud write passes (providers/machinery/gate.py); None: writes are open
     gate: WriteGate | None = None
 
     def secret(self, name: str, *, required: bool = False, default: str = "") -> str:
@@ -166,11 +166,11 @@ def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:
     }
     try:
         if isinstance(built.driver, PoolDriver):
-            from cloudprovider_grpc.providers.pools import PoolProvider
+            from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 
             return PoolProvider(built.driver, **kwargs)
         if isinstance(built.driver, MachineDriver):
-            from cloudprovider_grpc.providers.machines import MachineProvider
+            from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 
             return MachineProvider(built.driver, **kwargs)
         raise TypeError(f"{type(built.driver).__name__} is neither a MachineDriver nor a PoolDriver")

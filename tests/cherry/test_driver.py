@@ -12,7 +12,7 @@ from cloudprovider_grpc.emulators.cherry import CherryEmulator
 from cloudprovider_grpc.k8s.node import decode_node, encode_template_node
 from cloudprovider_grpc.providers.contract import ErrorClass, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import CloudError, Machine, MachineGone
-from cloudprovider_grpc.providers.machines import MachineProvider
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from tests.cherry.conftest import ENV, PROJECT, TOKEN, make_driver
 from tests.support.servers import ManualClock
 
@@ -50,7 +50,8 @@ def test_membership_is_by_cluster_and_pool_tags(emulator: CherryEmulator) -> Non
 
 def test_a_token_on_two_servers_keeps_the_oldest_and_deletes_the_other(emulator: CherryEmulator) -> None:
     # a create that timed out and was executed late, after the token lookup had found nothing;
-    # the managed layer deduplicates on its listing (providers/machine_listing.py _delete_duplicates)
+    # the managed layer deduplicates on its listing
+    # (providers/machinery/machines/listing.py _delete_duplicates)
     tags = {"k8s-cluster": "cluster1", "k8s-nodepool": "pool1", "k8s-create-token": "dup"}
     first, second = seed(emulator, tags), seed(emulator, tags)
     assert second != first

@@ -26,7 +26,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.cherry import CherryDriver, make_client
 from cloudprovider_grpc.providers.cherry.config import load_config
 from cloudprovider_grpc.providers.contract import CloudProvider
-from cloudprovider_grpc.providers.machines import MachineProvider
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, build_provider
 from tests.cherry.conftest import PROJECT, example_ctx
 from tests.support.servers import ManualClock, channel, stub

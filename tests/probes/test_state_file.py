@@ -1,4 +1,4 @@
-"""`--state-file` from the outside (the journal is providers/journal.py): a corrupt or
+"""`--state-file` from the outside (the journal is providers/machinery/journal.py): a corrupt or
 torn journal stops startup with one line naming the file and exit 2, never a traceback; a journal
 written while scaling is always whole JSON with no temporary file left behind."""
 

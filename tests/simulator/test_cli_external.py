@@ -108,7 +108,7 @@ def test_cherry_backend_against_its_emulator():
 def test_increase_size_error_backs_the_group_off():
     """An IncreaseSize RPC error (here: the cloud API is down for one group) is a failed scale-up."""
     from cloudprovider_grpc.core.errors import Unavailable
-    from cloudprovider_grpc.providers.machines import MachineProvider
+    from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
     from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, parse_options
 
     class FlakyGroup(MachineProvider):

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudprovider_grpc.core.errors import ProviderError
-from cloudprovider_grpc.providers.base import GroupProvider
 from cloudprovider_grpc.providers.contract import NodeRef
-from cloudprovider_grpc.providers.machines import MachineProvider
-from cloudprovider_grpc.providers.pools import PoolProvider
+from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
+from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions, SimPoolDriver
 
 GROUP = "race"

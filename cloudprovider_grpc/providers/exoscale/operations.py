@@ -22,7 +22,8 @@ from cloudprovider_grpc.providers.exoscale.client import _QUOTA_RE, ExoscaleClie
 log = logging.getLogger("cloudprovider_grpc.providers.exoscale.driver")  # the driver's log lines
 
 _CAPACITY_RE = re.compile(r"capacity|insufficient|sold.?out|no (?:more )?(?:hosts|resources)", re.I)
-#: operations still tracked after this long are dropped (pool_operations.py stops polling after 30 minutes)
+#: operations still tracked after this long are dropped (the pool machinery stops polling after 30
+#: minutes: providers/machinery/pools/operations.py)
 FORGET_OPERATIONS_AFTER = 3600.0
 #: operation failure reasons that mean "the pool was busy": the same request is sent again
 RETRY_REASONS = frozenset({"conflict", "busy"})

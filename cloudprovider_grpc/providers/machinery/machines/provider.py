@@ -1,7 +1,7 @@
 """The machine shape of the shared machinery: turns a `MachineDriver` into a full `CloudProvider`.
 
 For clouds where our server owns the size and creates machines one by one (Cherry Servers, SPC, the
-sim cloud's machine mode). The read side is `providers/base.py`; this shape adds:
+sim cloud's machine mode). The read side is `../base.py`; this shape adds:
 
 - **Target-size bookkeeping.** A group's target is derived, never stored: the machines the cloud
   lists for it (not being deleted) plus the creations we have accepted and not yet seen appear.
@@ -26,7 +26,7 @@ sim cloud's machine mode). The read side is `providers/base.py`; this shape adds
   resume on start (creations by token lookup first). Without it, a restart recovers the target and
   membership from the cloud alone, and creations not yet sent are dropped (CA asks again).
 
-The parts: providers/machine_core.py (per-group state, creations, placeholders),
+The parts: machines/core.py (per-group state, creations, placeholders),
 machine_workers.py (background create/delete), machine_listing.py (folding a listing in, expiry),
 and this module (the RPCs that answer from memory and record, DeleteNodes' resolution of nodes,
 the status's operations, and the journal's format).
@@ -41,9 +41,9 @@ from typing import Any
 
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import Machine
-from cloudprovider_grpc.providers.machine_core import Creation, CreationStatus, MachineGroupState
-from cloudprovider_grpc.providers.machine_listing import MachineListingFold
-from cloudprovider_grpc.providers.machine_workers import MachineWorkers
+from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineGroupState
+from cloudprovider_grpc.providers.machinery.machines.listing import MachineListingFold
+from cloudprovider_grpc.providers.machinery.machines.workers import MachineWorkers
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ size (`PoolGroupState.target`). Wanted - listed instances appear as placeholders
 the group's failure (ours, the cloud's, or its listing's) as errorInfo.
 
 `PoolCore` fills in the shared machinery's hooks for this shape, keeps the placeholders, records a
-failed scaling, and declares the operation tracking (providers/pool_operations.py) that the sync
+failed scaling, and declares the operation tracking (pools/operations.py) that the sync
 job (pool_sync.py) starts.
 """
 
@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudprovider_grpc.core.clouderrors import InstanceError
-from cloudprovider_grpc.providers.base import GroupProvider
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, Operation, PoolDriver
-from cloudprovider_grpc.providers.group_state import GroupStateBase
+from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.machinery.group_state import GroupStateBase
 
-log = logging.getLogger("cloudprovider_grpc.providers.pools")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
 
 
 @dataclass

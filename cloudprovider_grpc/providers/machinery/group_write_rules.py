@@ -3,7 +3,7 @@
 CA's NodeGroup rules (an increase is positive and stays within max, a decrease is negative and
 deletes no existing machine, DeleteNodes never goes below min and names only the group's own nodes),
 the write gate's two questions (may this write RPC be recorded; may this cloud call be made now:
-providers/gate.py) and the retry back-off the shapes' background jobs wait between attempts.
+gate.py) and the retry back-off the shapes' background jobs wait between attempts.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from cloudprovider_grpc.core.errors import FailedPrecondition, InvalidArgument
 from cloudprovider_grpc.providers.contract import NodeRef
-from cloudprovider_grpc.providers.gate import Write
-from cloudprovider_grpc.providers.group_core import GroupCore
-from cloudprovider_grpc.providers.group_state import S
+from cloudprovider_grpc.providers.machinery.gate import Write
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_state import S
 
 
 class WriteRules(GroupCore[S]):

@@ -1,11 +1,11 @@
 """The machine shape's background operations: creating and deleting machines.
 
 Each runs as a `JobRunner` job with bounded concurrency and per-attempt exponential back-off with
-jitter (the back-off is providers/group_write_rules.py's). Every create carries its creation's
+jitter (the back-off is group_write_rules.py's). Every create carries its creation's
 token; when an attempt leaves its outcome unknown (timeout, 5xx after sending), the next one first
 looks the token up in the cloud's listing and only creates if it is absent, so throttling, timeouts
 and restarts never double a machine. For clouds whose create cannot carry a token, an unknown
-outcome is never re-sent: the next listings adopt the machine (providers/machine_listing.py).
+outcome is never re-sent: the next listings adopt the machine (machines/listing.py).
 Deletes treat "already gone" as done. Each cloud call asks the write gate first.
 """
 
@@ -16,11 +16,12 @@ from dataclasses import replace
 
 from cloudprovider_grpc.core.clouderrors import CloudError, MachineGone
 from cloudprovider_grpc.observability import metrics
-from cloudprovider_grpc.providers import activity
 from cloudprovider_grpc.providers.driver import Machine, MachineListing
-from cloudprovider_grpc.providers.machine_core import Creation, CreationStatus, MachineCore
+from cloudprovider_grpc.providers.machinery import activity
+from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineCore
 
-log = logging.getLogger("cloudprovider_grpc.providers.machines")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
 
 
 class MachineWorkers(MachineCore):

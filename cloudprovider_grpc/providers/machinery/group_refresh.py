@@ -3,7 +3,7 @@
 Refresh is the one RPC that does cloud I/O: it reloads the catalogue when it is older than
 `catalog_ttl`, runs the shape's one listing call, and folds it into the group states under the
 listing clock (a listing that started before the last applied one returned is not applied over
-it: `ListingSpan` in providers/group_state.py). Per-group listing errors are kept here: a group the
+it: `ListingSpan` in group_state.py). Per-group listing errors are kept here: a group the
 cloud could not list keeps what was known and shows the error on its placeholders; Refresh answers
 UNAVAILABLE only when nothing could be listed. The size gauges are published after every Refresh
 (this is their one owner).
@@ -19,10 +19,11 @@ import logging
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.core.errors import Unavailable
 from cloudprovider_grpc.observability import metrics
-from cloudprovider_grpc.providers.group_core import GroupCore
-from cloudprovider_grpc.providers.group_state import ListingSpan, S
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, S
 
-log = logging.getLogger("cloudprovider_grpc.providers.base")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.base")
 
 
 class RefreshCycle(GroupCore[S]):

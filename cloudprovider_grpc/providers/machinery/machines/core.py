@@ -6,8 +6,8 @@ Each accepted creation is a `Creation` with a token the driver stores on the mac
 placeholder id `<prefix>pending-<token>` CA sees while it is on its way.
 
 `MachineCore` fills in the shared machinery's hooks for this shape and declares the two background
-submissions (providers/machine_workers.py) that the listing fold (machine_listing.py) and the
-write RPCs (machines.py) both start.
+submissions (machines/workers.py) that the listing fold (machine_listing.py) and the
+write RPCs (provider.py) both start.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudprovider_grpc.core.clouderrors import InstanceError
-from cloudprovider_grpc.providers.base import GroupProvider
 from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver
-from cloudprovider_grpc.providers.group_state import GroupStateBase
+from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.machinery.group_state import GroupStateBase
 
 
 class CreationStatus(enum.Enum):

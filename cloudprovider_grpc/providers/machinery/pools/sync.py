@@ -15,11 +15,12 @@ from collections.abc import Sequence
 
 from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.observability import metrics
-from cloudprovider_grpc.providers import activity
 from cloudprovider_grpc.providers.driver import Machine
-from cloudprovider_grpc.providers.pool_core import PoolCore, PoolGroupState
+from cloudprovider_grpc.providers.machinery import activity
+from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
 
-log = logging.getLogger("cloudprovider_grpc.providers.pools")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
 
 
 class PoolSync(PoolCore):

@@ -13,10 +13,11 @@ import logging
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.core.errors import Unavailable
 from cloudprovider_grpc.providers.driver import GroupConfig, Pool
-from cloudprovider_grpc.providers.group_state import ListingSpan
-from cloudprovider_grpc.providers.pool_core import PoolCore, PoolGroupState
+from cloudprovider_grpc.providers.machinery.group_state import ListingSpan
+from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
 
-log = logging.getLogger("cloudprovider_grpc.providers.pools")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
 
 
 class PoolListingFold(PoolCore):

@@ -13,9 +13,10 @@ import logging
 from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.providers.driver import Operation, OperationState
-from cloudprovider_grpc.providers.pool_core import PoolCore, PoolGroupState
+from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
 
-log = logging.getLogger("cloudprovider_grpc.providers.pools")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
 
 #: how often an operation is polled: first after POLL_FIRST seconds, then backing off to POLL_MAX
 POLL_FIRST, POLL_MAX = 1.0, 15.0

@@ -16,15 +16,16 @@ from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.core.errors import Unavailable
 from cloudprovider_grpc.providers.contract import InstanceState
 from cloudprovider_grpc.providers.driver import Machine, MachineListing
-from cloudprovider_grpc.providers.group_state import ListingSpan
-from cloudprovider_grpc.providers.machine_core import (
+from cloudprovider_grpc.providers.machinery.group_state import ListingSpan
+from cloudprovider_grpc.providers.machinery.machines.core import (
     Creation,
     CreationStatus,
     MachineCore,
     MachineGroupState,
 )
 
-log = logging.getLogger("cloudprovider_grpc.providers.machines")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
 
 
 class MachineListingFold(MachineCore):

@@ -1,9 +1,9 @@
 """The core every part of the shared machinery stands on: the group set, the node index, the lock
 and the state version.
 
-`GroupCore` holds what the read side (providers/group_reads.py), the status (group_status.py), the
+`GroupCore` holds what the read side (group_reads.py), the status (group_status.py), the
 refresh cycle (group_refresh.py) and the write rules (group_write_rules.py) all use, so each of those
-is a mixin over it and `GroupProvider` (providers/base.py) is their sum:
+is a mixin over it and `GroupProvider` (base.py) is their sum:
 
 - **Construction**: the driver, the write gate, the background `JobRunner`, the journal that
   `--state-file` keeps, and the tunables (TTLs, attempts, back-off).
@@ -36,15 +36,16 @@ from typing import Any, Generic
 
 from cloudprovider_grpc.core.errors import NotFound
 from cloudprovider_grpc.k8s.template import NodeTemplate
-from cloudprovider_grpc.providers.activity import Activity
 from cloudprovider_grpc.providers.contract import CloudProvider, NodeGroup
 from cloudprovider_grpc.providers.driver import DriverBase, GroupConfig
-from cloudprovider_grpc.providers.gate import WriteGate
-from cloudprovider_grpc.providers.group_state import ListingSpan, S
-from cloudprovider_grpc.providers.jobs import JobRunner
-from cloudprovider_grpc.providers.journal import Journal
+from cloudprovider_grpc.providers.machinery.activity import Activity
+from cloudprovider_grpc.providers.machinery.gate import WriteGate
+from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, S
+from cloudprovider_grpc.providers.machinery.jobs import JobRunner
+from cloudprovider_grpc.providers.machinery.journal import Journal
 
-log = logging.getLogger("cloudprovider_grpc.providers.base")  # the name its log lines have always carried
+#: one logger for the whole shape
+log = logging.getLogger("cloudprovider_grpc.providers.machinery.base")
 
 
 class GroupCore(CloudProvider, Generic[S]):
@@ -68,7 +69,7 @@ class GroupCore(CloudProvider, Generic[S]):
         gate: WriteGate | None = None,
     ) -> None:
         self.driver = driver
-        #: every cloud write passes it (providers/gate.py): open, dry run, or leader-only
+        #: every cloud write passes it (gate.py): open, dry run, or leader-only
         self._gate = gate or WriteGate()
         self.name = driver.name
         self._clock = clock or time.monotonic

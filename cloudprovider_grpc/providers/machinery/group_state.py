@@ -2,9 +2,9 @@
 
 `GroupStateBase` is what both shapes track for every group (the machines as last listed, the ones
 being deleted, tombstones, the group's listing error); each shape extends it (`MachineGroupState` in
-providers/machine_core.py, `PoolGroupState` in providers/pool_core.py). `ListingSpan` is the listing
+machines/core.py, `PoolGroupState` in pools/core.py). `ListingSpan` is the listing
 clock's record of one listing, which decides whether a listing that came back late may still be
-folded into a group (providers/group_refresh.py runs the cycle).
+folded into a group (group_refresh.py runs the cycle).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from datetime import datetime
 from cloudprovider_grpc.core.errors import NotImplementedByProvider
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, GroupSizes, NodeGroup, NodeRef
-from cloudprovider_grpc.providers.group_core import GroupCore
-from cloudprovider_grpc.providers.group_state import S
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_state import S
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 TEMPLATE_NAME_PREFIX = "template-node-for-"

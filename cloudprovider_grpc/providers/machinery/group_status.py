@@ -2,7 +2,7 @@
 
 `status()` is every group's bounds, target, instances by state, the operations in flight with
 their age (the shapes add theirs through `_operations`), the back-off in force and the last cloud
-error (both from providers/activity.py); `listing_errors()` is what the last Refresh could not list.
+error (both from activity.py); `listing_errors()` is what the last Refresh could not list.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cloudprovider_grpc.providers.contract import InstanceState
-from cloudprovider_grpc.providers.group_core import GroupCore
-from cloudprovider_grpc.providers.group_state import S
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_state import S
 
 #: operations listed per group in the status (the rest are counted): its ConfigMap holds 1 MiB at most
 STATUS_OPERATIONS = 50

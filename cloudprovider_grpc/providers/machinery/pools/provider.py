@@ -3,7 +3,7 @@
 For clouds that own the desired size of a group (Vultr VKE `node_quantity`, Exoscale `size`,
 AliCloud ESS `DesiredCapacity`, the sim cloud's pool mode): we set an absolute size and the cloud
 creates the instances; removing a named instance lowers the size. The read side is
-`providers/base.py`; this shape adds the write side:
+`../base.py`; this shape adds the write side:
 
 - **Target.** The size we asked for while a change of ours is queued, in flight, or not yet seen by
   a listing that started after the cloud acknowledged it; otherwise the cloud's own desired size.
@@ -29,7 +29,7 @@ creates the instances; removing a named instance lowers the size. The read side 
   and not yet sent (CA asks again). With `state_file`, wanted sizes and removals are journaled and
   resumed.
 
-The parts: providers/pool_core.py (per-group state, placeholders, failures), pool_listing.py
+The parts: pools/core.py (per-group state, placeholders, failures), pool_listing.py
 (folding a listing in, expiry), pool_sync.py (the sync job), pool_operations.py (polling the
 cloud's operations), and this module (the RPCs that answer from memory and record, DeleteNodes'
 resolution of nodes, the status's operations, and the journal's format).
@@ -43,10 +43,10 @@ from typing import Any
 
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
 from cloudprovider_grpc.providers.driver import Machine
-from cloudprovider_grpc.providers.pool_core import PoolGroupState
-from cloudprovider_grpc.providers.pool_listing import PoolListingFold
-from cloudprovider_grpc.providers.pool_operations import PoolOperations
-from cloudprovider_grpc.providers.pool_sync import PoolSync
+from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState
+from cloudprovider_grpc.providers.machinery.pools.listing import PoolListingFold
+from cloudprovider_grpc.providers.machinery.pools.operations import PoolOperations
+from cloudprovider_grpc.providers.machinery.pools.sync import PoolSync
 
 log = logging.getLogger(__name__)
 
