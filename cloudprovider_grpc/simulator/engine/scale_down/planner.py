@@ -1,4 +1,4 @@
-"""Scale-down: which nodes are unneeded, for how long, and which may be removed now.
+"""The scale-down planner: which nodes are unneeded, for how long, and which may be removed now.
 
 Modelled on sigs-CA `pkg/core/scaledown/`:
 - eligibility (`eligibility/eligibility.go`): utilization = max(cpu requests / allocatable,
