@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cloudprovider_grpc.simulator import parse_scenario, run  # noqa: E402
-from cloudprovider_grpc.simulator.estimator import PodGroup  # noqa: E402
-from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext  # noqa: E402
-from cloudprovider_grpc.simulator.fit import StaticFitCache  # noqa: E402
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup  # noqa: E402
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain, ExpanderContext  # noqa: E402
+from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, plan_scale_up  # noqa: E402
 from cloudprovider_grpc.simulator.model import NodeShape, effective_requests  # noqa: E402
-from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up  # noqa: E402
+from cloudprovider_grpc.simulator.predicates import StaticFitCache  # noqa: E402
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions  # noqa: E402
 from cloudprovider_grpc.simulator.world import workload_shape  # noqa: E402
 

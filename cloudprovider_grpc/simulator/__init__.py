@@ -12,6 +12,19 @@ Library use (tests, users' CI)::
 `run(scenario, server=None, seed=0)` starts our server in-process on the scenario's backend
 (virtual time, deterministic) unless `server="HOST:PORT"` names a running one. The same scenario
 and seed always give an identical report.json.
+
+What is where:
+- the input: `scenario.py` (the format), `flags.py` (CA's command line), `snapshot.py`,
+  `cluster_objects.py`, `record.py`, `eventlog.py`, `replay.py` (scenarios from real clusters),
+  `whatif.py` (edits);
+- the cluster: `model.py` (resources, pod shapes, pods, nodes, templates), `predicates.py` (the
+  scheduler's Filter plugins: fit, taints, affinity, inter-pod), `world.py` (controllers,
+  scheduler, kubelets), `clock.py`;
+- CA: `client.py` (its RPCs and caches), `engine/` (the loop and its phases: `scale_up/` with the
+  orchestrator, estimator and expanders, `scale_down/` with the planner), `limits.py`,
+  `backoff.py`;
+- the output: `report.py`, `report_tables.py`, `html.py`, `compare.py`, `compare_report.py`;
+- the wiring: `runner.py` (scenario to server), `cli.py` and `replay_cli.py` (the command).
 """
 
 from __future__ import annotations

@@ -79,42 +79,22 @@ class Taint:
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
+    """One pod toleration (k8s `Toleration`); `predicates.tolerates` matches it to a taint."""
+
     key: str = ""
     operator: str = "Equal"
     value: str = ""
     effect: str = ""
 
-    def tolerates(self, taint: Taint) -> bool:
-        """k8s `Toleration.ToleratesTaint`: empty effect matches all effects; empty key with
-        Exists matches every taint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return self.value == taint.value
-
 
 @dataclass(frozen=True, slots=True)
 class Requirement:
-    """One required node-affinity match expression (k8s `NodeSelectorRequirement`)."""
+    """One required node-affinity match expression (k8s `NodeSelectorRequirement`), checked by
+    `predicates.requirement_holds`."""
 
     key: str
     operator: str
     values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        if self.operator == "NotIn":
-            return not present or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return present
-        if self.operator == "DoesNotExist":
-            return not present
-        raise ValueError(f"unsupported node selector operator {self.operator!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +141,7 @@ class PodShape:
 
     @property
     def interpod(self) -> bool:
-        """Whether where this pod may go depends on other pods (interpod.py), not only on the node."""
+        """Whether where this pod may go depends on other pods (predicates.py), not only on the node."""
         return bool(self.host_ports or self.pod_affinity or self.pod_anti_affinity or self.spread)
 
     @property

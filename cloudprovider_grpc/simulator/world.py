@@ -7,7 +7,7 @@ module plays those parts, deterministically:
   starts `replicas` pods once and each completes `run_time` after it started running; pods evicted
   by a drain are recreated by their controller (bare pods are simply gone).
 - kube-scheduler: binds pending pods by priority, then age, to a node passing the Filter
-  predicates of `fit.py`, scoring with NodeResourcesFit's LeastAllocated strategy (the default;
+  predicates of `predicates.py`, scoring with NodeResourcesFit's LeastAllocated strategy (the default;
   MostAllocated on request), ties to the earliest registered node.
 - kubelets: a machine the cloud reports running registers as a node with the shape of its
   group's template, NotReady for the scenario's `node_ready_delay` and Ready after that, and
@@ -21,8 +21,6 @@ import bisect
 import heapq
 from collections.abc import Iterable
 
-from cloudprovider_grpc.simulator import fit
-from cloudprovider_grpc.simulator.interpod import Placement
 from cloudprovider_grpc.simulator.model import (
     CPU,
     MEMORY,
@@ -41,15 +39,23 @@ from cloudprovider_grpc.simulator.model import (
     effective_requests,
     resource_units,
 )
-from cloudprovider_grpc.simulator.scenario import DaemonSet, Scenario, StaticNode, Workload
+from cloudprovider_grpc.simulator.predicates import Placement, StaticFitCache, resources_fit, static_fit
+from cloudprovider_grpc.simulator.scenario import (
+    DaemonSet,
+    PodAffinityTerm,
+    Scenario,
+    StaticNode,
+    Workload,
+)
+from cloudprovider_grpc.simulator.scenario import Toleration as TolerationSpec
 
 
-def _tolerations(items: Iterable[object]) -> tuple[Toleration, ...]:
-    return tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in items)  # type: ignore[attr-defined]
+def _tolerations(items: Iterable[TolerationSpec]) -> tuple[Toleration, ...]:
+    return tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in items)
 
 
-def _terms(items: Iterable[object]) -> tuple[Term, ...]:
-    return tuple(Term(tuple(sorted(t.label_selector.items())), t.topology_key) for t in items)  # type: ignore[attr-defined]
+def _terms(items: Iterable[PodAffinityTerm]) -> tuple[Term, ...]:
+    return tuple(Term(tuple(sorted(t.label_selector.items())), t.topology_key) for t in items)
 
 
 def workload_shape(w: Workload) -> PodShape:
@@ -132,7 +138,7 @@ class World:
         self.pending: dict[str, Pod] = {}
         self.pods: dict[str, Pod] = {}
         self._owner: dict[int, _Controller] = {id(c.shape): c for c in self.controllers}
-        self._fits = fit.StaticFitCache()
+        self._fits = StaticFitCache()
         self.completed = 0
         self.waits: list[float] = []  # how long each bound pod was pending, in bind order
 
@@ -221,7 +227,7 @@ class World:
         self.nodes[name] = node
         self.by_provider_id[provider_id] = node
         for ds in self.daemonsets:
-            if fit.static_fit(ds, shape) and fit.resources_fit(ds.requests, node.free()):
+            if static_fit(ds, shape) and resources_fit(ds.requests, node.free()):
                 pod = Pod(f"{ds.owner}-{name}", ds, now)
                 pod.started = now
                 node.bind(pod)

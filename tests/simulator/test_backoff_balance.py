@@ -7,8 +7,13 @@ same capacity within tolerance, same labels but the ignored ones, same taints)."
 import pytest
 
 from cloudprovider_grpc.simulator.backoff import Backoff
+from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import (
+    GroupView,
+    balance,
+    similar,
+    within_ratio,
+)
 from cloudprovider_grpc.simulator.model import Taint
-from cloudprovider_grpc.simulator.scaleup import GroupView, balance, similar, within_ratio
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
 
 from .helpers import shape

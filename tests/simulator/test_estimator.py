@@ -6,8 +6,8 @@ while allowed (`threshold_based_limiter.go`)."""
 
 import pytest
 
-from cloudprovider_grpc.simulator.estimator import PodGroup, estimate, order_groups, pod_score
-from cloudprovider_grpc.simulator.fit import static_fit
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup, estimate, order_groups, pod_score
+from cloudprovider_grpc.simulator.predicates import static_fit
 
 from .helpers import pod_shape, shape
 
@@ -118,7 +118,7 @@ ZONE = "topology.kubernetes.io/zone"
 
 
 def _upstream_case(cpu: str, memory: str, pods: int, **constraints):
-    from cloudprovider_grpc.simulator.interpod import Placement
+    from cloudprovider_grpc.simulator.predicates import Placement
 
     context = Placement()
     context.add_node("oldnode", {"kubernetes.io/hostname": "oldnode", ZONE: "zone-jupiter"})

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cloudprovider_grpc.simulator.estimator import PodGroup
-from cloudprovider_grpc.simulator.expanders import (
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import (
     Chain,
     ExpanderContext,
     LeastNodesExpander,

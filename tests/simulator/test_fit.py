@@ -6,14 +6,14 @@ nodeSelector, TaintToleration (NoSchedule and NoExecute)."""
 
 import pytest
 
-from cloudprovider_grpc.simulator.fit import (
+from cloudprovider_grpc.simulator.model import Requirement, Taint, Toleration, effective_requests
+from cloudprovider_grpc.simulator.predicates import (
     fit_count,
     resource_reason,
     resources_fit,
     static_fit,
     static_reason,
 )
-from cloudprovider_grpc.simulator.model import Requirement, Taint, Toleration, effective_requests
 
 from .helpers import pod_shape, shape
 

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 import pytest
 
 from cloudprovider_grpc.simulator import parse_scenario, run
-from cloudprovider_grpc.simulator.estimator import PodGroup
-from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext
-from cloudprovider_grpc.simulator.fit import StaticFitCache
+from cloudprovider_grpc.simulator.engine.scale_down.planner import Unneeded, select_removals
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain, ExpanderContext
+from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, plan_scale_up
 from cloudprovider_grpc.simulator.limits import Limits, Tracker, node_totals, usage
-from cloudprovider_grpc.simulator.scaledown import Unneeded, select_removals
-from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
+from cloudprovider_grpc.simulator.predicates import StaticFitCache
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
 
 from .helpers import pod_shape, shape

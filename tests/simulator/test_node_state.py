@@ -5,8 +5,8 @@ constraints. Each test names the cluster-autoscaler test (or source) it translat
 import pytest
 
 from cloudprovider_grpc.simulator import parse_scenario, run
+from cloudprovider_grpc.simulator.engine.scale_down.planner import Unneeded, pdb_blocked, select_removals
 from cloudprovider_grpc.simulator.model import Pod, PodShape
-from cloudprovider_grpc.simulator.scaledown import Unneeded, pdb_blocked, select_removals
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,7 @@ the empty-first, bounded removal (`core/scaledown/budgets/budgets.go`)."""
 
 import pytest
 
-from cloudprovider_grpc.simulator.model import Pod
-from cloudprovider_grpc.simulator.scaledown import (
+from cloudprovider_grpc.simulator.engine.scale_down.planner import (
     DrainRules,
     GroupScaleDownOptions,
     ScaleDownPlanner,
@@ -18,6 +17,7 @@ from cloudprovider_grpc.simulator.scaledown import (
     select_removals,
     utilization,
 )
+from cloudprovider_grpc.simulator.model import Pod
 
 from .helpers import node_with, pod_shape, shape
 

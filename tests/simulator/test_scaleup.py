@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cloudprovider_grpc.simulator.estimator import PodGroup
-from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext
-from cloudprovider_grpc.simulator.fit import StaticFitCache
-from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain, ExpanderContext
+from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, plan_scale_up
+from cloudprovider_grpc.simulator.predicates import StaticFitCache
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
 
 from .helpers import GI, pod_shape, shape

@@ -23,8 +23,8 @@ from typing import Any
 
 from cloudprovider_grpc.simulator.client import RpcError
 from cloudprovider_grpc.simulator.engine.cluster_state import ClusterStatePhase
-from cloudprovider_grpc.simulator.engine.scale_down import ScaleDownPhase
-from cloudprovider_grpc.simulator.engine.scale_up import ScaleUpPhase
+from cloudprovider_grpc.simulator.engine.scale_down.phase import ScaleDownPhase
+from cloudprovider_grpc.simulator.engine.scale_up.phase import ScaleUpPhase
 from cloudprovider_grpc.simulator.report import Report
 
 _NAMED = re.compile(r"\b(?:pool|nodepool|group)\s+([^\s(),]+)")

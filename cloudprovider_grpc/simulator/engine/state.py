@@ -20,12 +20,11 @@ from cloudprovider_grpc.simulator.backoff import Backoff
 from cloudprovider_grpc.simulator.client import CAClient, GroupOptions, InstanceInfo, RpcError
 from cloudprovider_grpc.simulator.clock import VirtualClock
 from cloudprovider_grpc.simulator.engine.pricing import RpcPricing
-from cloudprovider_grpc.simulator.expanders import Chain
-from cloudprovider_grpc.simulator.fit import StaticFitCache, resources_fit, static_fit
-from cloudprovider_grpc.simulator.interpod import Placement
+from cloudprovider_grpc.simulator.engine.scale_down.planner import DrainRules, ScaleDownPlanner
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain
 from cloudprovider_grpc.simulator.model import Node, NodeShape, Resources, add_into
+from cloudprovider_grpc.simulator.predicates import Placement, StaticFitCache, resources_fit, static_fit
 from cloudprovider_grpc.simulator.report import Recorder
-from cloudprovider_grpc.simulator.scaledown import DrainRules, ScaleDownPlanner
 from cloudprovider_grpc.simulator.scenario import Scenario
 from cloudprovider_grpc.simulator.world import World, static_shape
 

@@ -1,4 +1,4 @@
-"""Scale-down: which nodes are unneeded, for how long, and which may be removed now.
+"""The scale-down planner: which nodes are unneeded, for how long, and which may be removed now.
 
 Modelled on sigs-CA `pkg/core/scaledown/`:
 - eligibility (`eligibility/eligibility.go`): utilization = max(cpu requests / allocatable,
@@ -31,8 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cloudprovider_grpc.simulator.fit import StaticFitCache, fit_count
-from cloudprovider_grpc.simulator.interpod import Placement
 from cloudprovider_grpc.simulator.limits import Tracker
 from cloudprovider_grpc.simulator.model import (
     CPU,
@@ -45,6 +43,7 @@ from cloudprovider_grpc.simulator.model import (
     PodShape,
     Resources,
 )
+from cloudprovider_grpc.simulator.predicates import Placement, StaticFitCache, fit_count
 
 
 @dataclass(frozen=True)
@@ -173,7 +172,7 @@ class ScaleDownPlanner:
         `destinations` are all ready, schedulable nodes the evicted pods may move to.
         `pdb_left`: disruptions each PDB-covered workload still allows (consumed by the nodes
         found removable in this pass, like CA's RemainingPdbTracker); `interpod`: some pods have
-        host ports, pod (anti-)affinity or spread constraints, so moves check `interpod.py`."""
+        host ports, pod (anti-)affinity or spread constraints, so moves check `predicates.py`."""
         unremovable: list[Unremovable] = []
         underutilized: list[tuple[Node, float, str]] = []
         group_opts: dict[str, GroupScaleDownOptions] = {}

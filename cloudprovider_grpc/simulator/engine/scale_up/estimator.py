@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cloudprovider_grpc.simulator.fit import fit_count
-from cloudprovider_grpc.simulator.interpod import HOSTNAME, Placement
 from cloudprovider_grpc.simulator.model import CPU, MEMORY, NodeShape, PodShape, Resources
+from cloudprovider_grpc.simulator.predicates import HOSTNAME, Placement, fit_count
 
 
 @dataclass
@@ -73,7 +72,7 @@ def estimate(
     (allocatable minus the DaemonSet pods CA adds to sanitized templates). `max_nodes` is the
     limiter's threshold (None = unlimited). `context`: the cluster's nodes and pods, which the
     inter-pod predicates of pods with host ports, pod (anti-)affinity or spread constraints read
-    (`interpod.py`); such pods are placed one by one, the rest in bulk."""
+    (`predicates.py`); such pods are placed one by one, the rest in bulk."""
     view: Placement | None = None
     if any(g.shape.interpod for g in groups) or (context is not None and context.anti_holders):
         view = context.copy() if context is not None else Placement()

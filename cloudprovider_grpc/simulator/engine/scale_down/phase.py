@@ -1,6 +1,6 @@
 """The scale-down phase: unneeded nodes, cooldowns, and the DeleteNodes calls CA makes.
 
-The planner (`scaledown.py`) keeps the unneeded timers; this phase asks each group's options
+The planner (`planner.py`) keeps the unneeded timers; this phase asks each group's options
 (GetOptions, memoised within one loop for eligibility, while deletions still ask once per node as
 CA's actuator does), applies the cooldowns after a scale-up, delete or failure, and deletes one
 node per DeleteNodes call (a zero-or-max group's nodes in one call).
@@ -13,8 +13,12 @@ import contextlib
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.simulator import limits
 from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
+from cloudprovider_grpc.simulator.engine.scale_down.planner import (
+    GroupScaleDownOptions,
+    Removal,
+    select_removals,
+)
 from cloudprovider_grpc.simulator.engine.state import EngineState
-from cloudprovider_grpc.simulator.scaledown import GroupScaleDownOptions, Removal, select_removals
 
 
 class ScaleDownPhase(EngineState):

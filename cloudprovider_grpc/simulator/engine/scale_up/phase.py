@@ -2,9 +2,9 @@
 
 Upcoming nodes (target - ready - unready: nodes still starting count as upcoming) are injected
 and pods that fit them are filtered out (sigs-CA `pkg/core/podlistprocessor/filter_out_schedulable.go`),
-as are expendable and too-young pods; what is left goes to the planner (`scaleup.py`: estimator,
-expanders, limits, balancing). A group's zeroOrMaxNodeScaling comes from its last GetOptions
-answer instead of a new call (a known simplification).
+as are expendable and too-young pods; what is left goes to the orchestrator (`orchestrator.py`:
+estimator, expanders, limits, balancing). A group's zeroOrMaxNodeScaling comes from its last
+GetOptions answer instead of a new call (a known simplification).
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from collections import Counter
 
 from cloudprovider_grpc.simulator import limits
 from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import ExpanderContext
+from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, plan_scale_up
 from cloudprovider_grpc.simulator.engine.state import EngineState, _ScaleUpRequest
-from cloudprovider_grpc.simulator.estimator import PodGroup
-from cloudprovider_grpc.simulator.expanders import ExpanderContext
-from cloudprovider_grpc.simulator.fit import fit_count
-from cloudprovider_grpc.simulator.interpod import HOSTNAME
 from cloudprovider_grpc.simulator.model import NodeShape, Resources
-from cloudprovider_grpc.simulator.scaleup import GroupView, plan_scale_up
+from cloudprovider_grpc.simulator.predicates import HOSTNAME, fit_count
 
 
 class ScaleUpPhase(EngineState):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from cloudprovider_grpc.simulator.estimator import PodGroup
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
 from cloudprovider_grpc.simulator.model import CPU, GPU_RESOURCE, MEMORY, NodeShape, PodShape
 
 

@@ -26,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cloudprovider_grpc.simulator.estimator import PodGroup, estimate
-from cloudprovider_grpc.simulator.expanders import Chain, ExpanderContext, Option
-from cloudprovider_grpc.simulator.fit import static_reason
-from cloudprovider_grpc.simulator.interpod import Placement
+from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup, estimate
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain, ExpanderContext, Option
 from cloudprovider_grpc.simulator.limits import Tracker, node_totals
 from cloudprovider_grpc.simulator.model import CPU, MEMORY, NodeShape, PodShape
+from cloudprovider_grpc.simulator.predicates import Placement, static_reason
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions
 
 # labels that never make groups dissimilar (compare_nodegroups.go BasicIgnoredLabels)
@@ -139,7 +138,7 @@ def plan_scale_up(
 ) -> ScaleUpPlan:
     """`usage`: what the cluster's nodes (plus upcoming ones) count against the resource limits
     (`limits.usage`); `gpu_label`: the cloud's GPU label, for `--gpu-total`; `context`: the
-    cluster's nodes and pods for inter-pod predicates in the estimator (`interpod.py`)."""
+    cluster's nodes and pods for inter-pod predicates in the estimator (`predicates.py`)."""
     plan = ScaleUpPlan()
     quota = Tracker.for_scale_up(opts.resource_limits(), usage)
     valid: list[GroupView] = []
@@ -215,10 +214,10 @@ def plan_scale_up(
     new_nodes = best.node_count
     needed = new_nodes
     if best.debug:  # the limiter cut the estimate: compute the true need for the log
-        fitting = [pg for pg in pod_groups if fits(pg.shape, group.template)]  # type: ignore[arg-type]
+        fitting = [pg for pg in pod_groups if fits(pg.shape, best.template)]
         needed = estimate(
             fitting,
-            group.template,  # type: ignore[arg-type]
+            best.template,
             group.template_free,
             max_nodes=opts.max_nodes_per_scaleup,
             context=context,

@@ -1,7 +1,24 @@
-"""Inter-pod scheduling predicates: host ports, required pod (anti-)affinity, topology spread.
+"""The scheduler-framework Filter plugins CA runs in its simulations, in one place.
 
-These are the Filter plugins whose answer for a node depends on the *other pods* in the cluster,
-not just on the node (kubernetes `pkg/scheduler/framework/plugins/`):
+Every question "may this pod go on this node?" in the simulator is answered here: by the
+kube-scheduler of `world.py`, the scale-up phase's filter of pods that fit upcoming nodes, the
+binpacking estimator and scale-down's rescheduling, as CA runs the same plugins for all of them
+(sigs-CA `pkg/simulator/clustersnapshot/predicate/plugin_runner.go`). Kubernetes
+`pkg/scheduler/framework/plugins/`:
+
+Node predicates (the node alone decides):
+- NodeResourcesFit: every requested resource (cpu, memory, pods, extended resources such as
+  `nvidia.com/gpu`) must be free on the node; a resource the node does not offer has 0 free.
+- NodeAffinity: `nodeSelector` labels must all match, and the required node-affinity expressions
+  (In, NotIn, Exists, DoesNotExist) must all hold.
+- TaintToleration: every NoSchedule and NoExecute taint must be tolerated (PreferNoSchedule
+  only affects scoring, so it never filters).
+Fit is split into a static part (labels, taints; cacheable per shape and node shape) and a
+resource part (changes with every placement), so hot loops only repeat the cheap half.
+
+Inter-pod predicates (the answer depends on the *other pods* in the cluster; `Placement` is the
+part of the cluster snapshot they read: nodes' labels and the pods on them, for real nodes and
+for the hypothetical nodes a simulation adds):
 - NodePorts: a pod cannot land on a node where another pod already uses one of its host ports.
 - InterPodAffinity, required terms only: for each affinity term some pod matching its label
   selector must run in the candidate node's topology domain (the value of `topology_key` on the
@@ -16,23 +33,166 @@ not just on the node (kubernetes `pkg/scheduler/framework/plugins/`):
   domains (0 while there are fewer domains than `minDomains`) must stay <= maxSkew.
 Label selectors are `matchLabels` maps; terms look at the pod's own namespace, as the API does
 when a term lists no namespaces.
-
-CA runs exactly these plugins in its scheduling simulations (sigs-CA
-`pkg/simulator/clustersnapshot/predicate/plugin_runner.go`): filtering pods that fit existing or
-upcoming nodes, the binpacking estimator and scale-down's rescheduling. `Placement` is the part of
-the cluster snapshot these predicates read: nodes' labels and the pods on them, for real nodes
-and for the hypothetical nodes a simulation adds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Protocol, TypeVar
 
-from cloudprovider_grpc.simulator import fit
-from cloudprovider_grpc.simulator.model import PodShape, SpreadConstraint, Term
+from cloudprovider_grpc.simulator.model import (
+    PODS,
+    NodeShape,
+    Pod,
+    PodShape,
+    Requirement,
+    Resources,
+    SpreadConstraint,
+    Taint,
+    Term,
+    Toleration,
+)
 
 HOSTNAME = "kubernetes.io/hostname"
+
+_FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+class NodeView(Protocol):
+    """What the predicates read of a node: a registered `model.Node`, or anything shaped like one
+    (its name, its schedulable shape, the pods bound to it by name)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> NodeShape: ...
+
+    @property
+    def pods(self) -> Mapping[str, Pod]: ...
+
+
+_N = TypeVar("_N", bound=NodeView)
+
+
+# --- node predicates: the node alone decides ---
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """k8s `Toleration.ToleratesTaint`: empty effect matches all effects; empty key with
+    Exists matches every taint."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    return toleration.value == taint.value
+
+
+def requirement_holds(req: Requirement, labels: Mapping[str, str]) -> bool:
+    """One required node-affinity match expression against a node's labels."""
+    present = req.key in labels
+    if req.operator == "In":
+        return present and labels[req.key] in req.values
+    if req.operator == "NotIn":
+        return not present or labels[req.key] not in req.values
+    if req.operator == "Exists":
+        return present
+    if req.operator == "DoesNotExist":
+        return not present
+    raise ValueError(f"unsupported node selector operator {req.operator!r}")
+
+
+def tolerates_all(shape: PodShape, taints: tuple[Taint, ...]) -> bool:
+    for taint in taints:
+        if taint.effect in _FILTERING_EFFECTS and not any(tolerates(t, taint) for t in shape.tolerations):
+            return False
+    return True
+
+
+def selects(shape: PodShape, labels: Mapping[str, str]) -> bool:
+    for k, v in shape.node_selector.items():
+        if labels.get(k) != v:
+            return False
+    return all(requirement_holds(req, labels) for req in shape.affinity)
+
+
+def static_fit(shape: PodShape, node: NodeShape) -> bool:
+    """Labels and taints only: does this pod shape ever fit this node shape?"""
+    return selects(shape, node.labels) and tolerates_all(shape, node.taints)
+
+
+def static_reason(shape: PodShape, node: NodeShape) -> str:
+    """Why static_fit is False, in scheduler terms (for decision logs)."""
+    if not selects(shape, node.labels):
+        return "node(s) didn't match Pod's node affinity/selector"
+    if not tolerates_all(shape, node.taints):
+        untolerated = [
+            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+            for t in node.taints
+            if t.effect in _FILTERING_EFFECTS and not any(tolerates(x, t) for x in shape.tolerations)
+        ]
+        return f"node(s) had untolerated taint {{{', '.join(untolerated)}}}"
+    return ""
+
+
+def resources_fit(requests: Resources, free: Mapping[str, int]) -> bool:
+    return all(v <= free.get(k, 0) for k, v in requests.items())
+
+
+def fit_count(requests: Resources, free: Mapping[str, int]) -> int:
+    """How many more pods with these requests fit in `free` (identical pods, placed one by one)."""
+    best: int | None = None
+    for k, v in requests.items():
+        if v <= 0:
+            continue
+        n = free.get(k, 0) // v
+        if n <= 0:
+            return 0
+        best = n if best is None or n < best else best
+    return best if best is not None else 0
+
+
+def resource_reason(requests: Resources, free: Mapping[str, int]) -> str:
+    short = sorted(k for k, v in requests.items() if v > free.get(k, 0))
+    if PODS in short:
+        return "Too many pods"
+    return ", ".join(f"Insufficient {k}" for k in short)
+
+
+class StaticFitCache:
+    """static_fit memoised per (pod shape, node shape) object pair."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, int], bool] = {}
+        self._keep: list[object] = []  # keep keyed objects alive so ids stay unique
+
+    def __call__(self, shape: PodShape, node: NodeShape) -> bool:
+        key = (id(shape), id(node))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = static_fit(shape, node)
+            self._cache[key] = hit
+            self._keep.append((shape, node))
+        return hit
+
+    def fitting(self, shape: PodShape, nodes: Iterable[_N]) -> list[_N]:
+        """The nodes (in order) whose node shape `shape` fits: one look-up per distinct node
+        shape (a node group's nodes share their template's), not one per node."""
+        verdicts: dict[int, bool] = {}
+        out = []
+        for n in nodes:
+            ok = verdicts.get(id(n.shape))
+            if ok is None:
+                ok = verdicts[id(n.shape)] = self(shape, n.shape)
+            if ok:
+                out.append(n)
+        return out
+
+
+# --- inter-pod predicates: the other pods on the cluster's nodes decide ---
 
 
 def term_matches(term: Term | SpreadConstraint, owner: PodShape, other: PodShape) -> bool:
@@ -52,13 +212,13 @@ class Placement:
         self.anti_holders = 0  # placed pods carrying anti-affinity terms (they constrain others)
 
     @classmethod
-    def of(cls, nodes: Iterable[object]) -> Placement:
-        """From world nodes (anything with `name`, `shape.labels` and `pods`)."""
+    def of(cls, nodes: Iterable[NodeView]) -> Placement:
+        """From world nodes: their labels and the pods bound to them."""
         view = cls()
         for n in nodes:
-            view.add_node(n.name, n.shape.labels)  # type: ignore[attr-defined]
-            for pod in n.pods.values():  # type: ignore[attr-defined]
-                view.add_pod(n.name, pod.shape)  # type: ignore[attr-defined]
+            view.add_node(n.name, n.shape.labels)
+            for pod in n.pods.values():
+                view.add_pod(n.name, pod.shape)
         return view
 
     def copy(self) -> Placement:
@@ -154,7 +314,7 @@ class Placement:
         counts: dict[str, int] = {}
         for name, labels in self.labels.items():
             domain = labels.get(c.topology_key)
-            if domain is None or not fit.selects(shape, labels):
+            if domain is None or not selects(shape, labels):
                 continue
             matching = sum(n for other, n in self.pods[name].items() if term_matches(c, shape, other))
             counts[domain] = counts.get(domain, 0) + matching
