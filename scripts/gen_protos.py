@@ -3,7 +3,7 @@
 Run with the pinned grpcio-tools (see pyproject's `dev` extra):
 `python scripts/gen_protos.py [OUTDIR [PROTO_ROOT]]` (PROTO_ROOT defaults to the repository's proto/).
 Writes `*_pb2.py`, `*_pb2.pyi` (protoc's own stubs) and `*_pb2_grpc.py` under OUTDIR (default: the
-repository root, i.e. into `cloudprovider_grpc/protos/`). tests/test_generated.py regenerates into a
+repository root, i.e. into `cloudprovider_grpc/protos/`). tests/grpcapi/test_generated.py regenerates into a
 temporary directory and fails on any difference, so a stale checkout cannot pass CI.
 """
 

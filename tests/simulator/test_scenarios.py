@@ -19,11 +19,11 @@ TESTED = {"burst", "diurnal", "gpu-pool", "priority", "scale-to-zero"}
 #: scenarios on another provider, run against its emulator by that backend's own tests
 ELSEWHERE = {
     "burst-pools": "tests/simulator/test_pool_mode.py",
-    "vultr-burst": "tests/vultr/test_simulate.py",
-    "exoscale-sks": "tests/exoscale/test_simulate.py",
-    "alicloud-gpu": "tests/alicloud/test_scenario.py",
-    "spc-seed-log": "tests/spc/test_scenario.py",
-    "cherry": "tests/cherry/test_scenario.py",
+    "vultr-burst": "tests/providers/vultr/test_simulate.py",
+    "exoscale-sks": "tests/providers/exoscale/test_simulate.py",
+    "alicloud-gpu": "tests/providers/alicloud/test_scenario.py",
+    "spc-seed-log": "tests/providers/spc/test_scenario.py",
+    "cherry": "tests/providers/cherry/test_scenario.py",
 }
 
 
