@@ -35,16 +35,17 @@ from pydantic import BeforeValidator, ValidationError
 from cloudprovider_grpc.config import secrets
 from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.driver import GroupConfig
-from cloudprovider_grpc.providers.option_sections import (
-    EMPTY_IS_DEFAULT,
-    NonNegative,
-    OptionalRate,
+from cloudprovider_grpc.providers.option_models import (
+    OR_DEFAULTS,
+    EmulatorRate,
+    OptionSection,
+    Problem,
     Reserved,
-    Section,
+    Seconds,
     Text,
-    TunedSection,
-    problem,
-    section_problems,
+    TuningOptions,
+    dotted,
+    problems,
 )
 from cloudprovider_grpc.providers.options import ClientTuning
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -106,35 +107,35 @@ class Credentials:
 def _stock(value: Any) -> dict[str, int]:
     raw = {"*": value} if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(raw, Mapping):
-        raise problem("expected a number or {instance-type: quantity}")
+        raise Problem("expected a number or {instance-type: quantity}")
     for t, q in raw.items():
         if not isinstance(q, int) or isinstance(q, bool) or q < 0:
-            raise problem(f"expected a non-negative integer, got {q!r}", f".{t}")
+            raise Problem(f"expected a non-negative integer, got {q!r}", at=(str(t),))
     return {str(t): q for t, q in raw.items()}
 
 
 def _sts_duration(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise problem(f"expected a positive integer, got {value!r}")
+        raise Problem(f"expected a positive integer, got {value!r}")
     return value
 
 
 def _instance_types(value: Any) -> dict[str, str]:
     types = value or {}
     if not isinstance(types, Mapping) or not all(isinstance(v, str) and v for v in types.values()):
-        raise problem("expected {scaling-group-id: instance-type}")
+        raise Problem("expected {scaling-group-id: instance-type}")
     return {str(k): str(v) for k, v in types.items()}
 
 
-class EmulatorOptions(Section):
+class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (`alicloud.emulator`; providers/alicloud/wiring.py)."""
 
-    SUGGEST = False
+    NULL_IS_EMPTY = True
 
-    pending_seconds: NonNegative = 5.0
-    removing_seconds: NonNegative = 3.0
-    activity_seconds: NonNegative = 1.0
-    rate_limit: OptionalRate = None
+    pending_seconds: Seconds = 5.0
+    removing_seconds: Seconds = 3.0
+    activity_seconds: Seconds = 1.0
+    rate_limit: EmulatorRate = None
     #: instance type -> instances the emulated region can still create ("*": any type); a number
     #: alone is the stock of any type
     stock: Annotated[dict[str, int], BeforeValidator(_stock)] = {"*": 1000}
@@ -155,34 +156,34 @@ def _discovery(value: Any) -> dict[str, str]:
     if isinstance(value, str):
         kind, _, rest = value.strip().partition(":")
         if kind != "asg" or not rest.startswith("tag="):
-            raise problem(f"{value!r} is not asg:tag=<key>[=<value>],...")
+            raise Problem(f"{value!r} is not asg:tag=<key>[=<value>],...")
         for item in rest.removeprefix("tag=").split(","):
             key, _, tag_value = item.strip().partition("=")
             tags[key] = tag_value
     elif isinstance(value, Mapping) and set(value) == {"tags"} and isinstance(value["tags"], Mapping):
         tags = {str(k): "" if v is None else str(v) for k, v in value["tags"].items()}
     else:
-        raise problem("expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
+        raise Problem("expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
     if not tags or len(tags) > 20:
-        raise problem("give 1 to 20 tags")
+        raise Problem("give 1 to 20 tags")
     for key in tags:
         if not _TAG_KEY_RE.match(key):
-            raise problem(f"{key!r} is not a tag key")
+            raise Problem(f"{key!r} is not a tag key")
     return tags
 
 
 def _remove_policy(value: Any) -> str:
     policy = str(value).strip()
     if policy not in REMOVE_POLICIES:
-        raise problem(f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
+        raise Problem(f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
     return policy
 
 
-class AliOptions(TunedSection):
+class AliOptions(TuningOptions):
     """The `alicloud:` section of the YAML config. The region and the endpoints are checked where
     they are used: the environment wins over them (see `load_config`)."""
 
-    SUGGEST = False
+    NULL_IS_EMPTY = True
 
     region: Text = ""
     remove_policy: Annotated[str, BeforeValidator(_remove_policy)] = "release"
@@ -196,7 +197,7 @@ class AliOptions(TunedSection):
     #: groups discovered by ESS tags (an empty value matches any value); empty: only --nodes groups
     auto_discovery: Annotated[dict[str, str], BeforeValidator(_discovery)] = {}
     reserved: Reserved = {}
-    emulator: Annotated[EmulatorOptions, EMPTY_IS_DEFAULT] = EmulatorOptions()
+    emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = EmulatorOptions()
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,7 @@ def load_config(ctx: ProviderContext) -> AliConfig:
     try:
         opts = AliOptions.model_validate(ctx.options or {})
     except ValidationError as exc:
-        raise_all(section_problems(exc, "alicloud"))
+        raise_all(problems(exc, lambda loc: dotted("alicloud", loc)))
         raise
     env = ctx.env
     file = _read_cloud_config(ctx.cloud_config) if ctx.cloud_config is not None else {}

@@ -25,25 +25,24 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
 
 from cloudprovider_grpc.config.secrets import read_secret
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.emulators.exoscale.seed import instance_types
-from cloudprovider_grpc.providers.option_sections import (
+from cloudprovider_grpc.providers.option_models import (
     Count,
-    NonNegative,
-    OptionalRate,
+    EmulatorRate,
+    OptionSection,
     PositiveCount,
+    Problem,
     Reserved,
-    Section,
+    Seconds,
     Text,
-    TunedSection,
+    TuningOptions,
+    checked,
+    dotted,
     non_empty_list,
-    problem,
-    read_value,
-    reader,
-    section_problems,
+    problems,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
@@ -77,21 +76,21 @@ TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=10.0)
 
 def _uuid(value: Any) -> str:
     if value is not None and not _UUID_RE.match(str(value)):
-        raise problem(f"{value!r} is not a lower-case UUID")
+        raise Problem(f"{value!r} is not a lower-case UUID")
     return str(value or "")
 
 
 def _name(value: Any) -> str:
     name = str(value or "").strip()
     if not name:
-        raise problem("missing (a non-empty string)")
+        raise Problem("missing (a non-empty string)")
     return name
 
 
 def _labels(value: Any) -> dict[str, str]:
     labels = value or {}
     if not isinstance(labels, Mapping):
-        raise problem("expected a mapping of strings")
+        raise Problem("expected a mapping of strings")
     return {str(k): str(v) for k, v in labels.items()}
 
 
@@ -100,30 +99,32 @@ def _taints(value: Any) -> dict[str, dict[str, str]]:
     if not isinstance(taints, Mapping) or not all(
         isinstance(t, Mapping) and t.get("effect", "NoSchedule") in _TAINT_EFFECTS for t in taints.values()
     ):
-        raise problem("expected {key: {value, effect}} with a Kubernetes taint effect")
+        raise Problem("expected {key: {value, effect}} with a Kubernetes taint effect")
     return {
         str(k): {"value": str(t.get("value") or ""), "effect": str(t.get("effect") or "NoSchedule")}
         for k, t in taints.items()
     }
 
 
-def _type_name(value: Any, key: str = "") -> str:
+def _type_name(value: Any, at: tuple[str, ...] = ()) -> str:
     known = sorted(f"{t['family']}.{t['size']}" for t in instance_types(EMULATOR_ZONE))
     name = str(value or "").strip()
     if name not in known:
-        raise problem(f"{name!r} is not an emulated instance type (known: {', '.join(known)})", key)
+        raise Problem(f"{name!r} is not an emulated instance type (known: {', '.join(known)})", at=at)
     return name
 
 
 _Uuid = Annotated[str, BeforeValidator(_uuid)]
 
 
-class NodepoolOptions(Section):
+class NodepoolOptions(OptionSection):
     """A seeded nodepool (`exoscale.emulator.nodepools[i]`): the API's field names (`instance-type`
     by `<family>.<size>`, `taints` as the API's {key: {value, effect}} map), plus fixed ids so a seed
     can name its node groups."""
 
     UNKNOWN = "key"
+    SUGGEST = True
+    NULL_IS_EMPTY = True
 
     id: _Uuid = ""
     instance_pool_id: _Uuid = ""
@@ -149,52 +150,52 @@ class NodepoolOptions(Section):
 def _one_of(*allowed: str) -> BeforeValidator:
     def check(value: Any) -> str:
         if str(value) not in allowed:
-            raise problem(f"{str(value)!r} is not {' or '.join(repr(a) for a in allowed)}")
+            raise Problem(f"{str(value)!r} is not {' or '.join(repr(a) for a in allowed)}")
         return str(value)
 
     return BeforeValidator(check)
 
 
 def _auth_status(value: Any) -> int:
-    status = int(read_value(read_int, value))
+    status = int(checked(read_int, value))
     if status not in (401, 403):
-        raise problem(f"must be 401 or 403, got {status}")
+        raise Problem(f"must be 401 or 403, got {status}")
     return status
 
 
 def _demo(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise problem(f"expected true or false, got {value!r}")
+        raise Problem(f"expected true or false, got {value!r}")
     return value
 
 
 def _stock(value: Any) -> dict[str, int]:
     raw = value or {}
     if not isinstance(raw, Mapping):
-        raise problem("expected a mapping of instance type -> count")
+        raise Problem("expected a mapping of instance type -> count")
     out = {}
     for k, v in raw.items():
         try:
-            out[_type_name(k, f".{k}")] = int(read_int(v, ""))
+            out[_type_name(k, (str(k),))] = int(read_int(v, ""))
         except ConfigError as exc:
-            raise problem(exc.problem, f".{k}") from None
+            raise Problem(exc.problem, at=(str(k),)) from None
     return out
 
 
-class EmulatorOptions(Section):
+class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (`exoscale.emulator`; providers/exoscale/wiring.py)."""
 
-    SUGGEST = False
+    NULL_IS_EMPTY = True
 
-    boot_seconds: NonNegative = 5.0
-    destroy_seconds: NonNegative = 2.0
+    boot_seconds: Seconds = 5.0
+    destroy_seconds: Seconds = 2.0
     operation_polls: Count = 1
-    operation_seconds: NonNegative = 0.0
-    quota_limit: Annotated[int, reader(read_int, minimum=-1)] = 50
+    operation_seconds: Seconds = 0.0
+    quota_limit: Annotated[int, BeforeValidator(lambda v: int(checked(read_int, v, minimum=-1)))] = 50
     quota_mode: Annotated[str, _one_of("operation", "reject")] = "operation"
     conflict_mode: Annotated[str, _one_of("accept", "reject")] = "accept"
     auth_failure_status: Annotated[int, BeforeValidator(_auth_status)] = 403
-    rate_limit: OptionalRate = None
+    rate_limit: EmulatorRate = None
     #: seed the demo SKS cluster (two nodepools) and standalone pool
     demo: Annotated[bool, BeforeValidator(_demo)] = True
     #: instance type (`<family>.<size>`) -> instances of it the zone can still create (0: none; a
@@ -209,7 +210,7 @@ class EmulatorOptions(Section):
         for key in ("name", "id", "instance_pool_id"):
             values = [getattr(n, key) for n in pools or () if getattr(n, key)]
             if len(set(values)) != len(values):
-                raise problem(f"two nodepools have the same {key.replace('_', '-')}")
+                raise Problem(f"two nodepools have the same {key.replace('_', '-')}")
         return pools
 
     def seed_nodepools(self) -> list[dict[str, Any]] | None:
@@ -223,16 +224,19 @@ def _names(value: Any) -> tuple[str, ...]:
     elif isinstance(value, list | tuple):
         items = value
     else:
-        raise problem("expected a list of names or ids (or a comma-separated string)")
+        raise Problem("expected a list of names or ids (or a comma-separated string)")
     names = tuple(dict.fromkeys(str(v).strip() for v in items if str(v).strip()))
     if "*" in names and len(names) > 1:
-        raise problem("'*' (every standalone pool) cannot be combined with names")
+        raise Problem("'*' (every standalone pool) cannot be combined with names")
     return names
 
 
-class ExoscaleOptions(TunedSection):
+class ExoscaleOptions(TuningOptions):
     """The `exoscale:` section of the YAML config: the in-tree environment variables' keys in lower
     case (the environment wins), plus client tuning, allocatable reservations and emulator seeding."""
+
+    SUGGEST = True
+    NULL_IS_EMPTY = True
 
     zone: Text = ""
     api_environment: Text = ""
@@ -299,21 +303,21 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
     try:
         opts = ExoscaleOptions.model_validate(ctx.options or {})
     except ValidationError as exc:
-        raise_all(section_problems(exc, "exoscale"))
+        raise_all(problems(exc, lambda loc: dotted("exoscale", loc)))
         raise
     env = ctx.env
 
     # the zone and both credentials are checked before any is reported: a first run learns every
     # missing input at once
-    problems: list[ConfigError] = []
+    found: list[ConfigError] = []
     zone, zone_where = _pick(env, "EXOSCALE_ZONE", opts, "zone")
     zone = zone.strip()
     if not zone:
         if not ctx.emulate:
-            problems.append(ConfigError("EXOSCALE_ZONE", "no Exoscale zone specified"))
+            found.append(ConfigError("EXOSCALE_ZONE", "no Exoscale zone specified"))
         zone = EMULATOR_ZONE
     elif not _ZONE_RE.match(zone):
-        problems.append(ConfigError(zone_where, f"{zone!r} is not a zone name (e.g. ch-gva-2)"))
+        found.append(ConfigError(zone_where, f"{zone!r} is not a zone name (e.g. ch-gva-2)"))
 
     # credentials come only from the environment (or secret files offered as env), as in-tree:
     # never from the YAML file, which is not a Secret
@@ -332,8 +336,8 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
                 value = fallback
             creds[where] = credential(value, where)
         except ConfigError as exc:
-            problems.append(exc)
-    raise_all(problems)
+            found.append(exc)
+    raise_all(found)
     key, secret = creds[key_where], creds[secret_where]
 
     environment, env_where = _pick(env, "EXOSCALE_API_ENVIRONMENT", opts, "api-environment")
@@ -351,8 +355,8 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
     if env.get("EXOSCALE_INSTANCE_POOLS", "").strip():
         try:
             pools = _names(env["EXOSCALE_INSTANCE_POOLS"])
-        except PydanticCustomError as exc:
-            raise ConfigError("EXOSCALE_INSTANCE_POOLS", exc.message()) from None
+        except Problem as exc:
+            raise ConfigError("EXOSCALE_INSTANCE_POOLS", exc.problem) from None
     else:
         pools = opts.instance_pools
     if ctx.emulate and not pools and not ctx.nodes:

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from cloudprovider_grpc.core.errors import raise_all, unknown_key
+from cloudprovider_grpc.core.errors import raise_all
 from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
@@ -87,9 +87,7 @@ class EmulatorPool(OptionSection):
     #: most nodes the emulated provider can build for this pool (None: unlimited; 0: a stockout)
     capacity: int | None = None
 
-    @classmethod
-    def unknown(cls, key: str) -> str:
-        return f"unknown key (known: {', '.join(sorted(cls.keys()))})"
+    UNKNOWN = "key"
 
     @field_validator("instance_size", mode="before")
     @classmethod
@@ -229,9 +227,7 @@ class SpcOptions(TuningOptions):
     #: seconds a node may stay `draft` before it counts as failed
     draft_timeout: Timeout = 600.0
 
-    @classmethod
-    def unknown(cls, key: str) -> str:
-        return unknown_key("", key, cls.keys(), what="option").problem
+    SUGGEST = True
 
     @field_validator("token", mode="before")
     @classmethod

@@ -35,23 +35,24 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_
 from cloudprovider_grpc.config.secrets import read_secret
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
-from cloudprovider_grpc.providers.option_sections import (
-    EMPTY_IS_DEFAULT,
+from cloudprovider_grpc.providers.option_models import (
+    OR_DEFAULTS,
     Count,
     Counts,
-    NonNegative,
-    OptionalRate,
+    EmulatorRate,
+    OptionalCount,
+    OptionSection,
     PositiveCount,
+    Problem,
     Reserved,
-    Section,
-    TunedSection,
+    Seconds,
+    TuningOptions,
+    checked,
+    dotted,
     non_empty_list,
-    optional,
-    problem,
-    read_value,
-    section_problems,
+    problems,
 )
-from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_mapping, read_url
+from cloudprovider_grpc.providers.options import ClientTuning, read_mapping, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 
 log = logging.getLogger(__name__)
@@ -82,24 +83,24 @@ _CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 
 def _nonempty(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise problem("missing (a non-empty string)")
+        raise Problem("missing (a non-empty string)")
     return value
 
 
 def _taints(value: Any) -> tuple[dict[str, str], ...]:
     taints = value or []
     if not isinstance(taints, list) or not all(isinstance(t, Mapping) and "key" in t for t in taints):
-        raise problem("expected a list of {key, value, effect}")
+        raise Problem("expected a list of {key, value, effect}")
     return tuple({str(k): str(v) for k, v in t.items()} for t in taints)
 
 
-class PoolOptions(Section):
+class PoolOptions(OptionSection):
     """A seeded pool (`vultr.emulator.pools[i]`): the API's own field names, `id` a fixed pool id
     instead of a generated one."""
 
     model_config = ConfigDict(alias_generator=None)
     UNKNOWN = "key"
-    SUGGEST = False
+    NULL_IS_EMPTY = True
 
     id: str = ""
     label: Annotated[str, BeforeValidator(_nonempty)] = Field("", validate_default=True)
@@ -120,13 +121,13 @@ class PoolOptions(Section):
     def _id(cls, value: Any) -> str:
         pool_id = str(value or "")
         if pool_id and not _CLUSTER_ID_RE.match(pool_id):
-            raise problem(f"{pool_id!r} is not a node pool id (a UUID)")
+            raise Problem(f"{pool_id!r} is not a node pool id (a UUID)")
         return pool_id
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolOptions:
         if self.min_nodes > self.max_nodes:
-            raise problem(f"{self.min_nodes} is above max_nodes {self.max_nodes}", ".min_nodes")
+            raise Problem(f"{self.min_nodes} is above max_nodes {self.max_nodes}", at=("min_nodes",))
         return self
 
     def seed(self) -> EmulatorPool:
@@ -134,17 +135,19 @@ class PoolOptions(Section):
         return EmulatorPool(**self.model_dump())
 
 
-class EmulatorOptions(Section):
+class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (`vultr.emulator`; see providers/vultr/wiring.py)."""
 
+    SUGGEST = True
     AS_WRITTEN = True
+    NULL_IS_EMPTY = True
 
-    provision_seconds: NonNegative = 5.0
+    provision_seconds: Seconds = 5.0
     #: Vultr documents 30 requests/s per IP before 429 (API v2 introduction); 0 or null: no limit
-    rate_limit: OptionalRate = 30.0
+    rate_limit: EmulatorRate = 30.0
     page_size: PositiveCount = 100
     #: nodes the account may run in total; None for no limit (PATCH beyond it answers 400)
-    node_limit: Annotated[int | None, optional(read_int)] = None
+    node_limit: OptionalCount = None
     #: plan id -> new nodes of that plan the location can still provide (0: sold out; PATCH growing
     #: a pool of it answers 400); plans not named have no limit
     stock: Counts = {}
@@ -157,24 +160,26 @@ class EmulatorOptions(Section):
     def _unique(cls, pools: tuple[PoolOptions, ...] | None) -> tuple[PoolOptions, ...] | None:
         ids = [p.id for p in pools or () if p.id]
         if len(set(ids)) != len(ids):
-            raise problem("two pools have the same id")
+            raise Problem("two pools have the same id")
         return pools
 
     def seed_pools(self) -> tuple[EmulatorPool, ...] | None:
         return None if self.pools is None else tuple(p.seed() for p in self.pools)
 
 
-class VultrOptions(TunedSection):
+class VultrOptions(TuningOptions):
     """The `vultr:` section of the YAML config."""
 
+    SUGGEST = True
     AS_WRITTEN = True
+    NULL_IS_EMPTY = True
 
     cluster_id: str = ""
     api_url: str = ""
     reserved: Reserved = {}
     #: node pools per list page (the API's documented usual default)
     page_size: PositiveCount = 100
-    emulator: Annotated[EmulatorOptions, EMPTY_IS_DEFAULT] = EmulatorOptions()
+    emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = EmulatorOptions()
 
     @field_validator("cluster_id", "api_url", mode="before")
     @classmethod
@@ -240,7 +245,7 @@ def _api_url(value: str, where: str) -> str:
 
 
 def _string_map(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in read_value(read_mapping, value).items()}
+    return {str(k): str(v) for k, v in checked(read_mapping, value).items()}
 
 
 def load_config(ctx: ProviderContext) -> VultrConfig:
@@ -249,7 +254,7 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
     try:
         opts = VultrOptions.model_validate(ctx.options or {})
     except ValidationError as exc:
-        raise_all(section_problems(exc, "vultr"))
+        raise_all(problems(exc, lambda loc: dotted("vultr", loc)))
         raise
     warnings: list[str] = []
     file = _read_cloud_config(ctx.cloud_config, warnings) if ctx.cloud_config is not None else {}
