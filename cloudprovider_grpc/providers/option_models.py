@@ -18,12 +18,12 @@ readers, so their words are the same for every cloud.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, NoReturn
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
-from cloudprovider_grpc.core.errors import ConfigError, unknown_key
+from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.options import (
     ClientTuning,
     norm_key,
@@ -77,6 +77,46 @@ def problems(exc: ValidationError, where: Callable[[Loc], str]) -> list[ConfigEr
         else:  # a type no loader produces; pydantic's own words
             found.append(ConfigError(where(loc), err["msg"]))
     return found
+
+
+def raise_by_phase(
+    exc: ValidationError,
+    where: Callable[[Loc], str],
+    model: type[OptionSection],
+    phases: Sequence[Collection[str]],
+) -> NoReturn:
+    """Raise the problems of the first phase (a set of fields) that has any, all of them at once: the
+    order in which a cloud always checked its inputs (an unknown key before everything)."""
+    told = [
+        (p, model.field_of(tuple(e["loc"]))) for p, e in zip(problems(exc, where), exc.errors(), strict=True)
+    ]
+    for phase in [{None}, *phases]:
+        raise_all([problem for problem, name in told if name in phase])
+    raise told[0][0]
+
+
+def model_input(model: type[OptionSection], section: Any, env: Mapping[str, str]) -> Any:
+    """A model's input: the YAML section's keys as written (one spelt like an environment variable is
+    a misspelt key, not the variable), and the environment variables the model reads that are set
+    (a blank one counts as unset), which win over the keys they stand for."""
+    if section and not isinstance(section, Mapping):
+        return section  # the model says "expected a mapping"
+    names = model.env_names()
+    given = {(model.spell(k) if k in names else k): v for k, v in dict(section or {}).items()}
+    given.update({name: env[name] for name in names if env.get(name, "").strip()})
+    return given
+
+
+def where_in(model: type[OptionSection], prefix: str) -> Callable[[Loc], str]:
+    """An error location named as the user knows it: an environment variable as it is, a key with
+    its section's path (`vultr.emulator.pools[0].plan`)."""
+
+    def where(loc: Loc) -> str:
+        if loc and str(loc[0]) in model.env_names():
+            return dotted("", loc)
+        return dotted(prefix, loc)
+
+    return where
 
 
 def first_problem(exc: ValidationError, where: Callable[[Loc], str]) -> ConfigError:

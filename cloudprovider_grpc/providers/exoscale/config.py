@@ -14,7 +14,8 @@ emulator), `EXOSCALE_SKS_CLUSTER` (the SKS cluster, id or name, whose nodepools 
 every pool no nodepool manages), and the `exoscale:` section of the YAML config with the same keys in
 lower case plus client tuning, allocatable reservations and emulator seeding. Environment wins over
 YAML. Every problem is one `ConfigError(key, problem)` at startup; no network I/O happens here.
-The YAML section is declared by `ExoscaleOptions` (pydantic, on the shared types of option_models.py).
+The section and the variables are declared by `ExoscaleOptions` (pydantic, on the shared types of
+option_models.py: each variable an alias of its key).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 
 from cloudprovider_grpc.config.secrets import read_secret
-from cloudprovider_grpc.core.errors import ConfigError, raise_all
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.exoscale.seed import instance_types
 from cloudprovider_grpc.providers.option_models import (
     Count,
@@ -37,12 +38,12 @@ from cloudprovider_grpc.providers.option_models import (
     Problem,
     Reserved,
     Seconds,
-    Text,
     TuningOptions,
     checked,
-    dotted,
+    model_input,
     non_empty_list,
-    problems,
+    raise_by_phase,
+    where_in,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
@@ -231,23 +232,96 @@ def _names(value: Any) -> tuple[str, ...]:
     return names
 
 
+def _text(value: Any) -> str:
+    return ("" if value is None else str(value)).strip()
+
+
+#: each credential's variable, its word in the missing one's error, and its stand-in with --emulate
+_CREDENTIALS = {
+    "api_key": ("EXOSCALE_API_KEY", "key", EMULATOR_KEY),
+    "api_secret": ("EXOSCALE_API_SECRET", "secret", EMULATOR_SECRET),
+}
+
+
 class ExoscaleOptions(TuningOptions):
-    """The `exoscale:` section of the YAML config: the in-tree environment variables' keys in lower
-    case (the environment wins), plus client tuning, allocatable reservations and emulator seeding."""
+    """The `exoscale:` section of the YAML config and the in-tree environment variables: each
+    variable stands for the key of its name in lower case (and wins over it), plus client tuning,
+    allocatable reservations and emulator seeding. The credentials come only from the environment
+    (or secret files offered as variables), as in-tree: never from the YAML file, which is not a
+    Secret."""
 
     SUGGEST = True
     NULL_IS_EMPTY = True
 
-    zone: Text = ""
-    api_environment: Text = ""
-    api_endpoint: Text = ""
-    sks_cluster: Text = ""
-    instance_pools: Annotated[tuple[str, ...], BeforeValidator(lambda v: _names(v or []))] = ()
+    zone: str = Field("", validation_alias=AliasChoices("EXOSCALE_ZONE", "zone"), validate_default=True)
+    api_environment: str = Field(
+        DEFAULT_ENVIRONMENT, validation_alias=AliasChoices("EXOSCALE_API_ENVIRONMENT", "api-environment")
+    )
+    #: a full base URL instead of the in-tree host rule ("": `default_endpoint`)
+    api_endpoint: str = Field("", validation_alias=AliasChoices("EXOSCALE_API_ENDPOINT", "api-endpoint"))
+    sks_cluster: Annotated[str, BeforeValidator(_text)] = Field(
+        "", validation_alias=AliasChoices("EXOSCALE_SKS_CLUSTER", "sks-cluster")
+    )
+    instance_pools: Annotated[tuple[str, ...], BeforeValidator(lambda v: _names(v or []))] = Field(
+        (), validation_alias=AliasChoices("EXOSCALE_INSTANCE_POOLS", "instance-pools")
+    )
     unbounded_max_size: PositiveCount = DEFAULT_UNBOUNDED_MAX
     reserved: Reserved = {}
     #: how often an operation that failed for `conflict`/`busy` is sent again before it counts as failed
     operation_retries: Count = 5
     emulator: EmulatorOptions = EmulatorOptions()
+    api_key: str = Field("", validation_alias="EXOSCALE_API_KEY", repr=False, validate_default=True)
+    api_secret: str = Field("", validation_alias="EXOSCALE_API_SECRET", repr=False, validate_default=True)
+
+    @field_validator("zone", mode="before")
+    @classmethod
+    def _zone(cls, v: Any, info: ValidationInfo) -> str:
+        zone = _text(v)
+        if not zone:
+            if not (info.context or {}).get("emulate"):
+                raise Problem("no Exoscale zone specified", key="EXOSCALE_ZONE")
+            return EMULATOR_ZONE
+        if not _ZONE_RE.match(zone):
+            raise Problem(f"{zone!r} is not a zone name (e.g. ch-gva-2)")
+        return zone
+
+    @field_validator("api_key", "api_secret", mode="before")
+    @classmethod
+    def _credential(cls, v: Any, info: ValidationInfo) -> str:
+        """read_secret strips, checks header-safety and registers the value for redaction everywhere;
+        no message quotes it."""
+        name, what, emulated = _CREDENTIALS[str(info.field_name)]
+        try:
+            value = read_secret({name: v}, name)
+            if not value:
+                if not (info.context or {}).get("emulate"):
+                    raise ConfigError(name, f"no Exoscale API {what} specified")
+                value = emulated
+            return credential(value, name)
+        except ConfigError as exc:
+            raise Problem(exc.problem, key=name) from None
+
+    @field_validator("api_environment", mode="before")
+    @classmethod
+    def _environment(cls, v: Any) -> str:
+        environment = _text(v) or DEFAULT_ENVIRONMENT
+        if not _ENV_RE.match(environment):
+            raise Problem(f"{environment!r} is not a host label (default 'api')")
+        return environment
+
+    @field_validator("api_endpoint", mode="before")
+    @classmethod
+    def _endpoint(cls, v: Any) -> str:
+        return str(checked(read_url, _text(v))) if _text(v) else ""
+
+
+#: the order the inputs were always checked in, each phase's problems told together: the YAML
+#: section's own keys, then the zone and the credentials (a first run learns every missing input at
+#: once), the API environment, the endpoint, and the standalone pools named in the environment
+_SECTION_FIELDS = frozenset(
+    {*TuningOptions.model_fields, "unbounded_max_size", "reserved", "operation_retries", "emulator"}
+)
+_PHASES = ({"zone", "api_key", "api_secret"}, {"api_environment"}, {"api_endpoint"}, {"instance_pools"})
 
 
 @dataclass(frozen=True)
@@ -287,78 +361,22 @@ def credential(value: str, key: str) -> str:
     return value
 
 
-def _pick(env: Mapping[str, str], var: str, opts: ExoscaleOptions, key: str) -> tuple[str, str]:
-    """(value, where it came from): the environment variable wins over the YAML key."""
-    if env.get(var, "").strip():
-        return env[var], var
-    return str(getattr(opts, key.replace("-", "_"))), f"exoscale.{key}"
-
-
 def load_config(ctx: ProviderContext) -> ExoscaleConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem."""
     if ctx.cloud_config is not None:
         raise ConfigError(
             "cloud-config", "the Exoscale provider has no cloud-config file (in-tree neither); use env vars"
         )
+    given = model_input(ExoscaleOptions, ctx.options, ctx.env)
     try:
-        opts = ExoscaleOptions.model_validate(ctx.options or {})
+        opts = ExoscaleOptions.model_validate(given, context={"emulate": ctx.emulate})
     except ValidationError as exc:
-        raise_all(problems(exc, lambda loc: dotted("exoscale", loc)))
-        raise
-    env = ctx.env
+        # pools named in the YAML are the section's own key; named in the environment, checked last
+        pools_phase = set() if "EXOSCALE_INSTANCE_POOLS" in given else {"instance_pools"}
+        where = where_in(ExoscaleOptions, "exoscale")
+        raise_by_phase(exc, where, ExoscaleOptions, [_SECTION_FIELDS | pools_phase, *_PHASES])
 
-    # the zone and both credentials are checked before any is reported: a first run learns every
-    # missing input at once
-    found: list[ConfigError] = []
-    zone, zone_where = _pick(env, "EXOSCALE_ZONE", opts, "zone")
-    zone = zone.strip()
-    if not zone:
-        if not ctx.emulate:
-            found.append(ConfigError("EXOSCALE_ZONE", "no Exoscale zone specified"))
-        zone = EMULATOR_ZONE
-    elif not _ZONE_RE.match(zone):
-        found.append(ConfigError(zone_where, f"{zone!r} is not a zone name (e.g. ch-gva-2)"))
-
-    # credentials come only from the environment (or secret files offered as env), as in-tree:
-    # never from the YAML file, which is not a Secret
-    # read_secret strips, checks header-safety and registers both for redaction everywhere
-    key_where, secret_where = "EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"
-    creds: dict[str, str] = {}
-    for where, what, fallback in (
-        (key_where, "key", EMULATOR_KEY),
-        (secret_where, "secret", EMULATOR_SECRET),
-    ):
-        try:
-            value = read_secret(env, where)
-            if not value.strip():
-                if not ctx.emulate:
-                    raise ConfigError(where, f"no Exoscale API {what} specified")
-                value = fallback
-            creds[where] = credential(value, where)
-        except ConfigError as exc:
-            found.append(exc)
-    raise_all(found)
-    key, secret = creds[key_where], creds[secret_where]
-
-    environment, env_where = _pick(env, "EXOSCALE_API_ENVIRONMENT", opts, "api-environment")
-    environment = environment.strip() or DEFAULT_ENVIRONMENT
-    if not _ENV_RE.match(environment):
-        raise ConfigError(env_where, f"{environment!r} is not a host label (default 'api')")
-    endpoint, endpoint_where = _pick(env, "EXOSCALE_API_ENDPOINT", opts, "api-endpoint")
-    endpoint = (
-        read_url(endpoint.strip(), endpoint_where)
-        if endpoint.strip()
-        else default_endpoint(environment, zone)
-    )
-
-    cluster, _ = _pick(env, "EXOSCALE_SKS_CLUSTER", opts, "sks-cluster")
-    if env.get("EXOSCALE_INSTANCE_POOLS", "").strip():
-        try:
-            pools = _names(env["EXOSCALE_INSTANCE_POOLS"])
-        except Problem as exc:
-            raise ConfigError("EXOSCALE_INSTANCE_POOLS", exc.problem) from None
-    else:
-        pools = opts.instance_pools
+    pools = opts.instance_pools
     if ctx.emulate and not pools and not ctx.nodes:
         pools = ("*",)  # the demo cloud's standalone pool joins the demo nodepools
 
@@ -369,11 +387,11 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         seen.add(spec.name)
 
     return ExoscaleConfig(
-        zone=zone,
-        api_key=key,
-        api_secret=secret,
-        endpoint=endpoint,
-        sks_cluster=cluster.strip(),
+        zone=opts.zone,
+        api_key=opts.api_key,
+        api_secret=opts.api_secret,
+        endpoint=opts.api_endpoint or default_endpoint(opts.api_environment, opts.zone),
+        sks_cluster=opts.sks_cluster,
         instance_pools=pools,
         specs=tuple(ctx.nodes),
         unbounded_max_size=opts.unbounded_max_size,
