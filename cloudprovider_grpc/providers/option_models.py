@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Annotated, Any, ClassVar, NoReturn
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
@@ -84,15 +84,15 @@ def raise_by_phase(
     where: Callable[[Loc], str],
     model: type[OptionSection],
     phases: Sequence[Collection[str]],
-) -> NoReturn:
+) -> None:
     """Raise the problems of the first phase (a set of fields) that has any, all of them at once: the
-    order in which a cloud always checked its inputs (an unknown key before everything)."""
+    order in which a cloud always checked its inputs (an unknown key before everything). Nothing
+    when no phase has a problem."""
     told = [
         (p, model.field_of(tuple(e["loc"]))) for p, e in zip(problems(exc, where), exc.errors(), strict=True)
     ]
     for phase in [{None}, *phases]:
         raise_all([problem for problem, name in told if name in phase])
-    raise told[0][0]
 
 
 def model_input(model: type[OptionSection], section: Any, env: Mapping[str, str]) -> Any:
@@ -102,7 +102,7 @@ def model_input(model: type[OptionSection], section: Any, env: Mapping[str, str]
     if section and not isinstance(section, Mapping):
         return section  # the model says "expected a mapping"
     names = model.env_names()
-    given = {(model.spell(k) if k in names else k): v for k, v in dict(section or {}).items()}
+    given = {(_Key(k) if k in names else k): v for k, v in dict(section or {}).items()}
     given.update({name: env[name] for name in names if env.get(name, "").strip()})
     return given
 
@@ -112,7 +112,7 @@ def where_in(model: type[OptionSection], prefix: str) -> Callable[[Loc], str]:
     its section's path (`vultr.emulator.pools[0].plan`)."""
 
     def where(loc: Loc) -> str:
-        if loc and str(loc[0]) in model.env_names():
+        if loc and not isinstance(loc[0], _Key) and str(loc[0]) in model.env_names():
             return dotted("", loc)
         return dotted(prefix, loc)
 
@@ -140,6 +140,11 @@ def told_in_order(
 
     fields = [model.field_of(tuple(err["loc"])) for err in exc.errors()]
     return sorted(zip(problems(exc, where), fields, strict=True), key=rank)
+
+
+class _Key(str):
+    """A name that is a YAML key, never an input read in a key's place, even when spelt like one (a
+    key spelt like an environment variable is an unknown key, named as one)."""
 
 
 class OptionSection(BaseModel):
@@ -172,12 +177,13 @@ class OptionSection(BaseModel):
     @classmethod
     def keys(cls) -> frozenset[str]:
         """The keys users write (the aliases in `spell` form; environment variables excluded)."""
-        return frozenset(name for name in _aliases(cls) if name == cls.spell(name))
+        return frozenset(name for name in _aliases(cls) if name == cls.spell(name) and " " not in name)
 
     @classmethod
     def env_names(cls) -> frozenset[str]:
-        """The environment variables read in place of a key."""
-        return frozenset(name for name in _aliases(cls) if name != cls.spell(name))
+        """The inputs read in place of a key: environment variables, and values a loader read from an
+        in-tree file (named as its errors name them: `cloud-config token`)."""
+        return frozenset(name for name in _aliases(cls) if name != cls.spell(name) or " " in name)
 
     @classmethod
     def field_of(cls, loc: Loc) -> str | None:
@@ -208,14 +214,16 @@ class OptionSection(BaseModel):
         env, known = cls.env_names(), cls.keys()
         given = {}
         for raw, value in data.items():
-            key = raw if raw in env else cls.spell(raw)
+            key = raw if raw in env and not isinstance(raw, _Key) else cls.spell(raw)
             if key not in env and key not in known:
-                raise Problem(cls.unknown(key), at=(str(raw) if cls.AS_WRITTEN else key,))
+                raise Problem(cls.unknown(key), at=(_Key(raw if cls.AS_WRITTEN else key),))
             given[key] = value
-        for name in cls.model_fields:  # a field given twice: its first spelling wins (the environment)
+        for name in cls.model_fields:  # a field given twice: its first spelling with a value wins
             present = [alias for alias in _aliases(cls, name) if alias in given]
-            for shadowed in present[1:]:
-                del given[shadowed]
+            winner = next((alias for alias in present if given[alias]), present[0] if present else None)
+            for shadowed in present:
+                if shadowed != winner:
+                    del given[shadowed]
         return given
 
 

@@ -375,6 +375,7 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         pools_phase = set() if "EXOSCALE_INSTANCE_POOLS" in given else {"instance_pools"}
         where = where_in(ExoscaleOptions, "exoscale")
         raise_by_phase(exc, where, ExoscaleOptions, [_SECTION_FIELDS | pools_phase, *_PHASES])
+        raise
 
     pools = opts.instance_pools
     if ctx.emulate and not pools and not ctx.nodes:

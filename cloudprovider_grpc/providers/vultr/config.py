@@ -16,8 +16,9 @@ Groups are discovered from the cluster on every Refresh (pools with `auto_scaler
 set to the pools it names, by pool id or label, and overrides their bounds. VKE refuses pools below
 one node (vultr/vultr-cloud-controller-manager#227), so a min of 0 is treated as 1 and reported.
 
-The YAML section is declared by `VultrOptions` (pydantic, on the shared types of option_models.py);
-`load_config` reads the file, the environment and --nodes around it.
+The YAML section, the environment variables and the file's values are declared by `VultrOptions`
+(pydantic, on the shared types of option_models.py: each variable and file value an alias of its
+key); `load_config` reads the file into the model's input and checks --nodes.
 """
 
 from __future__ import annotations
@@ -30,10 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cloudprovider_grpc.config.secrets import read_secret
-from cloudprovider_grpc.core.errors import ConfigError, raise_all
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
@@ -48,9 +58,10 @@ from cloudprovider_grpc.providers.option_models import (
     Seconds,
     TuningOptions,
     checked,
-    dotted,
+    model_input,
     non_empty_list,
-    problems,
+    raise_by_phase,
+    where_in,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, read_mapping, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
@@ -168,23 +179,82 @@ class EmulatorOptions(OptionSection):
 
 
 class VultrOptions(TuningOptions):
-    """The `vultr:` section of the YAML config."""
+    """The `vultr:` section of the YAML config, the environment variables and the in-tree file's
+    values (`cloud-config <key>`, read by `_read_cloud_config`), each read in a key's place: the
+    variable wins over the key, the key over the file (a key left empty does not hide the file's)."""
 
     SUGGEST = True
     AS_WRITTEN = True
     NULL_IS_EMPTY = True
 
-    cluster_id: str = ""
-    api_url: str = ""
+    cluster_id: str = Field(
+        "", validation_alias=AliasChoices("cluster-id", "cloud-config cluster_id"), validate_default=True
+    )
+    api_url: str = Field(
+        DEFAULT_API_URL, validation_alias=AliasChoices(API_URL_ENV, "api-url", "cloud-config api_url")
+    )
     reserved: Reserved = {}
     #: node pools per list page (the API's documented usual default)
     page_size: PositiveCount = 100
     emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = EmulatorOptions()
+    token: str = Field(
+        "",
+        validation_alias=AliasChoices(TOKEN_ENV, "cloud-config token"),
+        repr=False,
+        validate_default=True,
+    )
 
-    @field_validator("cluster_id", "api_url", mode="before")
+    @field_validator("cluster_id", mode="before")
     @classmethod
-    def _text(cls, value: Any) -> str:
-        return str(value or "")
+    def _cluster(cls, value: Any, info: ValidationInfo) -> str:
+        cluster_id = str(value or "").strip()
+        context = info.context or {}
+        if not cluster_id:
+            if not context.get("emulate") and not context.get("cloud_config"):
+                raise Problem(
+                    "no VKE cluster given: pass the in-tree cloud-config file (JSON with cluster_id and "
+                    "token) with --cloud-config, or set vultr.cluster_id in --config",
+                    key="--cloud-config",
+                )
+            if not context.get("emulate"):
+                # in-tree wording: "empty cluster ID was supplied"
+                raise Problem("empty cluster ID was supplied", key="cloud-config cluster_id")
+            cluster_id = EMULATOR_DEMO_CLUSTER
+        if not _CLUSTER_ID_RE.match(cluster_id):
+            raise Problem(f"{cluster_id!r} is not a VKE cluster id (a UUID)")
+        return cluster_id
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any, info: ValidationInfo) -> str:
+        """Through the shared secret reader: stripped, header-safe, masked in every log; no message
+        quotes it."""
+        try:
+            token = read_secret({TOKEN_ENV: value}, TOKEN_ENV)
+        except ConfigError as exc:
+            raise Problem(exc.problem) from None
+        if token:
+            return token
+        if not (info.context or {}).get("emulate"):
+            raise Problem(
+                f"empty token was supplied (set it in the cloud-config or {TOKEN_ENV})",
+                key="cloud-config token",
+            )
+        return EMULATOR_DEFAULT_TOKEN
+
+    @field_validator("api_url", mode="before")
+    @classmethod
+    def _api_url(cls, value: Any) -> str:
+        """Request paths are absolute (`/v2/...`), as in govultr; a base ending in /v2 is accepted."""
+        if not value:
+            return DEFAULT_API_URL
+        return str(checked(read_url, value)).removesuffix("v2/")
+
+
+#: the order the inputs were always checked in: the YAML section's own keys (every problem at
+#: once), the cloud-config file, then the cluster, the token and the API's address
+_SECTION_FIELDS = frozenset({*TuningOptions.model_fields, "reserved", "page_size", "emulator"})
+_PHASES = ({"cluster_id"}, {"token"}, {"api_url"})
 
 
 @dataclass(frozen=True)
@@ -238,12 +308,6 @@ def _read_cloud_config(path: Path, warnings: list[str]) -> dict[str, str]:
     return out
 
 
-def _api_url(value: str, where: str) -> str:
-    """Request paths are absolute (`/v2/...`), as in govultr; a base ending in /v2 is accepted."""
-    url = read_url(value, where)
-    return url.removesuffix("v2/")
-
-
 def _string_map(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in checked(read_mapping, value).items()}
 
@@ -251,50 +315,29 @@ def _string_map(value: Any) -> dict[str, str]:
 def load_config(ctx: ProviderContext) -> VultrConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem.
     No network I/O: the pools themselves are read from the cluster on each Refresh."""
-    try:
-        opts = VultrOptions.model_validate(ctx.options or {})
-    except ValidationError as exc:
-        raise_all(problems(exc, lambda loc: dotted("vultr", loc)))
-        raise
     warnings: list[str] = []
-    file = _read_cloud_config(ctx.cloud_config, warnings) if ctx.cloud_config is not None else {}
-    env = ctx.env
-
-    cluster_where = "vultr.cluster-id" if opts.cluster_id else "cloud-config cluster_id"
-    cluster_id = (opts.cluster_id or file.get("cluster_id") or "").strip()
-    if not cluster_id:
-        if not ctx.emulate and ctx.cloud_config is None:
-            raise ConfigError(
-                "--cloud-config",
-                "no VKE cluster given: pass the in-tree cloud-config file (JSON with cluster_id and "
-                "token) with --cloud-config, or set vultr.cluster_id in --config",
-            )
-        if not ctx.emulate:
-            # in-tree wording: "empty cluster ID was supplied"
-            raise ConfigError("cloud-config cluster_id", "empty cluster ID was supplied")
-        cluster_id = EMULATOR_DEMO_CLUSTER
-    if not _CLUSTER_ID_RE.match(cluster_id):
-        raise ConfigError(cluster_where, f"{cluster_id!r} is not a VKE cluster id (a UUID)")
-
-    # Both sources go through the shared secret reader: stripped, header-safe, masked in every log.
-    token = ctx.secret(TOKEN_ENV) or read_secret(
-        {"cloud-config token": file.get("token", "")}, "cloud-config token"
-    )
-    if not token:
-        if not ctx.emulate:
-            raise ConfigError(
-                "cloud-config token", f"empty token was supplied (set it in the cloud-config or {TOKEN_ENV})"
-            )
-        token = EMULATOR_DEFAULT_TOKEN
-
-    if env.get(API_URL_ENV, "").strip():
-        api_url = _api_url(env[API_URL_ENV], API_URL_ENV)
-    elif opts.api_url:
-        api_url = _api_url(opts.api_url, "vultr.api-url")
-    elif file.get("api_url"):
-        api_url = _api_url(file["api_url"], "cloud-config api_url")
-    else:
-        api_url = DEFAULT_API_URL
+    file: dict[str, str] = {}
+    file_problem = None
+    if ctx.cloud_config is not None:
+        try:
+            file = _read_cloud_config(ctx.cloud_config, warnings)
+        except ConfigError as exc:
+            file_problem = exc
+    given = model_input(VultrOptions, ctx.options, ctx.env)
+    if isinstance(given, dict):
+        given.update({f"cloud-config {key}": value for key, value in file.items()})
+    context = {"emulate": ctx.emulate, "cloud_config": ctx.cloud_config is not None}
+    try:
+        opts = VultrOptions.model_validate(given, context=context)
+    except ValidationError as exc:
+        where = where_in(VultrOptions, "vultr")
+        raise_by_phase(exc, where, VultrOptions, [_SECTION_FIELDS])
+        if file_problem is not None:
+            raise file_problem from None
+        raise_by_phase(exc, where, VultrOptions, _PHASES)
+        raise
+    if file_problem is not None:
+        raise file_problem
 
     for spec in ctx.nodes:
         if spec.min_size < VKE_MIN_POOL_NODES:
@@ -306,9 +349,9 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
             raise ConfigError(f"nodes ({spec.name})", "max size 0: a VKE pool always has at least 1 node")
 
     config = VultrConfig(
-        cluster_id=cluster_id,
-        token=token,
-        api_url=api_url,
+        cluster_id=opts.cluster_id,
+        token=opts.token,
+        api_url=opts.api_url,
         nodes=tuple(ctx.nodes),
         reserved=opts.reserved,
         tuning=opts.tuning(TUNING),
