@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, ValidationError
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 
 from cloudprovider_grpc.config import secrets
-from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
+from cloudprovider_grpc.core.errors import ConfigError, unknown_key
 from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
@@ -42,13 +42,13 @@ from cloudprovider_grpc.providers.option_models import (
     Problem,
     Reserved,
     Seconds,
-    Text,
     TuningOptions,
-    dotted,
-    problems,
+    model_input,
+    raise_by_phase,
+    where_in,
 )
 from cloudprovider_grpc.providers.options import ClientTuning
-from cloudprovider_grpc.providers.registry import ProviderContext
+from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +64,22 @@ RRSA_VARS = {
     "role_arn": ("ALIBABA_CLOUD_ROLE_ARN", "ALICLOUD_ROLE_ARN"),
     "session_name": ("ALIBABA_CLOUD_SESSION_NAME", "ALICLOUD_SESSION_NAME"),
 }
-#: gcfg variable (lower case, as gcfg matches names) -> the in-tree struct field it fills
-_FILE_KEYS = {
-    "regionid": "region",
-    "accesskeyid": "access_key_id",
-    "accesskeysecret": "access_key_secret",
-    "oidcproviderarn": "oidc_provider_arn",
-    "oidctokenfilepath": "oidc_token_file",
-    "rolearn": "role_arn",
-    "rolesessionname": "session_name",
-}
+#: the in-tree struct's gcfg variables (gcfg matches names in any case); a value read from the
+#: file is the model's input `cloud-config [global] <Name>`, named in errors as the file spells it
+_FILE_NAMES = (
+    "RegionId",
+    "AccessKeyID",
+    "AccessKeySecret",
+    "OIDCProviderARN",
+    "OIDCTokenFilePath",
+    "RoleARN",
+    "RoleSessionName",
+)
+_FILE_KEYS = {name.lower(): f"cloud-config [global] {name}" for name in _FILE_NAMES}
+#: the inputs that are not keys of the section: the --nodes values, and the credentials chosen
+#: from the variables and the file (names with a space: never a key)
+NODES = "--nodes values"
+CHOSEN = "the chosen credentials"
 _REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 _GROUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,127}$")
 _ARN_RE = re.compile(r"^acs:ram::[0-9A-Za-z]+:[a-z\-]+/.+$")
@@ -179,25 +185,143 @@ def _remove_policy(value: Any) -> str:
     return policy
 
 
+def _inputs(field: str) -> AliasChoices:
+    """A credential's inputs: its variables (the newer name first), then the file's value."""
+    names = (*RRSA_VARS.get(field, ()), *_CREDENTIAL_VARS.get(field, ()))
+    return AliasChoices(*names, _FILE_KEYS[_FILE_VARS[field].lower()])
+
+
+#: the AccessKey variables, and each credential's variable in the file
+_CREDENTIAL_VARS = {"access_key_id": ("ACCESS_KEY_ID",), "access_key_secret": ("ACCESS_KEY_SECRET",)}
+_FILE_VARS = {
+    "access_key_id": "AccessKeyID",
+    "access_key_secret": "AccessKeySecret",
+    "oidc_provider_arn": "OIDCProviderARN",
+    "oidc_token_file": "OIDCTokenFilePath",
+    "role_arn": "RoleARN",
+    "session_name": "RoleSessionName",
+}
+
+
+def _endpoint(variable: str, key: str) -> Any:
+    return Field("", validation_alias=AliasChoices(variable, key))
+
+
 class AliOptions(TuningOptions):
-    """The `alicloud:` section of the YAML config. The region and the endpoints are checked where
-    they are used: the environment wins over them (see `load_config`)."""
+    """The `alicloud:` section of the YAML config, the environment variables and the cloud-config
+    file's values (`cloud-config [global] <Name>`), each read in a key's place: the variable wins,
+    then the file, then the key. The credentials' inputs are kept as given (`Named`, so a problem
+    names where each came from) and the mode is chosen from them; the --nodes values become the
+    node groups."""
 
     NULL_IS_EMPTY = True
 
-    region: Text = ""
     remove_policy: Annotated[str, BeforeValidator(_remove_policy)] = "release"
     #: API endpoints instead of the Location service lookup (ALICLOUD_<PRODUCT>_ENDPOINT wins)
-    ess_endpoint: Text = ""
-    ecs_endpoint: Text = ""
-    vpc_endpoint: Text = ""
-    sts_endpoint: Text = ""
+    ess_endpoint: str = _endpoint("ALICLOUD_ESS_ENDPOINT", "ess-endpoint")
+    ecs_endpoint: str = _endpoint("ALICLOUD_ECS_ENDPOINT", "ecs-endpoint")
+    vpc_endpoint: str = _endpoint("ALICLOUD_VPC_ENDPOINT", "vpc-endpoint")
+    sts_endpoint: str = _endpoint("ALICLOUD_STS_ENDPOINT", "sts-endpoint")
     #: the ECS metadata server (METADATA_ENDPOINT wins)
-    metadata_endpoint: Text = ""
+    metadata_endpoint: str = Field(
+        "http://100.100.100.200/", validation_alias=AliasChoices("METADATA_ENDPOINT", "metadata-endpoint")
+    )
     #: groups discovered by ESS tags (an empty value matches any value); empty: only --nodes groups
     auto_discovery: Annotated[dict[str, str], BeforeValidator(_discovery)] = {}
     reserved: Reserved = {}
     emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = EmulatorOptions()
+    access_key_id: Any = Field("", validation_alias=_inputs("access_key_id"))
+    access_key_secret: Any = Field("", validation_alias=_inputs("access_key_secret"), repr=False)
+    oidc_provider_arn: Any = Field("", validation_alias=_inputs("oidc_provider_arn"))
+    oidc_token_file: Any = Field("", validation_alias=_inputs("oidc_token_file"))
+    role_arn: Any = Field("", validation_alias=_inputs("role_arn"))
+    session_name: Any = Field("", validation_alias=_inputs("session_name"), repr=False)
+    credentials: Credentials | None = Field(None, validation_alias=CHOSEN, validate_default=True)
+    region: str = Field(
+        "",
+        validation_alias=AliasChoices("REGION_ID", _FILE_KEYS["regionid"], "region"),
+        validate_default=True,
+    )
+    groups: tuple[GroupConfig, ...] = Field((), validation_alias=NODES, validate_default=True)
+
+    @field_validator("ess_endpoint", "ecs_endpoint", "vpc_endpoint", "sts_endpoint", mode="before")
+    @classmethod
+    def _api(cls, value: Any) -> str:
+        text = "" if value is None else str(value)
+        return _checked_url(text) if text else ""
+
+    @field_validator("metadata_endpoint", mode="before")
+    @classmethod
+    def _metadata(cls, value: Any) -> str:
+        text = "" if value is None else str(value)
+        return _checked_url(text) if text else "http://100.100.100.200/"
+
+    @field_validator("credentials", mode="before")
+    @classmethod
+    def _choose(cls, value: Any, info: ValidationInfo) -> Credentials:
+        def pick(field: str) -> tuple[str, str]:
+            given = info.data.get(field) or ""
+            default = (*RRSA_VARS.get(field, ()), *_CREDENTIAL_VARS.get(field, ()))[0]
+            return str(given), getattr(given, "name", default)
+
+        try:
+            return _credentials(pick, bool((info.context or {}).get("emulate")))
+        except ConfigError as exc:
+            raise Problem(exc.problem, key=exc.key) from None
+
+    @field_validator("region", mode="before")
+    @classmethod
+    def _region(cls, value: Any, info: ValidationInfo) -> str:
+        region = ("" if value is None else str(value)).strip()
+        if not region and (info.context or {}).get("emulate"):
+            region = EMULATOR_REGION
+        if region and not _REGION_RE.match(region):
+            raise Problem(
+                f"{region!r} is not a region id (e.g. cn-hangzhou)", key=getattr(value, "name", None)
+            )
+        creds = info.data.get("credentials")
+        if not region and creds is not None and creds.mode != "ecs-ram-role":
+            raise Problem(f"is required with {creds.mode} credentials and missing", key="REGION_ID")
+        return region
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _groups(cls, value: Any, info: ValidationInfo) -> tuple[GroupConfig, ...]:
+        try:
+            return _groups(
+                value or (), info.data.get("auto_discovery") or {}, bool((info.context or {}).get("emulate"))
+            )
+        except ConfigError as exc:
+            raise Problem(exc.problem, key=exc.key) from None
+
+
+#: the order the inputs were always checked in: the YAML section's own keys (every problem at
+#: once), the cloud-config file, the credentials, the region, --nodes, the endpoints, the metadata server
+_SECTION_FIELDS = frozenset(
+    {*TuningOptions.model_fields, "remove_policy", "auto_discovery", "reserved", "emulator"}
+)
+_PHASES = (
+    {"credentials"},
+    {"region"},
+    {"groups"},
+    {"ess_endpoint"},
+    {"ecs_endpoint"},
+    {"vpc_endpoint"},
+    {"sts_endpoint"},
+    {"metadata_endpoint"},
+)
+
+
+class Named(str):
+    """A value read in a key's place, with the name a problem of it is told under (`ACCESS_KEY_ID`,
+    `cloud-config [global] accesskeyid`)."""
+
+    name: str
+
+    def __new__(cls, value: str, name: str) -> Named:
+        named = super().__new__(cls, value)
+        named.name = name
+        return named
 
 
 @dataclass(frozen=True)
@@ -233,48 +357,47 @@ def _secret(value: str, key: str) -> str:
     return value
 
 
-def _url(value: str, where: str) -> str:
+def _checked_url(value: str) -> str:
     """An endpoint: a full http(s) URL, or a bare host[:port] (https is meant)."""
     value = value.strip()
     if "://" not in value:
         value = f"https://{value}"
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # a bracketed host that is no IPv6 address (`[]`)
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(where, f"{value!r} is not a host or an http(s) URL")
+        raise Problem(f"{value!r} is not a host or an http(s) URL")
     return value if value.endswith("/") else value + "/"
 
 
-def _read_cloud_config(path: Path) -> dict[str, tuple[str, str]]:
-    """field -> (value, key name) from the gcfg file's `[global]` section."""
+def _read_cloud_config(path: Path) -> dict[str, Named]:
+    """The gcfg file's `[global]` values, as the model's inputs (a blank one is not given)."""
     from cloudprovider_grpc.formats.gcfg import parse_gcfg
 
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError("cloud-config", f"cannot read {path}: {exc.strerror or exc}") from exc
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, Named] = {}
     for sec in parse_gcfg(text):
         if sec.name != "global" or sec.sub is not None:
             raise ConfigError(f"cloud-config {sec.label()}", "unknown section (only [global] is read)")
         for key, values in sec.values.items():
             where = f"cloud-config [global] {key}"
-            fld = _FILE_KEYS.get(key.lower())
-            if fld is None:
-                known = ("RegionId", "AccessKeyID", "AccessKeySecret", "OIDCProviderARN", "OIDCTokenFilePath")
-                raise unknown_key(where, key, (*known, "RoleARN", "RoleSessionName"))
-            out[fld] = (values[-1] if values else "", where)
+            alias = _FILE_KEYS.get(key.lower())
+            if alias is None:
+                raise unknown_key(where, key, _FILE_NAMES)
+            out.pop(alias, None)
+            if values and values[-1].strip():
+                out[alias] = Named(values[-1], where)
     return out
 
 
-def _credentials(env: Mapping[str, str], file: Mapping[str, tuple[str, str]], emulate: bool) -> Credentials:
-    def pick(fld: str, names: tuple[str, ...]) -> tuple[str, str]:
-        for name in names:
-            if env.get(name, "").strip():
-                return env[name], name
-        return file.get(fld, ("", names[0]))
-
-    ak, ak_key = pick("access_key_id", ("ACCESS_KEY_ID",))
-    sk, sk_key = pick("access_key_secret", ("ACCESS_KEY_SECRET",))
+def _credentials(pick: Callable[[str], tuple[str, str]], emulate: bool) -> Credentials:
+    """The first complete credential mode: (value, where it was given) of each input from `pick`."""
+    ak, ak_key = pick("access_key_id")
+    sk, sk_key = pick("access_key_secret")
     if ak.strip() or sk.strip():
         if not ak.strip():
             raise ConfigError("ACCESS_KEY_ID", "missing (ACCESS_KEY_SECRET is set)")
@@ -283,7 +406,7 @@ def _credentials(env: Mapping[str, str], file: Mapping[str, tuple[str, str]], em
         return Credentials(
             "access-key", _secret(ak, ak_key), _secret(sk, sk_key), source=f"{ak_key}/{sk_key}"
         )
-    rrsa = {fld: pick(fld, names) for fld, names in RRSA_VARS.items()}
+    rrsa = {fld: pick(fld) for fld in RRSA_VARS}
     given = [fld for fld, (value, _) in rrsa.items() if value.strip()]
     if given:
         missing = [RRSA_VARS[f][0] for f in RRSA_VARS if f not in given]
@@ -319,32 +442,13 @@ def _credentials(env: Mapping[str, str], file: Mapping[str, tuple[str, str]], em
     return Credentials("ecs-ram-role", source="ECS metadata server")
 
 
-def load_config(ctx: ProviderContext) -> AliConfig:
-    """Validate every input and build the configuration; raise ConfigError on the first problem."""
-    try:
-        opts = AliOptions.model_validate(ctx.options or {})
-    except ValidationError as exc:
-        raise_all(problems(exc, lambda loc: dotted("alicloud", loc)))
-        raise
-    env = ctx.env
-    file = _read_cloud_config(ctx.cloud_config) if ctx.cloud_config is not None else {}
-    creds = _credentials(env, file, ctx.emulate)
-
-    region, region_key = env.get("REGION_ID", "").strip(), "REGION_ID"
-    if not region and "region" in file:
-        region, region_key = file["region"][0].strip(), file["region"][1]
-    if not region and opts.region:
-        region, region_key = opts.region.strip(), "alicloud.region"
-    if not region and ctx.emulate:
-        region = EMULATOR_REGION
-    if region and not _REGION_RE.match(region):
-        raise ConfigError(region_key, f"{region!r} is not a region id (e.g. cn-hangzhou)")
-    if not region and creds.mode != "ecs-ram-role":
-        raise ConfigError("REGION_ID", f"is required with {creds.mode} credentials and missing")
-
+def _groups(
+    specs: Sequence[NodesSpec], discovery: Mapping[str, str], emulate: bool
+) -> tuple[GroupConfig, ...]:
+    """The --nodes groups (in-tree: the only source); with --emulate and none, the demo groups."""
     groups: list[GroupConfig] = []
     seen: set[str] = set()
-    for spec in ctx.nodes:
+    for spec in specs:
         if not _GROUP_ID_RE.match(spec.name):
             raise ConfigError(f"nodes ({spec.name})", "is not a scaling group id (e.g. asg-bp1...)")
         if spec.name in seen:
@@ -359,58 +463,72 @@ def load_config(ctx: ProviderContext) -> AliConfig:
                 name=spec.name,
             )
         )
-    discovery = opts.auto_discovery
-    demo = False
-    if not groups and not discovery:
-        if not ctx.emulate:
-            raise ConfigError(
-                "nodes",
-                "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree, "
-                "or alicloud.auto-discovery",
-            )
-        from cloudprovider_grpc.emulators.alicloud.seed import DEMO_GROUPS
+    if groups or discovery:
+        return tuple(groups)
+    if not emulate:
+        raise ConfigError(
+            "nodes",
+            "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree, "
+            "or alicloud.auto-discovery",
+        )
+    from cloudprovider_grpc.emulators.alicloud.seed import DEMO_GROUPS
 
-        demo = True
-        groups = [
-            GroupConfig(
-                id=g["ScalingGroupId"],
-                min_size=g["MinSize"],
-                max_size=g["MaxSize"],
-                debug=f"{g['ScalingGroupId']} ({g['MinSize']}:{g['MaxSize']})",
-                name=g["ScalingGroupName"],
-            )
-            for g in DEMO_GROUPS
-        ]
+    return tuple(
+        GroupConfig(
+            id=g["ScalingGroupId"],
+            min_size=g["MinSize"],
+            max_size=g["MaxSize"],
+            debug=f"{g['ScalingGroupId']} ({g['MinSize']}:{g['MaxSize']})",
+            name=g["ScalingGroupName"],
+        )
+        for g in DEMO_GROUPS
+    )
 
-    def endpoint(product: str) -> str:
-        env_key = f"ALICLOUD_{product.upper()}_ENDPOINT"
-        if env.get(env_key, "").strip():
-            return _url(env[env_key], env_key)
-        if given := getattr(opts, f"{product}_endpoint"):
-            return _url(given, f"alicloud.{product}-endpoint")
-        return ""
 
-    metadata = env.get("METADATA_ENDPOINT", "").strip()
-    metadata_key = "METADATA_ENDPOINT"
-    if not metadata and opts.metadata_endpoint:
-        metadata, metadata_key = opts.metadata_endpoint, "alicloud.metadata-endpoint"
-    metadata = _url(metadata, metadata_key) if metadata else "http://100.100.100.200/"
+def load_config(ctx: ProviderContext) -> AliConfig:
+    """Validate every input and build the configuration; raise ConfigError on the first problem."""
+    file: dict[str, Named] = {}
+    file_problem = None
+    if ctx.cloud_config is not None:
+        try:
+            file = _read_cloud_config(ctx.cloud_config)
+        except ConfigError as exc:
+            file_problem = exc
+    given = model_input(AliOptions, ctx.options, ctx.env)
+    if isinstance(given, dict):
+        inputs = AliOptions.env_names()
+        given = {k: Named(v, k) if k in inputs and isinstance(v, str) else v for k, v in given.items()}
+        given.update({**file, NODES: tuple(ctx.nodes)})
+    try:
+        opts = AliOptions.model_validate(given, context={"emulate": ctx.emulate})
+    except ValidationError as exc:
+        where = where_in(AliOptions, "alicloud")
+        raise_by_phase(exc, where, AliOptions, [_SECTION_FIELDS])
+        if file_problem is not None:
+            raise file_problem from None
+        raise_by_phase(exc, where, AliOptions, _PHASES)
+        raise
+    if file_problem is not None:
+        raise file_problem
+    creds = opts.credentials or Credentials("ecs-ram-role")
+    metadata = opts.metadata_endpoint
+    demo = not ctx.nodes and not opts.auto_discovery
 
     config = AliConfig(
-        groups=tuple(groups),
+        groups=opts.groups,
         credentials=creds,
-        region=region,
-        ess_endpoint=endpoint("ess"),
-        ecs_endpoint=endpoint("ecs"),
-        vpc_endpoint=endpoint("vpc"),
-        sts_endpoint=endpoint("sts"),
+        region=opts.region,
+        ess_endpoint=opts.ess_endpoint,
+        ecs_endpoint=opts.ecs_endpoint,
+        vpc_endpoint=opts.vpc_endpoint,
+        sts_endpoint=opts.sts_endpoint,
         metadata_endpoint=metadata,
         remove_policy=opts.remove_policy,
         reserved=opts.reserved,
         tuning=opts.tuning(TUNING),
         emulator=opts.emulator,
         demo_groups=demo,
-        discovery_tags=discovery,
+        discovery_tags=opts.auto_discovery,
     )
     if creds.mode == "ecs-ram-role":
         # the last resort, chosen silently in-tree: say so, or a Refresh failing against the metadata
