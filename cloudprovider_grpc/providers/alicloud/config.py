@@ -16,15 +16,17 @@ section) instead of the
 Location service lookup, and stricter validation: a credential mode given in part is an error
 naming the missing variable (in-tree silently fell through to the next mode).
 
-The YAML section is declared by `AliOptions` (pydantic, on the shared types of option_models.py);
-`load_config` reads the environment, the cloud-config file and --nodes around it.
+The YAML section, the environment variables, the cloud-config file's values and --nodes are the
+inputs of one model, `AliOptions` (pydantic, on the shared types of option_models.py: each variable
+and file value an alias of its key); the credential mode is chosen from them by
+credential_modes.py. `load_config` reads the file into the model's input.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,8 +34,12 @@ from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 
-from cloudprovider_grpc.config import secrets
 from cloudprovider_grpc.core.errors import ConfigError, unknown_key
+from cloudprovider_grpc.providers.alicloud.credential_modes import (
+    RRSA_VARS,
+    Credentials,
+    choose_credentials,
+)
 from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
@@ -52,18 +58,9 @@ from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 
 log = logging.getLogger(__name__)
 
-#: AK/SK and region used with --emulate when the environment names no credentials
-EMULATOR_ACCESS_KEY_ID = "LTAI5tEmulatorAccessKey"
-EMULATOR_ACCESS_KEY_SECRET = "emulator-access-key-secret"
+#: the region used with --emulate when none is given
 EMULATOR_REGION = "cn-hangzhou"
 
-#: (new name, old name) of each RRSA variable (in-tree alicloud_cloud_config.go)
-RRSA_VARS = {
-    "oidc_provider_arn": ("ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "ALICLOUD_OIDC_PROVIDER_ARN"),
-    "oidc_token_file": ("ALIBABA_CLOUD_OIDC_TOKEN_FILE", "ALICLOUD_OIDC_TOKEN_FILE_PATH"),
-    "role_arn": ("ALIBABA_CLOUD_ROLE_ARN", "ALICLOUD_ROLE_ARN"),
-    "session_name": ("ALIBABA_CLOUD_SESSION_NAME", "ALICLOUD_SESSION_NAME"),
-}
 #: the in-tree struct's gcfg variables (gcfg matches names in any case); a value read from the
 #: file is the model's input `cloud-config [global] <Name>`, named in errors as the file spells it
 _FILE_NAMES = (
@@ -82,7 +79,6 @@ NODES = "--nodes values"
 CHOSEN = "the chosen credentials"
 _REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 _GROUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,127}$")
-_ARN_RE = re.compile(r"^acs:ram::[0-9A-Za-z]+:[a-z\-]+/.+$")
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a new ESS instance
 #: stays `Pending` this long. Alibaba Cloud publishes no figure for an ECS instance to start and join
 #: (research notes have none); 120 s is this project's assumption, stated in every report that uses it.
@@ -93,21 +89,6 @@ REMOVE_POLICIES = ("release", "recycle")
 
 #: HTTP client defaults (ESS throttles per account with `x-acs-retry-after`; ours only smooths bursts)
 TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=20.0)
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """The credential mode and its inputs (secrets never in the repr)."""
-
-    mode: str  # "access-key" | "rrsa" | "ecs-ram-role"
-    access_key_id: str = ""
-    access_key_secret: str = field(default="", repr=False)
-    oidc_provider_arn: str = ""
-    oidc_token_file: Path | None = None
-    role_arn: str = ""
-    session_name: str = ""
-    #: where each input came from, for messages
-    source: str = ""
 
 
 def _stock(value: Any) -> dict[str, int]:
@@ -265,7 +246,7 @@ class AliOptions(TuningOptions):
             return str(given), getattr(given, "name", default)
 
         try:
-            return _credentials(pick, bool((info.context or {}).get("emulate")))
+            return choose_credentials(pick, bool((info.context or {}).get("emulate")))
         except ConfigError as exc:
             raise Problem(exc.problem, key=exc.key) from None
 
@@ -345,18 +326,6 @@ class AliConfig:
     discovery_tags: Mapping[str, str] = field(default_factory=dict)
 
 
-def _secret(value: str, key: str) -> str:
-    """Stripped of surrounding whitespace (a Secret file's trailing newline), header-safe, and
-    registered so no log line, status message or metric can carry it (cloudprovider_grpc.config.secrets)."""
-    secrets.register(value)
-    value = value.strip()
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise ConfigError(key, "contains control characters (a line break inside the value?)")
-    if not value.isascii():
-        raise ConfigError(key, "contains non-ASCII characters")
-    return value
-
-
 def _checked_url(value: str) -> str:
     """An endpoint: a full http(s) URL, or a bare host[:port] (https is meant)."""
     value = value.strip()
@@ -392,54 +361,6 @@ def _read_cloud_config(path: Path) -> dict[str, Named]:
             if values and values[-1].strip():
                 out[alias] = Named(values[-1], where)
     return out
-
-
-def _credentials(pick: Callable[[str], tuple[str, str]], emulate: bool) -> Credentials:
-    """The first complete credential mode: (value, where it was given) of each input from `pick`."""
-    ak, ak_key = pick("access_key_id")
-    sk, sk_key = pick("access_key_secret")
-    if ak.strip() or sk.strip():
-        if not ak.strip():
-            raise ConfigError("ACCESS_KEY_ID", "missing (ACCESS_KEY_SECRET is set)")
-        if not sk.strip():
-            raise ConfigError("ACCESS_KEY_SECRET", "missing (ACCESS_KEY_ID is set)")
-        return Credentials(
-            "access-key", _secret(ak, ak_key), _secret(sk, sk_key), source=f"{ak_key}/{sk_key}"
-        )
-    rrsa = {fld: pick(fld) for fld in RRSA_VARS}
-    given = [fld for fld, (value, _) in rrsa.items() if value.strip()]
-    if given:
-        missing = [RRSA_VARS[f][0] for f in RRSA_VARS if f not in given]
-        if missing:
-            raise ConfigError(
-                missing[0], f"missing: RRSA needs all of {', '.join(v[0] for v in RRSA_VARS.values())}"
-            )
-        arn, arn_key = rrsa["oidc_provider_arn"]
-        role, role_key = rrsa["role_arn"]
-        for value, key in ((arn, arn_key), (role, role_key)):
-            if not _ARN_RE.match(value.strip()):
-                raise ConfigError(key, f"{value.strip()!r} is not an ARN (acs:ram::<account>:<type>/<name>)")
-        token_file, token_key = rrsa["oidc_token_file"]
-        path = Path(token_file.strip())
-        if not emulate and not path.is_file():
-            raise ConfigError(token_key, f"{str(path)!r} is not a file (the projected service account token)")
-        session, session_key = rrsa["session_name"]
-        session = _secret(session, session_key)
-        if not re.fullmatch(r"[\w.@-]{2,64}", session):
-            raise ConfigError(session_key, f"{session!r}: 2-64 letters, digits, '.', '@', '-', '_'")
-        return Credentials(
-            "rrsa",
-            oidc_provider_arn=arn.strip(),
-            oidc_token_file=path,
-            role_arn=role.strip(),
-            session_name=session,
-            source="RRSA environment",
-        )
-    if emulate:
-        return Credentials(
-            "access-key", EMULATOR_ACCESS_KEY_ID, EMULATOR_ACCESS_KEY_SECRET, source="emulator default"
-        )
-    return Credentials("ecs-ram-role", source="ECS metadata server")
 
 
 def _groups(

@@ -19,12 +19,14 @@ from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator, seed
 from cloudprovider_grpc.providers.alicloud.client import AliClient, default_endpoint
 from cloudprovider_grpc.providers.alicloud.config import (
-    EMULATOR_ACCESS_KEY_ID,
-    EMULATOR_ACCESS_KEY_SECRET,
     EMULATOR_REGION,
     AliConfig,
     EmulatorOptions,
     load_config,
+)
+from cloudprovider_grpc.providers.alicloud.credential_modes import (
+    EMULATOR_ACCESS_KEY_ID,
+    EMULATOR_ACCESS_KEY_SECRET,
 )
 from cloudprovider_grpc.providers.alicloud.credentials import (
     CredentialSource,
