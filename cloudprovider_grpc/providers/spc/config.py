@@ -41,15 +41,14 @@ from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
     EmulatorRate,
-    Loc,
     OptionSection,
     Problem,
     Reserved,
     Seconds,
     Timeout,
     TuningOptions,
-    dotted,
     told_in_order,
+    where_in,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -317,13 +316,6 @@ def options_input(ctx: ProviderContext) -> dict[str, Any]:
     return given
 
 
-def _where(loc: Loc) -> str:
-    """An environment variable is named as it is; a key with its `spc.` path."""
-    if loc and str(loc[0]) in SpcOptions.env_names():
-        return dotted("", loc)
-    return dotted("spc", loc)
-
-
 def _group_sources(
     ctx: ProviderContext, given: Mapping[str, Any]
 ) -> tuple[tuple[Mapping[str, Any], ...] | None, tuple[Gen1Group, ...], tuple[tuple[int, int, str], ...]]:
@@ -349,7 +341,7 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
     try:
         options = SpcOptions.model_validate(given, context={"emulate": ctx.emulate})
     except ValidationError as exc:
-        told = told_in_order(exc, _where, SpcOptions)
+        told = told_in_order(exc, where_in(SpcOptions, "spc"), SpcOptions)
         if told[0][1] is None:
             raise told[0][0] from None
         raise_all([problem for problem, name in told if name in SpcOptions.REQUIRED])
