@@ -19,7 +19,7 @@ naming the missing variable (in-tree silently fell through to the next mode).
 The YAML section, the environment variables, the cloud-config file's values and --nodes are the
 inputs of one model, `AliOptions` (pydantic, on the shared types of option_models.py: each variable
 and file value an alias of its key); the credential mode is chosen from them by
-credential_modes.py. `load_config` reads the file into the model's input.
+credentials.py. `load_config` reads the file into the model's input.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 
 from cloudprovider_grpc.core.errors import ConfigError, unknown_key
-from cloudprovider_grpc.providers.alicloud.credential_modes import (
+from cloudprovider_grpc.providers.alicloud.credentials import (
     RRSA_VARS,
     Credentials,
     choose_credentials,

@@ -24,11 +24,9 @@ from cloudprovider_grpc.providers.alicloud.config import (
     EmulatorOptions,
     load_config,
 )
-from cloudprovider_grpc.providers.alicloud.credential_modes import (
+from cloudprovider_grpc.providers.alicloud.credentials import (
     EMULATOR_ACCESS_KEY_ID,
     EMULATOR_ACCESS_KEY_SECRET,
-)
-from cloudprovider_grpc.providers.alicloud.credentials import (
     CredentialSource,
     MetadataCredentials,
     OidcCredentials,
