@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
@@ -93,6 +93,36 @@ def raise_by_phase(
     ]
     for phase in [{None}, *phases]:
         raise_all([problem for problem, name in told if name in phase])
+
+
+M = TypeVar("M", bound="OptionSection")
+
+
+def validated(
+    model: type[M],
+    given: Any,
+    prefix: str,
+    *,
+    context: Mapping[str, Any],
+    section: Collection[str],
+    phases: Sequence[Collection[str]],
+    file_problem: ConfigError | None = None,
+) -> M:
+    """`given` validated by `model`, its problems told in the order a cloud always checked its
+    inputs: an unknown key, the section's own keys (`section`, every problem at once), the problem
+    of the in-tree file a loader could not read (`file_problem`), then each of `phases`."""
+    try:
+        options = model.model_validate(given, context=dict(context))
+    except ValidationError as exc:
+        where = where_in(model, prefix)
+        raise_by_phase(exc, where, model, [section])
+        if file_problem is not None:
+            raise file_problem from None
+        raise_by_phase(exc, where, model, phases)
+        raise
+    if file_problem is not None:
+        raise file_problem
+    return options
 
 
 def model_input(model: type[OptionSection], section: Any, env: Mapping[str, str]) -> Any:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationInfo, field_validator
 
 from cloudprovider_grpc.core.errors import ConfigError, unknown_key
 from cloudprovider_grpc.providers.alicloud.credentials import (
@@ -50,8 +50,7 @@ from cloudprovider_grpc.providers.option_models import (
     Seconds,
     TuningOptions,
     model_input,
-    raise_by_phase,
-    where_in,
+    validated,
 )
 from cloudprovider_grpc.providers.options import ClientTuning
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
@@ -420,17 +419,15 @@ def load_config(ctx: ProviderContext) -> AliConfig:
         inputs = AliOptions.env_names()
         given = {k: Named(v, k) if k in inputs and isinstance(v, str) else v for k, v in given.items()}
         given.update({**file, NODES: tuple(ctx.nodes)})
-    try:
-        opts = AliOptions.model_validate(given, context={"emulate": ctx.emulate})
-    except ValidationError as exc:
-        where = where_in(AliOptions, "alicloud")
-        raise_by_phase(exc, where, AliOptions, [_SECTION_FIELDS])
-        if file_problem is not None:
-            raise file_problem from None
-        raise_by_phase(exc, where, AliOptions, _PHASES)
-        raise
-    if file_problem is not None:
-        raise file_problem
+    opts = validated(
+        AliOptions,
+        given,
+        "alicloud",
+        context={"emulate": ctx.emulate},
+        section=_SECTION_FIELDS,
+        phases=_PHASES,
+        file_problem=file_problem,
+    )
     creds = opts.credentials or Credentials("ecs-ram-role")
     metadata = opts.metadata_endpoint
     demo = not ctx.nodes and not opts.auto_discovery

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationInfo, field_validator
 
 from cloudprovider_grpc.config.secrets import read_secret
 from cloudprovider_grpc.core.errors import ConfigError
@@ -42,8 +42,7 @@ from cloudprovider_grpc.providers.option_models import (
     checked,
     model_input,
     non_empty_list,
-    raise_by_phase,
-    where_in,
+    validated,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
@@ -368,14 +367,16 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
             "cloud-config", "the Exoscale provider has no cloud-config file (in-tree neither); use env vars"
         )
     given = model_input(ExoscaleOptions, ctx.options, ctx.env)
-    try:
-        opts = ExoscaleOptions.model_validate(given, context={"emulate": ctx.emulate})
-    except ValidationError as exc:
-        # pools named in the YAML are the section's own key; named in the environment, checked last
-        pools_phase = set() if "EXOSCALE_INSTANCE_POOLS" in given else {"instance_pools"}
-        where = where_in(ExoscaleOptions, "exoscale")
-        raise_by_phase(exc, where, ExoscaleOptions, [_SECTION_FIELDS | pools_phase, *_PHASES])
-        raise
+    # pools named in the YAML are the section's own key; named in the environment, checked last
+    pools_phase = set() if "EXOSCALE_INSTANCE_POOLS" in given else {"instance_pools"}
+    opts = validated(
+        ExoscaleOptions,
+        given,
+        "exoscale",
+        context={"emulate": ctx.emulate},
+        section=_SECTION_FIELDS | pools_phase,
+        phases=_PHASES,
+    )
 
     pools = opts.instance_pools
     if ctx.emulate and not pools and not ctx.nodes:

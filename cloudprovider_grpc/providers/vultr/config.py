@@ -36,7 +36,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -60,8 +59,7 @@ from cloudprovider_grpc.providers.option_models import (
     checked,
     model_input,
     non_empty_list,
-    raise_by_phase,
-    where_in,
+    validated,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, read_mapping, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
@@ -326,18 +324,15 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
     given = model_input(VultrOptions, ctx.options, ctx.env)
     if isinstance(given, dict):
         given.update({f"cloud-config {key}": value for key, value in file.items()})
-    context = {"emulate": ctx.emulate, "cloud_config": ctx.cloud_config is not None}
-    try:
-        opts = VultrOptions.model_validate(given, context=context)
-    except ValidationError as exc:
-        where = where_in(VultrOptions, "vultr")
-        raise_by_phase(exc, where, VultrOptions, [_SECTION_FIELDS])
-        if file_problem is not None:
-            raise file_problem from None
-        raise_by_phase(exc, where, VultrOptions, _PHASES)
-        raise
-    if file_problem is not None:
-        raise file_problem
+    opts = validated(
+        VultrOptions,
+        given,
+        "vultr",
+        context={"emulate": ctx.emulate, "cloud_config": ctx.cloud_config is not None},
+        section=_SECTION_FIELDS,
+        phases=_PHASES,
+        file_problem=file_problem,
+    )
 
     for spec in ctx.nodes:
         if spec.min_size < VKE_MIN_POOL_NODES:
