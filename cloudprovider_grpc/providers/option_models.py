@@ -9,8 +9,11 @@ The words a user reads are the project's, not pydantic's: a validator raises `Pr
 CLI prints, the key found from the error's location by the cloud's own `where` (a value read from
 a cloud-config file is named by its file section, one from the environment by its variable);
 `problems` gives every problem at once, `told_in_order`/`first_problem` the order a cloud always
-told them in. How an unknown key is worded (`UNKNOWN`, `SUGGEST`, `AS_WRITTEN`) is each model's
-choice, so every cloud keeps its words. The shared value types (`Seconds`, `Timeout`,
+told them in, `validated` the phases a cloud always checked them in (`raise_by_phase`). A value
+a loader read from an in-tree file is one more alias, named as its errors name it (`cloud-config
+token`); `model_input` gathers the section and the variables, `where_in` names a location. How an
+unknown key is worded (`UNKNOWN`, `SUGGEST`, `AS_WRITTEN`) is each model's choice, so every cloud
+keeps its words. The shared value types (`Seconds`, `Timeout`,
 `EmulatorRate`, `Count`, `Counts`, `Reserved`, ...) and `TuningOptions` reuse providers/options.py's
 readers, so their words are the same for every cloud.
 """
@@ -119,6 +122,7 @@ def validated(
         if file_problem is not None:
             raise file_problem from None
         raise_by_phase(exc, where, model, phases)
+        raise_all(problems(exc, where))  # a field of no phase: told all the same
         raise
     if file_problem is not None:
         raise file_problem
