@@ -16,66 +16,68 @@ section) instead of the
 Location service lookup, and stricter validation: a credential mode given in part is an error
 naming the missing variable (in-tree silently fell through to the next mode).
 
-The YAML section is declared by `AliOptions` (pydantic, on the shared types of option_models.py);
-`load_config` reads the environment, the cloud-config file and --nodes around it.
+The YAML section, the environment variables, the cloud-config file's values and --nodes are the
+inputs of one model, `AliOptions` (pydantic, on the shared types of option_models.py: each variable
+and file value an alias of its key); the credential mode is chosen from them by
+credentials.py. `load_config` reads the file into the model's input.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, ValidationError
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationInfo, field_validator
 
-from cloudprovider_grpc.config import secrets
-from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
+from cloudprovider_grpc.core.errors import ConfigError, unknown_key
+from cloudprovider_grpc.providers.alicloud.credentials import (
+    RRSA_VARS,
+    Credentials,
+    choose_credentials,
+)
 from cloudprovider_grpc.providers.driver import GroupConfig
-from cloudprovider_grpc.providers.option_sections import (
-    EMPTY_IS_DEFAULT,
-    NonNegative,
-    OptionalRate,
+from cloudprovider_grpc.providers.option_models import (
+    OR_DEFAULTS,
+    EmulatorRate,
+    OptionSection,
+    Problem,
     Reserved,
-    Section,
-    Text,
-    TunedSection,
-    problem,
-    section_problems,
+    Seconds,
+    TuningOptions,
+    model_input,
+    validated,
 )
 from cloudprovider_grpc.providers.options import ClientTuning
-from cloudprovider_grpc.providers.registry import ProviderContext
+from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 
 log = logging.getLogger(__name__)
 
-#: AK/SK and region used with --emulate when the environment names no credentials
-EMULATOR_ACCESS_KEY_ID = "LTAI5tEmulatorAccessKey"
-EMULATOR_ACCESS_KEY_SECRET = "emulator-access-key-secret"
+#: the region used with --emulate when none is given
 EMULATOR_REGION = "cn-hangzhou"
 
-#: (new name, old name) of each RRSA variable (in-tree alicloud_cloud_config.go)
-RRSA_VARS = {
-    "oidc_provider_arn": ("ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "ALICLOUD_OIDC_PROVIDER_ARN"),
-    "oidc_token_file": ("ALIBABA_CLOUD_OIDC_TOKEN_FILE", "ALICLOUD_OIDC_TOKEN_FILE_PATH"),
-    "role_arn": ("ALIBABA_CLOUD_ROLE_ARN", "ALICLOUD_ROLE_ARN"),
-    "session_name": ("ALIBABA_CLOUD_SESSION_NAME", "ALICLOUD_SESSION_NAME"),
-}
-#: gcfg variable (lower case, as gcfg matches names) -> the in-tree struct field it fills
-_FILE_KEYS = {
-    "regionid": "region",
-    "accesskeyid": "access_key_id",
-    "accesskeysecret": "access_key_secret",
-    "oidcproviderarn": "oidc_provider_arn",
-    "oidctokenfilepath": "oidc_token_file",
-    "rolearn": "role_arn",
-    "rolesessionname": "session_name",
-}
+#: the in-tree struct's gcfg variables (gcfg matches names in any case); a value read from the
+#: file is the model's input `cloud-config [global] <Name>`, named in errors as the file spells it
+_FILE_NAMES = (
+    "RegionId",
+    "AccessKeyID",
+    "AccessKeySecret",
+    "OIDCProviderARN",
+    "OIDCTokenFilePath",
+    "RoleARN",
+    "RoleSessionName",
+)
+_FILE_KEYS = {name.lower(): f"cloud-config [global] {name}" for name in _FILE_NAMES}
+#: the inputs that are not keys of the section: the --nodes values, and the credentials chosen
+#: from the variables and the file (names with a space: never a key)
+NODES = "--nodes values"
+CHOSEN = "the chosen credentials"
 _REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 _GROUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,127}$")
-_ARN_RE = re.compile(r"^acs:ram::[0-9A-Za-z]+:[a-z\-]+/.+$")
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a new ESS instance
 #: stays `Pending` this long. Alibaba Cloud publishes no figure for an ECS instance to start and join
 #: (research notes have none); 120 s is this project's assumption, stated in every report that uses it.
@@ -88,53 +90,38 @@ REMOVE_POLICIES = ("release", "recycle")
 TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=20.0)
 
 
-@dataclass(frozen=True)
-class Credentials:
-    """The credential mode and its inputs (secrets never in the repr)."""
-
-    mode: str  # "access-key" | "rrsa" | "ecs-ram-role"
-    access_key_id: str = ""
-    access_key_secret: str = field(default="", repr=False)
-    oidc_provider_arn: str = ""
-    oidc_token_file: Path | None = None
-    role_arn: str = ""
-    session_name: str = ""
-    #: where each input came from, for messages
-    source: str = ""
-
-
 def _stock(value: Any) -> dict[str, int]:
     raw = {"*": value} if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(raw, Mapping):
-        raise problem("expected a number or {instance-type: quantity}")
+        raise Problem("expected a number or {instance-type: quantity}")
     for t, q in raw.items():
         if not isinstance(q, int) or isinstance(q, bool) or q < 0:
-            raise problem(f"expected a non-negative integer, got {q!r}", f".{t}")
+            raise Problem(f"expected a non-negative integer, got {q!r}", at=(str(t),))
     return {str(t): q for t, q in raw.items()}
 
 
 def _sts_duration(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise problem(f"expected a positive integer, got {value!r}")
+        raise Problem(f"expected a positive integer, got {value!r}")
     return value
 
 
 def _instance_types(value: Any) -> dict[str, str]:
     types = value or {}
     if not isinstance(types, Mapping) or not all(isinstance(v, str) and v for v in types.values()):
-        raise problem("expected {scaling-group-id: instance-type}")
+        raise Problem("expected {scaling-group-id: instance-type}")
     return {str(k): str(v) for k, v in types.items()}
 
 
-class EmulatorOptions(Section):
+class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (`alicloud.emulator`; providers/alicloud/wiring.py)."""
 
-    SUGGEST = False
+    NULL_IS_EMPTY = True
 
-    pending_seconds: NonNegative = 5.0
-    removing_seconds: NonNegative = 3.0
-    activity_seconds: NonNegative = 1.0
-    rate_limit: OptionalRate = None
+    pending_seconds: Seconds = 5.0
+    removing_seconds: Seconds = 3.0
+    activity_seconds: Seconds = 1.0
+    rate_limit: EmulatorRate = None
     #: instance type -> instances the emulated region can still create ("*": any type); a number
     #: alone is the stock of any type
     stock: Annotated[dict[str, int], BeforeValidator(_stock)] = {"*": 1000}
@@ -155,48 +142,166 @@ def _discovery(value: Any) -> dict[str, str]:
     if isinstance(value, str):
         kind, _, rest = value.strip().partition(":")
         if kind != "asg" or not rest.startswith("tag="):
-            raise problem(f"{value!r} is not asg:tag=<key>[=<value>],...")
+            raise Problem(f"{value!r} is not asg:tag=<key>[=<value>],...")
         for item in rest.removeprefix("tag=").split(","):
             key, _, tag_value = item.strip().partition("=")
             tags[key] = tag_value
     elif isinstance(value, Mapping) and set(value) == {"tags"} and isinstance(value["tags"], Mapping):
         tags = {str(k): "" if v is None else str(v) for k, v in value["tags"].items()}
     else:
-        raise problem("expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
+        raise Problem("expected asg:tag=<key>[=<value>],... or {tags: {key: value}}")
     if not tags or len(tags) > 20:
-        raise problem("give 1 to 20 tags")
+        raise Problem("give 1 to 20 tags")
     for key in tags:
         if not _TAG_KEY_RE.match(key):
-            raise problem(f"{key!r} is not a tag key")
+            raise Problem(f"{key!r} is not a tag key")
     return tags
 
 
 def _remove_policy(value: Any) -> str:
     policy = str(value).strip()
     if policy not in REMOVE_POLICIES:
-        raise problem(f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
+        raise Problem(f"{policy!r} is not one of {', '.join(REMOVE_POLICIES)}")
     return policy
 
 
-class AliOptions(TunedSection):
-    """The `alicloud:` section of the YAML config. The region and the endpoints are checked where
-    they are used: the environment wins over them (see `load_config`)."""
+def _inputs(field: str) -> AliasChoices:
+    """A credential's inputs: its variables (the newer name first), then the file's value."""
+    names = (*RRSA_VARS.get(field, ()), *_CREDENTIAL_VARS.get(field, ()))
+    return AliasChoices(*names, _FILE_KEYS[_FILE_VARS[field].lower()])
 
-    SUGGEST = False
 
-    region: Text = ""
+#: the AccessKey variables, and each credential's variable in the file
+_CREDENTIAL_VARS = {"access_key_id": ("ACCESS_KEY_ID",), "access_key_secret": ("ACCESS_KEY_SECRET",)}
+_FILE_VARS = {
+    "access_key_id": "AccessKeyID",
+    "access_key_secret": "AccessKeySecret",
+    "oidc_provider_arn": "OIDCProviderARN",
+    "oidc_token_file": "OIDCTokenFilePath",
+    "role_arn": "RoleARN",
+    "session_name": "RoleSessionName",
+}
+
+
+def _endpoint(variable: str, key: str) -> Any:
+    return Field("", validation_alias=AliasChoices(variable, key))
+
+
+class AliOptions(TuningOptions):
+    """The `alicloud:` section of the YAML config, the environment variables and the cloud-config
+    file's values (`cloud-config [global] <Name>`), each read in a key's place: the variable wins,
+    then the file, then the key. The credentials' inputs are kept as given (`Named`, so a problem
+    names where each came from) and the mode is chosen from them; the --nodes values become the
+    node groups."""
+
+    NULL_IS_EMPTY = True
+
     remove_policy: Annotated[str, BeforeValidator(_remove_policy)] = "release"
     #: API endpoints instead of the Location service lookup (ALICLOUD_<PRODUCT>_ENDPOINT wins)
-    ess_endpoint: Text = ""
-    ecs_endpoint: Text = ""
-    vpc_endpoint: Text = ""
-    sts_endpoint: Text = ""
+    ess_endpoint: str = _endpoint("ALICLOUD_ESS_ENDPOINT", "ess-endpoint")
+    ecs_endpoint: str = _endpoint("ALICLOUD_ECS_ENDPOINT", "ecs-endpoint")
+    vpc_endpoint: str = _endpoint("ALICLOUD_VPC_ENDPOINT", "vpc-endpoint")
+    sts_endpoint: str = _endpoint("ALICLOUD_STS_ENDPOINT", "sts-endpoint")
     #: the ECS metadata server (METADATA_ENDPOINT wins)
-    metadata_endpoint: Text = ""
+    metadata_endpoint: str = Field(
+        "http://100.100.100.200/", validation_alias=AliasChoices("METADATA_ENDPOINT", "metadata-endpoint")
+    )
     #: groups discovered by ESS tags (an empty value matches any value); empty: only --nodes groups
     auto_discovery: Annotated[dict[str, str], BeforeValidator(_discovery)] = {}
     reserved: Reserved = {}
-    emulator: Annotated[EmulatorOptions, EMPTY_IS_DEFAULT] = EmulatorOptions()
+    emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = EmulatorOptions()
+    access_key_id: Any = Field("", validation_alias=_inputs("access_key_id"))
+    access_key_secret: Any = Field("", validation_alias=_inputs("access_key_secret"), repr=False)
+    oidc_provider_arn: Any = Field("", validation_alias=_inputs("oidc_provider_arn"))
+    oidc_token_file: Any = Field("", validation_alias=_inputs("oidc_token_file"))
+    role_arn: Any = Field("", validation_alias=_inputs("role_arn"))
+    session_name: Any = Field("", validation_alias=_inputs("session_name"), repr=False)
+    credentials: Credentials | None = Field(None, validation_alias=CHOSEN, validate_default=True)
+    region: str = Field(
+        "",
+        validation_alias=AliasChoices("REGION_ID", _FILE_KEYS["regionid"], "region"),
+        validate_default=True,
+    )
+    groups: tuple[GroupConfig, ...] = Field((), validation_alias=NODES, validate_default=True)
+
+    @field_validator("ess_endpoint", "ecs_endpoint", "vpc_endpoint", "sts_endpoint", mode="before")
+    @classmethod
+    def _api(cls, value: Any) -> str:
+        text = "" if value is None else str(value)
+        return _checked_url(text) if text else ""
+
+    @field_validator("metadata_endpoint", mode="before")
+    @classmethod
+    def _metadata(cls, value: Any) -> str:
+        text = "" if value is None else str(value)
+        return _checked_url(text) if text else "http://100.100.100.200/"
+
+    @field_validator("credentials", mode="before")
+    @classmethod
+    def _choose(cls, value: Any, info: ValidationInfo) -> Credentials:
+        def pick(field: str) -> tuple[str, str]:
+            given = info.data.get(field) or ""
+            default = (*RRSA_VARS.get(field, ()), *_CREDENTIAL_VARS.get(field, ()))[0]
+            return str(given), getattr(given, "name", default)
+
+        try:
+            return choose_credentials(pick, bool((info.context or {}).get("emulate")))
+        except ConfigError as exc:
+            raise Problem(exc.problem, key=exc.key) from None
+
+    @field_validator("region", mode="before")
+    @classmethod
+    def _region(cls, value: Any, info: ValidationInfo) -> str:
+        region = ("" if value is None else str(value)).strip()
+        if not region and (info.context or {}).get("emulate"):
+            region = EMULATOR_REGION
+        if region and not _REGION_RE.match(region):
+            raise Problem(
+                f"{region!r} is not a region id (e.g. cn-hangzhou)", key=getattr(value, "name", None)
+            )
+        creds = info.data.get("credentials")
+        if not region and creds is not None and creds.mode != "ecs-ram-role":
+            raise Problem(f"is required with {creds.mode} credentials and missing", key="REGION_ID")
+        return region
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _groups(cls, value: Any, info: ValidationInfo) -> tuple[GroupConfig, ...]:
+        try:
+            return _groups(
+                value or (), info.data.get("auto_discovery") or {}, bool((info.context or {}).get("emulate"))
+            )
+        except ConfigError as exc:
+            raise Problem(exc.problem, key=exc.key) from None
+
+
+#: the order the inputs were always checked in: the YAML section's own keys (every problem at
+#: once), the cloud-config file, the credentials, the region, --nodes, the endpoints, the metadata server
+_SECTION_FIELDS = frozenset(
+    {*TuningOptions.model_fields, "remove_policy", "auto_discovery", "reserved", "emulator"}
+)
+_PHASES = (
+    {"credentials"},
+    {"region"},
+    {"groups"},
+    {"ess_endpoint"},
+    {"ecs_endpoint"},
+    {"vpc_endpoint"},
+    {"sts_endpoint"},
+    {"metadata_endpoint"},
+)
+
+
+class Named(str):
+    """A value read in a key's place, with the name a problem of it is told under (`ACCESS_KEY_ID`,
+    `cloud-config [global] accesskeyid`)."""
+
+    name: str
+
+    def __new__(cls, value: str, name: str) -> Named:
+        named = super().__new__(cls, value)
+        named.name = name
+        return named
 
 
 @dataclass(frozen=True)
@@ -220,130 +325,50 @@ class AliConfig:
     discovery_tags: Mapping[str, str] = field(default_factory=dict)
 
 
-def _secret(value: str, key: str) -> str:
-    """Stripped of surrounding whitespace (a Secret file's trailing newline), header-safe, and
-    registered so no log line, status message or metric can carry it (cloudprovider_grpc.config.secrets)."""
-    secrets.register(value)
-    value = value.strip()
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise ConfigError(key, "contains control characters (a line break inside the value?)")
-    if not value.isascii():
-        raise ConfigError(key, "contains non-ASCII characters")
-    return value
-
-
-def _url(value: str, where: str) -> str:
+def _checked_url(value: str) -> str:
     """An endpoint: a full http(s) URL, or a bare host[:port] (https is meant)."""
     value = value.strip()
     if "://" not in value:
         value = f"https://{value}"
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # a bracketed host that is no IPv6 address (`[]`)
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(where, f"{value!r} is not a host or an http(s) URL")
+        raise Problem(f"{value!r} is not a host or an http(s) URL")
     return value if value.endswith("/") else value + "/"
 
 
-def _read_cloud_config(path: Path) -> dict[str, tuple[str, str]]:
-    """field -> (value, key name) from the gcfg file's `[global]` section."""
+def _read_cloud_config(path: Path) -> dict[str, Named]:
+    """The gcfg file's `[global]` values, as the model's inputs (a blank one is not given)."""
     from cloudprovider_grpc.formats.gcfg import parse_gcfg
 
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError("cloud-config", f"cannot read {path}: {exc.strerror or exc}") from exc
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, Named] = {}
     for sec in parse_gcfg(text):
         if sec.name != "global" or sec.sub is not None:
             raise ConfigError(f"cloud-config {sec.label()}", "unknown section (only [global] is read)")
         for key, values in sec.values.items():
             where = f"cloud-config [global] {key}"
-            fld = _FILE_KEYS.get(key.lower())
-            if fld is None:
-                known = ("RegionId", "AccessKeyID", "AccessKeySecret", "OIDCProviderARN", "OIDCTokenFilePath")
-                raise unknown_key(where, key, (*known, "RoleARN", "RoleSessionName"))
-            out[fld] = (values[-1] if values else "", where)
+            alias = _FILE_KEYS.get(key.lower())
+            if alias is None:
+                raise unknown_key(where, key, _FILE_NAMES)
+            out.pop(alias, None)
+            if values and values[-1].strip():
+                out[alias] = Named(values[-1], where)
     return out
 
 
-def _credentials(env: Mapping[str, str], file: Mapping[str, tuple[str, str]], emulate: bool) -> Credentials:
-    def pick(fld: str, names: tuple[str, ...]) -> tuple[str, str]:
-        for name in names:
-            if env.get(name, "").strip():
-                return env[name], name
-        return file.get(fld, ("", names[0]))
-
-    ak, ak_key = pick("access_key_id", ("ACCESS_KEY_ID",))
-    sk, sk_key = pick("access_key_secret", ("ACCESS_KEY_SECRET",))
-    if ak.strip() or sk.strip():
-        if not ak.strip():
-            raise ConfigError("ACCESS_KEY_ID", "missing (ACCESS_KEY_SECRET is set)")
-        if not sk.strip():
-            raise ConfigError("ACCESS_KEY_SECRET", "missing (ACCESS_KEY_ID is set)")
-        return Credentials(
-            "access-key", _secret(ak, ak_key), _secret(sk, sk_key), source=f"{ak_key}/{sk_key}"
-        )
-    rrsa = {fld: pick(fld, names) for fld, names in RRSA_VARS.items()}
-    given = [fld for fld, (value, _) in rrsa.items() if value.strip()]
-    if given:
-        missing = [RRSA_VARS[f][0] for f in RRSA_VARS if f not in given]
-        if missing:
-            raise ConfigError(
-                missing[0], f"missing: RRSA needs all of {', '.join(v[0] for v in RRSA_VARS.values())}"
-            )
-        arn, arn_key = rrsa["oidc_provider_arn"]
-        role, role_key = rrsa["role_arn"]
-        for value, key in ((arn, arn_key), (role, role_key)):
-            if not _ARN_RE.match(value.strip()):
-                raise ConfigError(key, f"{value.strip()!r} is not an ARN (acs:ram::<account>:<type>/<name>)")
-        token_file, token_key = rrsa["oidc_token_file"]
-        path = Path(token_file.strip())
-        if not emulate and not path.is_file():
-            raise ConfigError(token_key, f"{str(path)!r} is not a file (the projected service account token)")
-        session, session_key = rrsa["session_name"]
-        session = _secret(session, session_key)
-        if not re.fullmatch(r"[\w.@-]{2,64}", session):
-            raise ConfigError(session_key, f"{session!r}: 2-64 letters, digits, '.', '@', '-', '_'")
-        return Credentials(
-            "rrsa",
-            oidc_provider_arn=arn.strip(),
-            oidc_token_file=path,
-            role_arn=role.strip(),
-            session_name=session,
-            source="RRSA environment",
-        )
-    if emulate:
-        return Credentials(
-            "access-key", EMULATOR_ACCESS_KEY_ID, EMULATOR_ACCESS_KEY_SECRET, source="emulator default"
-        )
-    return Credentials("ecs-ram-role", source="ECS metadata server")
-
-
-def load_config(ctx: ProviderContext) -> AliConfig:
-    """Validate every input and build the configuration; raise ConfigError on the first problem."""
-    try:
-        opts = AliOptions.model_validate(ctx.options or {})
-    except ValidationError as exc:
-        raise_all(section_problems(exc, "alicloud"))
-        raise
-    env = ctx.env
-    file = _read_cloud_config(ctx.cloud_config) if ctx.cloud_config is not None else {}
-    creds = _credentials(env, file, ctx.emulate)
-
-    region, region_key = env.get("REGION_ID", "").strip(), "REGION_ID"
-    if not region and "region" in file:
-        region, region_key = file["region"][0].strip(), file["region"][1]
-    if not region and opts.region:
-        region, region_key = opts.region.strip(), "alicloud.region"
-    if not region and ctx.emulate:
-        region = EMULATOR_REGION
-    if region and not _REGION_RE.match(region):
-        raise ConfigError(region_key, f"{region!r} is not a region id (e.g. cn-hangzhou)")
-    if not region and creds.mode != "ecs-ram-role":
-        raise ConfigError("REGION_ID", f"is required with {creds.mode} credentials and missing")
-
+def _groups(
+    specs: Sequence[NodesSpec], discovery: Mapping[str, str], emulate: bool
+) -> tuple[GroupConfig, ...]:
+    """The --nodes groups (in-tree: the only source); with --emulate and none, the demo groups."""
     groups: list[GroupConfig] = []
     seen: set[str] = set()
-    for spec in ctx.nodes:
+    for spec in specs:
         if not _GROUP_ID_RE.match(spec.name):
             raise ConfigError(f"nodes ({spec.name})", "is not a scaling group id (e.g. asg-bp1...)")
         if spec.name in seen:
@@ -358,58 +383,70 @@ def load_config(ctx: ProviderContext) -> AliConfig:
                 name=spec.name,
             )
         )
-    discovery = opts.auto_discovery
-    demo = False
-    if not groups and not discovery:
-        if not ctx.emulate:
-            raise ConfigError(
-                "nodes",
-                "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree, "
-                "or alicloud.auto-discovery",
-            )
-        from cloudprovider_grpc.emulators.alicloud.seed import DEMO_GROUPS
+    if groups or discovery:
+        return tuple(groups)
+    if not emulate:
+        raise ConfigError(
+            "nodes",
+            "no node groups: give --nodes=MIN:MAX:<ScalingGroupId> (repeatable), as in-tree, "
+            "or alicloud.auto-discovery",
+        )
+    from cloudprovider_grpc.emulators.alicloud.seed import DEMO_GROUPS
 
-        demo = True
-        groups = [
-            GroupConfig(
-                id=g["ScalingGroupId"],
-                min_size=g["MinSize"],
-                max_size=g["MaxSize"],
-                debug=f"{g['ScalingGroupId']} ({g['MinSize']}:{g['MaxSize']})",
-                name=g["ScalingGroupName"],
-            )
-            for g in DEMO_GROUPS
-        ]
+    return tuple(
+        GroupConfig(
+            id=g["ScalingGroupId"],
+            min_size=g["MinSize"],
+            max_size=g["MaxSize"],
+            debug=f"{g['ScalingGroupId']} ({g['MinSize']}:{g['MaxSize']})",
+            name=g["ScalingGroupName"],
+        )
+        for g in DEMO_GROUPS
+    )
 
-    def endpoint(product: str) -> str:
-        env_key = f"ALICLOUD_{product.upper()}_ENDPOINT"
-        if env.get(env_key, "").strip():
-            return _url(env[env_key], env_key)
-        if given := getattr(opts, f"{product}_endpoint"):
-            return _url(given, f"alicloud.{product}-endpoint")
-        return ""
 
-    metadata = env.get("METADATA_ENDPOINT", "").strip()
-    metadata_key = "METADATA_ENDPOINT"
-    if not metadata and opts.metadata_endpoint:
-        metadata, metadata_key = opts.metadata_endpoint, "alicloud.metadata-endpoint"
-    metadata = _url(metadata, metadata_key) if metadata else "http://100.100.100.200/"
+def load_config(ctx: ProviderContext) -> AliConfig:
+    """Validate every input and build the configuration; raise ConfigError on the first problem."""
+    file: dict[str, Named] = {}
+    file_problem = None
+    if ctx.cloud_config is not None:
+        try:
+            file = _read_cloud_config(ctx.cloud_config)
+        except ConfigError as exc:
+            file_problem = exc
+    given = model_input(AliOptions, ctx.options, ctx.env)
+    if isinstance(given, dict):
+        inputs = AliOptions.env_names()
+        given = {k: Named(v, k) if k in inputs and isinstance(v, str) else v for k, v in given.items()}
+        given.update({**file, NODES: tuple(ctx.nodes)})
+    opts = validated(
+        AliOptions,
+        given,
+        "alicloud",
+        context={"emulate": ctx.emulate},
+        section=_SECTION_FIELDS,
+        phases=_PHASES,
+        file_problem=file_problem,
+    )
+    creds = opts.credentials or Credentials("ecs-ram-role")
+    metadata = opts.metadata_endpoint
+    demo = not ctx.nodes and not opts.auto_discovery
 
     config = AliConfig(
-        groups=tuple(groups),
+        groups=opts.groups,
         credentials=creds,
-        region=region,
-        ess_endpoint=endpoint("ess"),
-        ecs_endpoint=endpoint("ecs"),
-        vpc_endpoint=endpoint("vpc"),
-        sts_endpoint=endpoint("sts"),
+        region=opts.region,
+        ess_endpoint=opts.ess_endpoint,
+        ecs_endpoint=opts.ecs_endpoint,
+        vpc_endpoint=opts.vpc_endpoint,
+        sts_endpoint=opts.sts_endpoint,
         metadata_endpoint=metadata,
         remove_policy=opts.remove_policy,
         reserved=opts.reserved,
         tuning=opts.tuning(TUNING),
         emulator=opts.emulator,
         demo_groups=demo,
-        discovery_tags=discovery,
+        discovery_tags=opts.auto_discovery,
     )
     if creds.mode == "ecs-ram-role":
         # the last resort, chosen silently in-tree: say so, or a Refresh failing against the metadata

@@ -19,14 +19,14 @@ from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator, seed
 from cloudprovider_grpc.providers.alicloud.client import AliClient, default_endpoint
 from cloudprovider_grpc.providers.alicloud.config import (
-    EMULATOR_ACCESS_KEY_ID,
-    EMULATOR_ACCESS_KEY_SECRET,
     EMULATOR_REGION,
     AliConfig,
     EmulatorOptions,
     load_config,
 )
 from cloudprovider_grpc.providers.alicloud.credentials import (
+    EMULATOR_ACCESS_KEY_ID,
+    EMULATOR_ACCESS_KEY_SECRET,
     CredentialSource,
     MetadataCredentials,
     OidcCredentials,

@@ -53,9 +53,9 @@ from cloudprovider_grpc.providers.option_models import (
     Reserved,
     TuningOptions,
     checked,
-    dotted,
     first_problem,
     told_in_order,
+    where_in,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key, read_int
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -294,13 +294,6 @@ def _pool_where(name: str, sources: Mapping[str, str]) -> Callable[[Loc], str]:
     return where
 
 
-def _option_where(loc: Loc) -> str:
-    """An environment variable is named as it is; a key with its `cherry.` path."""
-    if loc and str(loc[0]) in CherryOptions.env_names():
-        return str(loc[0])
-    return dotted("cherry", loc)
-
-
 def options_input(ctx: ProviderContext) -> dict[str, Any]:
     """CherryOptions' input: the `cherry:` section's keys, and the environment variables that are set
     (they win over the keys they stand for)."""
@@ -317,7 +310,7 @@ def _options(given: Mapping[str, Any]) -> tuple[CherryOptions | None, ConfigErro
     try:
         return CherryOptions.model_validate(given), None
     except ValidationError as exc:
-        told = told_in_order(exc, _option_where, CherryOptions, first=_TOLD_ORDER)
+        told = told_in_order(exc, where_in(CherryOptions, "cherry"), CherryOptions, first=_TOLD_ORDER)
         problem, field_name = told[0]
         if field_name in (None, "manager"):
             raise problem from None

@@ -14,7 +14,8 @@ emulator), `EXOSCALE_SKS_CLUSTER` (the SKS cluster, id or name, whose nodepools 
 every pool no nodepool manages), and the `exoscale:` section of the YAML config with the same keys in
 lower case plus client tuning, allocatable reservations and emulator seeding. Environment wins over
 YAML. Every problem is one `ConfigError(key, problem)` at startup; no network I/O happens here.
-The YAML section is declared by `ExoscaleOptions` (pydantic, on the shared types of option_models.py).
+The section and the variables are declared by `ExoscaleOptions` (pydantic, on the shared types of
+option_models.py: each variable an alias of its key).
 """
 
 from __future__ import annotations
@@ -24,26 +25,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationInfo, field_validator
 
 from cloudprovider_grpc.config.secrets import read_secret
-from cloudprovider_grpc.core.errors import ConfigError, raise_all
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.exoscale.seed import instance_types
-from cloudprovider_grpc.providers.option_sections import (
+from cloudprovider_grpc.providers.option_models import (
     Count,
-    NonNegative,
-    OptionalRate,
+    EmulatorRate,
+    OptionSection,
     PositiveCount,
+    Problem,
     Reserved,
-    Section,
-    Text,
-    TunedSection,
+    Seconds,
+    TuningOptions,
+    checked,
+    model_input,
     non_empty_list,
-    problem,
-    read_value,
-    reader,
-    section_problems,
+    validated,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
@@ -77,21 +76,21 @@ TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=10.0)
 
 def _uuid(value: Any) -> str:
     if value is not None and not _UUID_RE.match(str(value)):
-        raise problem(f"{value!r} is not a lower-case UUID")
+        raise Problem(f"{value!r} is not a lower-case UUID")
     return str(value or "")
 
 
 def _name(value: Any) -> str:
     name = str(value or "").strip()
     if not name:
-        raise problem("missing (a non-empty string)")
+        raise Problem("missing (a non-empty string)")
     return name
 
 
 def _labels(value: Any) -> dict[str, str]:
     labels = value or {}
     if not isinstance(labels, Mapping):
-        raise problem("expected a mapping of strings")
+        raise Problem("expected a mapping of strings")
     return {str(k): str(v) for k, v in labels.items()}
 
 
@@ -100,30 +99,32 @@ def _taints(value: Any) -> dict[str, dict[str, str]]:
     if not isinstance(taints, Mapping) or not all(
         isinstance(t, Mapping) and t.get("effect", "NoSchedule") in _TAINT_EFFECTS for t in taints.values()
     ):
-        raise problem("expected {key: {value, effect}} with a Kubernetes taint effect")
+        raise Problem("expected {key: {value, effect}} with a Kubernetes taint effect")
     return {
         str(k): {"value": str(t.get("value") or ""), "effect": str(t.get("effect") or "NoSchedule")}
         for k, t in taints.items()
     }
 
 
-def _type_name(value: Any, key: str = "") -> str:
+def _type_name(value: Any, at: tuple[str, ...] = ()) -> str:
     known = sorted(f"{t['family']}.{t['size']}" for t in instance_types(EMULATOR_ZONE))
     name = str(value or "").strip()
     if name not in known:
-        raise problem(f"{name!r} is not an emulated instance type (known: {', '.join(known)})", key)
+        raise Problem(f"{name!r} is not an emulated instance type (known: {', '.join(known)})", at=at)
     return name
 
 
 _Uuid = Annotated[str, BeforeValidator(_uuid)]
 
 
-class NodepoolOptions(Section):
+class NodepoolOptions(OptionSection):
     """A seeded nodepool (`exoscale.emulator.nodepools[i]`): the API's field names (`instance-type`
     by `<family>.<size>`, `taints` as the API's {key: {value, effect}} map), plus fixed ids so a seed
     can name its node groups."""
 
     UNKNOWN = "key"
+    SUGGEST = True
+    NULL_IS_EMPTY = True
 
     id: _Uuid = ""
     instance_pool_id: _Uuid = ""
@@ -149,52 +150,52 @@ class NodepoolOptions(Section):
 def _one_of(*allowed: str) -> BeforeValidator:
     def check(value: Any) -> str:
         if str(value) not in allowed:
-            raise problem(f"{str(value)!r} is not {' or '.join(repr(a) for a in allowed)}")
+            raise Problem(f"{str(value)!r} is not {' or '.join(repr(a) for a in allowed)}")
         return str(value)
 
     return BeforeValidator(check)
 
 
 def _auth_status(value: Any) -> int:
-    status = int(read_value(read_int, value))
+    status = int(checked(read_int, value))
     if status not in (401, 403):
-        raise problem(f"must be 401 or 403, got {status}")
+        raise Problem(f"must be 401 or 403, got {status}")
     return status
 
 
 def _demo(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise problem(f"expected true or false, got {value!r}")
+        raise Problem(f"expected true or false, got {value!r}")
     return value
 
 
 def _stock(value: Any) -> dict[str, int]:
     raw = value or {}
     if not isinstance(raw, Mapping):
-        raise problem("expected a mapping of instance type -> count")
+        raise Problem("expected a mapping of instance type -> count")
     out = {}
     for k, v in raw.items():
         try:
-            out[_type_name(k, f".{k}")] = int(read_int(v, ""))
+            out[_type_name(k, (str(k),))] = int(read_int(v, ""))
         except ConfigError as exc:
-            raise problem(exc.problem, f".{k}") from None
+            raise Problem(exc.problem, at=(str(k),)) from None
     return out
 
 
-class EmulatorOptions(Section):
+class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (`exoscale.emulator`; providers/exoscale/wiring.py)."""
 
-    SUGGEST = False
+    NULL_IS_EMPTY = True
 
-    boot_seconds: NonNegative = 5.0
-    destroy_seconds: NonNegative = 2.0
+    boot_seconds: Seconds = 5.0
+    destroy_seconds: Seconds = 2.0
     operation_polls: Count = 1
-    operation_seconds: NonNegative = 0.0
-    quota_limit: Annotated[int, reader(read_int, minimum=-1)] = 50
+    operation_seconds: Seconds = 0.0
+    quota_limit: Annotated[int, BeforeValidator(lambda v: int(checked(read_int, v, minimum=-1)))] = 50
     quota_mode: Annotated[str, _one_of("operation", "reject")] = "operation"
     conflict_mode: Annotated[str, _one_of("accept", "reject")] = "accept"
     auth_failure_status: Annotated[int, BeforeValidator(_auth_status)] = 403
-    rate_limit: OptionalRate = None
+    rate_limit: EmulatorRate = None
     #: seed the demo SKS cluster (two nodepools) and standalone pool
     demo: Annotated[bool, BeforeValidator(_demo)] = True
     #: instance type (`<family>.<size>`) -> instances of it the zone can still create (0: none; a
@@ -209,7 +210,7 @@ class EmulatorOptions(Section):
         for key in ("name", "id", "instance_pool_id"):
             values = [getattr(n, key) for n in pools or () if getattr(n, key)]
             if len(set(values)) != len(values):
-                raise problem(f"two nodepools have the same {key.replace('_', '-')}")
+                raise Problem(f"two nodepools have the same {key.replace('_', '-')}")
         return pools
 
     def seed_nodepools(self) -> list[dict[str, Any]] | None:
@@ -223,27 +224,103 @@ def _names(value: Any) -> tuple[str, ...]:
     elif isinstance(value, list | tuple):
         items = value
     else:
-        raise problem("expected a list of names or ids (or a comma-separated string)")
+        raise Problem("expected a list of names or ids (or a comma-separated string)")
     names = tuple(dict.fromkeys(str(v).strip() for v in items if str(v).strip()))
     if "*" in names and len(names) > 1:
-        raise problem("'*' (every standalone pool) cannot be combined with names")
+        raise Problem("'*' (every standalone pool) cannot be combined with names")
     return names
 
 
-class ExoscaleOptions(TunedSection):
-    """The `exoscale:` section of the YAML config: the in-tree environment variables' keys in lower
-    case (the environment wins), plus client tuning, allocatable reservations and emulator seeding."""
+def _text(value: Any) -> str:
+    return ("" if value is None else str(value)).strip()
 
-    zone: Text = ""
-    api_environment: Text = ""
-    api_endpoint: Text = ""
-    sks_cluster: Text = ""
-    instance_pools: Annotated[tuple[str, ...], BeforeValidator(lambda v: _names(v or []))] = ()
+
+#: each credential's variable, its word in the missing one's error, and its stand-in with --emulate
+_CREDENTIALS = {
+    "api_key": ("EXOSCALE_API_KEY", "key", EMULATOR_KEY),
+    "api_secret": ("EXOSCALE_API_SECRET", "secret", EMULATOR_SECRET),
+}
+
+
+class ExoscaleOptions(TuningOptions):
+    """The `exoscale:` section of the YAML config and the in-tree environment variables: each
+    variable stands for the key of its name in lower case (and wins over it), plus client tuning,
+    allocatable reservations and emulator seeding. The credentials come only from the environment
+    (or secret files offered as variables), as in-tree: never from the YAML file, which is not a
+    Secret."""
+
+    SUGGEST = True
+    NULL_IS_EMPTY = True
+
+    zone: str = Field("", validation_alias=AliasChoices("EXOSCALE_ZONE", "zone"), validate_default=True)
+    api_environment: str = Field(
+        DEFAULT_ENVIRONMENT, validation_alias=AliasChoices("EXOSCALE_API_ENVIRONMENT", "api-environment")
+    )
+    #: a full base URL instead of the in-tree host rule ("": `default_endpoint`)
+    api_endpoint: str = Field("", validation_alias=AliasChoices("EXOSCALE_API_ENDPOINT", "api-endpoint"))
+    sks_cluster: Annotated[str, BeforeValidator(_text)] = Field(
+        "", validation_alias=AliasChoices("EXOSCALE_SKS_CLUSTER", "sks-cluster")
+    )
+    instance_pools: Annotated[tuple[str, ...], BeforeValidator(lambda v: _names(v or []))] = Field(
+        (), validation_alias=AliasChoices("EXOSCALE_INSTANCE_POOLS", "instance-pools")
+    )
     unbounded_max_size: PositiveCount = DEFAULT_UNBOUNDED_MAX
     reserved: Reserved = {}
     #: how often an operation that failed for `conflict`/`busy` is sent again before it counts as failed
     operation_retries: Count = 5
     emulator: EmulatorOptions = EmulatorOptions()
+    api_key: str = Field("", validation_alias="EXOSCALE_API_KEY", repr=False, validate_default=True)
+    api_secret: str = Field("", validation_alias="EXOSCALE_API_SECRET", repr=False, validate_default=True)
+
+    @field_validator("zone", mode="before")
+    @classmethod
+    def _zone(cls, v: Any, info: ValidationInfo) -> str:
+        zone = _text(v)
+        if not zone:
+            if not (info.context or {}).get("emulate"):
+                raise Problem("no Exoscale zone specified", key="EXOSCALE_ZONE")
+            return EMULATOR_ZONE
+        if not _ZONE_RE.match(zone):
+            raise Problem(f"{zone!r} is not a zone name (e.g. ch-gva-2)")
+        return zone
+
+    @field_validator("api_key", "api_secret", mode="before")
+    @classmethod
+    def _credential(cls, v: Any, info: ValidationInfo) -> str:
+        """read_secret strips, checks header-safety and registers the value for redaction everywhere;
+        no message quotes it."""
+        name, what, emulated = _CREDENTIALS[str(info.field_name)]
+        try:
+            value = read_secret({name: v}, name)
+            if not value:
+                if not (info.context or {}).get("emulate"):
+                    raise ConfigError(name, f"no Exoscale API {what} specified")
+                value = emulated
+            return credential(value, name)
+        except ConfigError as exc:
+            raise Problem(exc.problem, key=name) from None
+
+    @field_validator("api_environment", mode="before")
+    @classmethod
+    def _environment(cls, v: Any) -> str:
+        environment = _text(v) or DEFAULT_ENVIRONMENT
+        if not _ENV_RE.match(environment):
+            raise Problem(f"{environment!r} is not a host label (default 'api')")
+        return environment
+
+    @field_validator("api_endpoint", mode="before")
+    @classmethod
+    def _endpoint(cls, v: Any) -> str:
+        return str(checked(read_url, _text(v))) if _text(v) else ""
+
+
+#: the order the inputs were always checked in, each phase's problems told together: the YAML
+#: section's own keys, then the zone and the credentials (a first run learns every missing input at
+#: once), the API environment, the endpoint, and the standalone pools named in the environment
+_SECTION_FIELDS = frozenset(
+    {*TuningOptions.model_fields, "unbounded_max_size", "reserved", "operation_retries", "emulator"}
+)
+_PHASES = ({"zone", "api_key", "api_secret"}, {"api_environment"}, {"api_endpoint"}, {"instance_pools"})
 
 
 @dataclass(frozen=True)
@@ -283,78 +360,25 @@ def credential(value: str, key: str) -> str:
     return value
 
 
-def _pick(env: Mapping[str, str], var: str, opts: ExoscaleOptions, key: str) -> tuple[str, str]:
-    """(value, where it came from): the environment variable wins over the YAML key."""
-    if env.get(var, "").strip():
-        return env[var], var
-    return str(getattr(opts, key.replace("-", "_"))), f"exoscale.{key}"
-
-
 def load_config(ctx: ProviderContext) -> ExoscaleConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem."""
     if ctx.cloud_config is not None:
         raise ConfigError(
             "cloud-config", "the Exoscale provider has no cloud-config file (in-tree neither); use env vars"
         )
-    try:
-        opts = ExoscaleOptions.model_validate(ctx.options or {})
-    except ValidationError as exc:
-        raise_all(section_problems(exc, "exoscale"))
-        raise
-    env = ctx.env
-
-    # the zone and both credentials are checked before any is reported: a first run learns every
-    # missing input at once
-    problems: list[ConfigError] = []
-    zone, zone_where = _pick(env, "EXOSCALE_ZONE", opts, "zone")
-    zone = zone.strip()
-    if not zone:
-        if not ctx.emulate:
-            problems.append(ConfigError("EXOSCALE_ZONE", "no Exoscale zone specified"))
-        zone = EMULATOR_ZONE
-    elif not _ZONE_RE.match(zone):
-        problems.append(ConfigError(zone_where, f"{zone!r} is not a zone name (e.g. ch-gva-2)"))
-
-    # credentials come only from the environment (or secret files offered as env), as in-tree:
-    # never from the YAML file, which is not a Secret
-    # read_secret strips, checks header-safety and registers both for redaction everywhere
-    key_where, secret_where = "EXOSCALE_API_KEY", "EXOSCALE_API_SECRET"
-    creds: dict[str, str] = {}
-    for where, what, fallback in (
-        (key_where, "key", EMULATOR_KEY),
-        (secret_where, "secret", EMULATOR_SECRET),
-    ):
-        try:
-            value = read_secret(env, where)
-            if not value.strip():
-                if not ctx.emulate:
-                    raise ConfigError(where, f"no Exoscale API {what} specified")
-                value = fallback
-            creds[where] = credential(value, where)
-        except ConfigError as exc:
-            problems.append(exc)
-    raise_all(problems)
-    key, secret = creds[key_where], creds[secret_where]
-
-    environment, env_where = _pick(env, "EXOSCALE_API_ENVIRONMENT", opts, "api-environment")
-    environment = environment.strip() or DEFAULT_ENVIRONMENT
-    if not _ENV_RE.match(environment):
-        raise ConfigError(env_where, f"{environment!r} is not a host label (default 'api')")
-    endpoint, endpoint_where = _pick(env, "EXOSCALE_API_ENDPOINT", opts, "api-endpoint")
-    endpoint = (
-        read_url(endpoint.strip(), endpoint_where)
-        if endpoint.strip()
-        else default_endpoint(environment, zone)
+    given = model_input(ExoscaleOptions, ctx.options, ctx.env)
+    # pools named in the YAML are the section's own key; named in the environment, checked last
+    pools_phase = set() if "EXOSCALE_INSTANCE_POOLS" in given else {"instance_pools"}
+    opts = validated(
+        ExoscaleOptions,
+        given,
+        "exoscale",
+        context={"emulate": ctx.emulate},
+        section=_SECTION_FIELDS | pools_phase,
+        phases=_PHASES,
     )
 
-    cluster, _ = _pick(env, "EXOSCALE_SKS_CLUSTER", opts, "sks-cluster")
-    if env.get("EXOSCALE_INSTANCE_POOLS", "").strip():
-        try:
-            pools = _names(env["EXOSCALE_INSTANCE_POOLS"])
-        except PydanticCustomError as exc:
-            raise ConfigError("EXOSCALE_INSTANCE_POOLS", exc.message()) from None
-    else:
-        pools = opts.instance_pools
+    pools = opts.instance_pools
     if ctx.emulate and not pools and not ctx.nodes:
         pools = ("*",)  # the demo cloud's standalone pool joins the demo nodepools
 
@@ -365,11 +389,11 @@ def load_config(ctx: ProviderContext) -> ExoscaleConfig:
         seen.add(spec.name)
 
     return ExoscaleConfig(
-        zone=zone,
-        api_key=key,
-        api_secret=secret,
-        endpoint=endpoint,
-        sks_cluster=cluster.strip(),
+        zone=opts.zone,
+        api_key=opts.api_key,
+        api_secret=opts.api_secret,
+        endpoint=opts.api_endpoint or default_endpoint(opts.api_environment, opts.zone),
+        sks_cluster=opts.sks_cluster,
         instance_pools=pools,
         specs=tuple(ctx.nodes),
         unbounded_max_size=opts.unbounded_max_size,

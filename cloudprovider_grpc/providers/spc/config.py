@@ -36,20 +36,19 @@ from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from cloudprovider_grpc.core.errors import raise_all, unknown_key
+from cloudprovider_grpc.core.errors import raise_all
 from cloudprovider_grpc.formats.gotemplate import GoTemplate, TemplateError
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
     EmulatorRate,
-    Loc,
     OptionSection,
     Problem,
     Reserved,
     Seconds,
     Timeout,
     TuningOptions,
-    dotted,
     told_in_order,
+    where_in,
 )
 from cloudprovider_grpc.providers.options import ClientTuning, norm_key
 from cloudprovider_grpc.providers.registry import ProviderContext
@@ -87,9 +86,7 @@ class EmulatorPool(OptionSection):
     #: most nodes the emulated provider can build for this pool (None: unlimited; 0: a stockout)
     capacity: int | None = None
 
-    @classmethod
-    def unknown(cls, key: str) -> str:
-        return f"unknown key (known: {', '.join(sorted(cls.keys()))})"
+    UNKNOWN = "key"
 
     @field_validator("instance_size", mode="before")
     @classmethod
@@ -229,9 +226,7 @@ class SpcOptions(TuningOptions):
     #: seconds a node may stay `draft` before it counts as failed
     draft_timeout: Timeout = 600.0
 
-    @classmethod
-    def unknown(cls, key: str) -> str:
-        return unknown_key("", key, cls.keys(), what="option").problem
+    SUGGEST = True
 
     @field_validator("token", mode="before")
     @classmethod
@@ -321,13 +316,6 @@ def options_input(ctx: ProviderContext) -> dict[str, Any]:
     return given
 
 
-def _where(loc: Loc) -> str:
-    """An environment variable is named as it is; a key with its `spc.` path."""
-    if loc and str(loc[0]) in SpcOptions.env_names():
-        return dotted("", loc)
-    return dotted("spc", loc)
-
-
 def _group_sources(
     ctx: ProviderContext, given: Mapping[str, Any]
 ) -> tuple[tuple[Mapping[str, Any], ...] | None, tuple[Gen1Group, ...], tuple[tuple[int, int, str], ...]]:
@@ -353,7 +341,7 @@ def load_config(ctx: ProviderContext) -> SpcConfig:
     try:
         options = SpcOptions.model_validate(given, context={"emulate": ctx.emulate})
     except ValidationError as exc:
-        told = told_in_order(exc, _where, SpcOptions)
+        told = told_in_order(exc, where_in(SpcOptions, "spc"), SpcOptions)
         if told[0][1] is None:
             raise told[0][0] from None
         raise_all([problem for problem, name in told if name in SpcOptions.REQUIRED])

@@ -16,8 +16,9 @@ Groups are discovered from the cluster on every Refresh (pools with `auto_scaler
 set to the pools it names, by pool id or label, and overrides their bounds. VKE refuses pools below
 one node (vultr/vultr-cloud-controller-manager#227), so a min of 0 is treated as 1 and reported.
 
-The YAML section is declared by `VultrOptions` (pydantic, on the shared types of option_models.py);
-`load_config` reads the file, the environment and --nodes around it.
+The YAML section, the environment variables and the file's values are declared by `VultrOptions`
+(pydantic, on the shared types of option_models.py: each variable and file value an alias of its
+key); `load_config` reads the file into the model's input and checks --nodes.
 """
 
 from __future__ import annotations
@@ -30,28 +31,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cloudprovider_grpc.config.secrets import read_secret
-from cloudprovider_grpc.core.errors import ConfigError, raise_all
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
-from cloudprovider_grpc.providers.option_sections import (
-    EMPTY_IS_DEFAULT,
+from cloudprovider_grpc.providers.option_models import (
+    OR_DEFAULTS,
     Count,
     Counts,
-    NonNegative,
-    OptionalRate,
+    EmulatorRate,
+    OptionalCount,
+    OptionSection,
     PositiveCount,
+    Problem,
     Reserved,
-    Section,
-    TunedSection,
+    Seconds,
+    TuningOptions,
+    checked,
+    model_input,
     non_empty_list,
-    optional,
-    problem,
-    read_value,
-    section_problems,
+    validated,
 )
-from cloudprovider_grpc.providers.options import ClientTuning, read_int, read_mapping, read_url
+from cloudprovider_grpc.providers.options import ClientTuning, read_mapping, read_url
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 
 log = logging.getLogger(__name__)
@@ -82,24 +92,24 @@ _CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 
 def _nonempty(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise problem("missing (a non-empty string)")
+        raise Problem("missing (a non-empty string)")
     return value
 
 
 def _taints(value: Any) -> tuple[dict[str, str], ...]:
     taints = value or []
     if not isinstance(taints, list) or not all(isinstance(t, Mapping) and "key" in t for t in taints):
-        raise problem("expected a list of {key, value, effect}")
+        raise Problem("expected a list of {key, value, effect}")
     return tuple({str(k): str(v) for k, v in t.items()} for t in taints)
 
 
-class PoolOptions(Section):
+class PoolOptions(OptionSection):
     """A seeded pool (`vultr.emulator.pools[i]`): the API's own field names, `id` a fixed pool id
     instead of a generated one."""
 
     model_config = ConfigDict(alias_generator=None)
     UNKNOWN = "key"
-    SUGGEST = False
+    NULL_IS_EMPTY = True
 
     id: str = ""
     label: Annotated[str, BeforeValidator(_nonempty)] = Field("", validate_default=True)
@@ -120,13 +130,13 @@ class PoolOptions(Section):
     def _id(cls, value: Any) -> str:
         pool_id = str(value or "")
         if pool_id and not _CLUSTER_ID_RE.match(pool_id):
-            raise problem(f"{pool_id!r} is not a node pool id (a UUID)")
+            raise Problem(f"{pool_id!r} is not a node pool id (a UUID)")
         return pool_id
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolOptions:
         if self.min_nodes > self.max_nodes:
-            raise problem(f"{self.min_nodes} is above max_nodes {self.max_nodes}", ".min_nodes")
+            raise Problem(f"{self.min_nodes} is above max_nodes {self.max_nodes}", at=("min_nodes",))
         return self
 
     def seed(self) -> EmulatorPool:
@@ -134,17 +144,19 @@ class PoolOptions(Section):
         return EmulatorPool(**self.model_dump())
 
 
-class EmulatorOptions(Section):
+class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (`vultr.emulator`; see providers/vultr/wiring.py)."""
 
+    SUGGEST = True
     AS_WRITTEN = True
+    NULL_IS_EMPTY = True
 
-    provision_seconds: NonNegative = 5.0
+    provision_seconds: Seconds = 5.0
     #: Vultr documents 30 requests/s per IP before 429 (API v2 introduction); 0 or null: no limit
-    rate_limit: OptionalRate = 30.0
+    rate_limit: EmulatorRate = 30.0
     page_size: PositiveCount = 100
     #: nodes the account may run in total; None for no limit (PATCH beyond it answers 400)
-    node_limit: Annotated[int | None, optional(read_int)] = None
+    node_limit: OptionalCount = None
     #: plan id -> new nodes of that plan the location can still provide (0: sold out; PATCH growing
     #: a pool of it answers 400); plans not named have no limit
     stock: Counts = {}
@@ -157,29 +169,90 @@ class EmulatorOptions(Section):
     def _unique(cls, pools: tuple[PoolOptions, ...] | None) -> tuple[PoolOptions, ...] | None:
         ids = [p.id for p in pools or () if p.id]
         if len(set(ids)) != len(ids):
-            raise problem("two pools have the same id")
+            raise Problem("two pools have the same id")
         return pools
 
     def seed_pools(self) -> tuple[EmulatorPool, ...] | None:
         return None if self.pools is None else tuple(p.seed() for p in self.pools)
 
 
-class VultrOptions(TunedSection):
-    """The `vultr:` section of the YAML config."""
+class VultrOptions(TuningOptions):
+    """The `vultr:` section of the YAML config, the environment variables and the in-tree file's
+    values (`cloud-config <key>`, read by `_read_cloud_config`), each read in a key's place: the
+    variable wins over the key, the key over the file (a key left empty does not hide the file's)."""
 
+    SUGGEST = True
     AS_WRITTEN = True
+    NULL_IS_EMPTY = True
 
-    cluster_id: str = ""
-    api_url: str = ""
+    cluster_id: str = Field(
+        "", validation_alias=AliasChoices("cluster-id", "cloud-config cluster_id"), validate_default=True
+    )
+    api_url: str = Field(
+        DEFAULT_API_URL, validation_alias=AliasChoices(API_URL_ENV, "api-url", "cloud-config api_url")
+    )
     reserved: Reserved = {}
     #: node pools per list page (the API's documented usual default)
     page_size: PositiveCount = 100
-    emulator: Annotated[EmulatorOptions, EMPTY_IS_DEFAULT] = EmulatorOptions()
+    emulator: Annotated[EmulatorOptions, OR_DEFAULTS] = EmulatorOptions()
+    token: str = Field(
+        "",
+        validation_alias=AliasChoices(TOKEN_ENV, "cloud-config token"),
+        repr=False,
+        validate_default=True,
+    )
 
-    @field_validator("cluster_id", "api_url", mode="before")
+    @field_validator("cluster_id", mode="before")
     @classmethod
-    def _text(cls, value: Any) -> str:
-        return str(value or "")
+    def _cluster(cls, value: Any, info: ValidationInfo) -> str:
+        cluster_id = str(value or "").strip()
+        context = info.context or {}
+        if not cluster_id:
+            if not context.get("emulate") and not context.get("cloud_config"):
+                raise Problem(
+                    "no VKE cluster given: pass the in-tree cloud-config file (JSON with cluster_id and "
+                    "token) with --cloud-config, or set vultr.cluster_id in --config",
+                    key="--cloud-config",
+                )
+            if not context.get("emulate"):
+                # in-tree wording: "empty cluster ID was supplied"
+                raise Problem("empty cluster ID was supplied", key="cloud-config cluster_id")
+            cluster_id = EMULATOR_DEMO_CLUSTER
+        if not _CLUSTER_ID_RE.match(cluster_id):
+            raise Problem(f"{cluster_id!r} is not a VKE cluster id (a UUID)")
+        return cluster_id
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any, info: ValidationInfo) -> str:
+        """Through the shared secret reader: stripped, header-safe, masked in every log; no message
+        quotes it."""
+        try:
+            token = read_secret({TOKEN_ENV: value}, TOKEN_ENV)
+        except ConfigError as exc:
+            raise Problem(exc.problem) from None
+        if token:
+            return token
+        if not (info.context or {}).get("emulate"):
+            raise Problem(
+                f"empty token was supplied (set it in the cloud-config or {TOKEN_ENV})",
+                key="cloud-config token",
+            )
+        return EMULATOR_DEFAULT_TOKEN
+
+    @field_validator("api_url", mode="before")
+    @classmethod
+    def _api_url(cls, value: Any) -> str:
+        """Request paths are absolute (`/v2/...`), as in govultr; a base ending in /v2 is accepted."""
+        if not value:
+            return DEFAULT_API_URL
+        return str(checked(read_url, value)).removesuffix("v2/")
+
+
+#: the order the inputs were always checked in: the YAML section's own keys (every problem at
+#: once), the cloud-config file, then the cluster, the token and the API's address
+_SECTION_FIELDS = frozenset({*TuningOptions.model_fields, "reserved", "page_size", "emulator"})
+_PHASES = ({"cluster_id"}, {"token"}, {"api_url"})
 
 
 @dataclass(frozen=True)
@@ -233,63 +306,33 @@ def _read_cloud_config(path: Path, warnings: list[str]) -> dict[str, str]:
     return out
 
 
-def _api_url(value: str, where: str) -> str:
-    """Request paths are absolute (`/v2/...`), as in govultr; a base ending in /v2 is accepted."""
-    url = read_url(value, where)
-    return url.removesuffix("v2/")
-
-
 def _string_map(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in read_value(read_mapping, value).items()}
+    return {str(k): str(v) for k, v in checked(read_mapping, value).items()}
 
 
 def load_config(ctx: ProviderContext) -> VultrConfig:
     """Validate every input and build the configuration; raise ConfigError on the first problem.
     No network I/O: the pools themselves are read from the cluster on each Refresh."""
-    try:
-        opts = VultrOptions.model_validate(ctx.options or {})
-    except ValidationError as exc:
-        raise_all(section_problems(exc, "vultr"))
-        raise
     warnings: list[str] = []
-    file = _read_cloud_config(ctx.cloud_config, warnings) if ctx.cloud_config is not None else {}
-    env = ctx.env
-
-    cluster_where = "vultr.cluster-id" if opts.cluster_id else "cloud-config cluster_id"
-    cluster_id = (opts.cluster_id or file.get("cluster_id") or "").strip()
-    if not cluster_id:
-        if not ctx.emulate and ctx.cloud_config is None:
-            raise ConfigError(
-                "--cloud-config",
-                "no VKE cluster given: pass the in-tree cloud-config file (JSON with cluster_id and "
-                "token) with --cloud-config, or set vultr.cluster_id in --config",
-            )
-        if not ctx.emulate:
-            # in-tree wording: "empty cluster ID was supplied"
-            raise ConfigError("cloud-config cluster_id", "empty cluster ID was supplied")
-        cluster_id = EMULATOR_DEMO_CLUSTER
-    if not _CLUSTER_ID_RE.match(cluster_id):
-        raise ConfigError(cluster_where, f"{cluster_id!r} is not a VKE cluster id (a UUID)")
-
-    # Both sources go through the shared secret reader: stripped, header-safe, masked in every log.
-    token = ctx.secret(TOKEN_ENV) or read_secret(
-        {"cloud-config token": file.get("token", "")}, "cloud-config token"
+    file: dict[str, str] = {}
+    file_problem = None
+    if ctx.cloud_config is not None:
+        try:
+            file = _read_cloud_config(ctx.cloud_config, warnings)
+        except ConfigError as exc:
+            file_problem = exc
+    given = model_input(VultrOptions, ctx.options, ctx.env)
+    if isinstance(given, dict):
+        given.update({f"cloud-config {key}": value for key, value in file.items()})
+    opts = validated(
+        VultrOptions,
+        given,
+        "vultr",
+        context={"emulate": ctx.emulate, "cloud_config": ctx.cloud_config is not None},
+        section=_SECTION_FIELDS,
+        phases=_PHASES,
+        file_problem=file_problem,
     )
-    if not token:
-        if not ctx.emulate:
-            raise ConfigError(
-                "cloud-config token", f"empty token was supplied (set it in the cloud-config or {TOKEN_ENV})"
-            )
-        token = EMULATOR_DEFAULT_TOKEN
-
-    if env.get(API_URL_ENV, "").strip():
-        api_url = _api_url(env[API_URL_ENV], API_URL_ENV)
-    elif opts.api_url:
-        api_url = _api_url(opts.api_url, "vultr.api-url")
-    elif file.get("api_url"):
-        api_url = _api_url(file["api_url"], "cloud-config api_url")
-    else:
-        api_url = DEFAULT_API_URL
 
     for spec in ctx.nodes:
         if spec.min_size < VKE_MIN_POOL_NODES:
@@ -301,9 +344,9 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
             raise ConfigError(f"nodes ({spec.name})", "max size 0: a VKE pool always has at least 1 node")
 
     config = VultrConfig(
-        cluster_id=cluster_id,
-        token=token,
-        api_url=api_url,
+        cluster_id=opts.cluster_id,
+        token=opts.token,
+        api_url=opts.api_url,
         nodes=tuple(ctx.nodes),
         reserved=opts.reserved,
         tuning=opts.tuning(TUNING),

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from cloudprovider_grpc.core.errors import ConfigError
-from cloudprovider_grpc.providers.alicloud.config import EMULATOR_ACCESS_KEY_ID, load_config
+from cloudprovider_grpc.providers.alicloud.config import load_config
+from cloudprovider_grpc.providers.alicloud.credentials import EMULATOR_ACCESS_KEY_ID
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext
 from tests.providers.alicloud.conftest import AK, ENV, GROUP_A, PROVIDER_ARN, REGION, ROLE_ARN, SK, rrsa_env
 
