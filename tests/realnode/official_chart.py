@@ -74,6 +74,8 @@ def standin_image(podman: Podman) -> str:
 
 
 def helm(node: Cluster, helm_binary: Path, namespace: str, *args: str) -> str:
+    """`helm ARGS` against the one-node cluster in `namespace`; its output, or the test fails with
+    helm's own words."""
     proc = subprocess.run(
         [str(helm_binary), f"--kubeconfig={node.plane.kubeconfig}", f"--namespace={namespace}", *args],
         capture_output=True,

@@ -60,22 +60,7 @@ class Release:
         return f"{self.name}-cloudprovider-grpc"
 
     def helm_run(self, *args: str) -> str:
-        import subprocess
-
-        proc = subprocess.run(
-            [
-                str(self.helm),
-                f"--kubeconfig={self.node.plane.kubeconfig}",
-                f"--namespace={self.namespace}",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-        return proc.stdout
+        return official_chart.helm(self.node, self.helm, self.namespace, *args)
 
     def pods(self) -> list[dict[str, Any]]:
         out = self.node.kubectl(
