@@ -31,7 +31,7 @@ from tests.support.servers import channel, sim_server, stub
 ROOT = Path(__file__).resolve().parents[2]
 OPERATING = ROOT / "docs" / "operating.md"
 DASHBOARD = OUR_CHART / "dashboards" / "cloudprovider-grpc.json"
-ALERT_TESTS = Path(__file__).parent / "monitoring" / "alerts.test.yaml"
+ALERT_TESTS = Path(__file__).parent / "alerts.test.yaml"
 COMPONENT = ROOT / "manifests" / "monitoring"
 
 
@@ -85,7 +85,7 @@ def test_prometheus_rule_is_valid_against_the_published_crd() -> None:
 
 @pytest.mark.integration
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
-    """`promtool check rules` accepts them and every case of tests/monitoring/alerts.test.yaml holds."""
+    """`promtool check rules` accepts them and every case of tests/observability/alerts.test.yaml holds."""
     promtool = _promtool()
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_object()["spec"]["groups"]}))
     shutil.copy(ALERT_TESTS, tmp_path / "alerts.test.yaml")
