@@ -40,6 +40,7 @@ from cloudprovider_grpc.emulators import EmulatorServer, FaultPlan
 from cloudprovider_grpc.emulators.cherry import CherryEmulator
 from cloudprovider_grpc.emulators.spc import SpcEmulator
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
+from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
 from cloudprovider_grpc.providers.cherry import make_client
 from cloudprovider_grpc.providers.cherry.config import load_config as load_cherry
 from cloudprovider_grpc.providers.cherry.driver import CherryDriver
@@ -55,7 +56,6 @@ from cloudprovider_grpc.providers.spc import make_client as make_spc_client
 from cloudprovider_grpc.providers.spc.config import load_config as load_spc
 from cloudprovider_grpc.providers.spc.driver import INSTANCE_ID_LABEL, NODE_GROUP_LABEL, ROLE_LABEL, SpcDriver
 from cloudprovider_grpc.providers.vultr import make_client as make_vultr_client
-from cloudprovider_grpc.providers.vultr.config import EmulatorPool
 from cloudprovider_grpc.providers.vultr.config import load_config as load_vultr
 from cloudprovider_grpc.providers.vultr.driver import LABEL_NODE_ID, LABEL_POOL, VultrDriver
 from tests.support import refresh_race

@@ -186,7 +186,7 @@ class VultrCloud(_Emulated):
 
     def __init__(self, tmp: Path, state_file: Path | None = None, pool1_max: int = 12) -> None:
         from cloudprovider_grpc.emulators.vultr import VultrEmulator
-        from cloudprovider_grpc.providers.vultr.config import EmulatorPool
+        from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
 
         self.tmp = tmp
         self.emulator = emu = VultrEmulator(

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
+from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
 from cloudprovider_grpc.providers.registry import ProviderContext
 from cloudprovider_grpc.providers.vultr import VultrDriver, make_client
-from cloudprovider_grpc.providers.vultr.config import EmulatorPool, load_config
+from cloudprovider_grpc.providers.vultr.config import load_config
 from tests.support.servers import ManualClock
 
 FIXTURES = Path(__file__).parent / "fixtures"
