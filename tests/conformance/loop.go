@@ -37,6 +37,9 @@ package main
 // clock advances -scan-interval per loop and drives the background refresh. Prints one JSON object:
 // each loop's seconds and, per loop, the calls made per RPC (a background refresh counted in the loop
 // it started in), and the calls made before the first loop.
+//
+// This file holds the model, its flags and the loop; the deletion of unregistered instances and the
+// price expander's evaluation are in loop_actions.go.
 
 import (
 	"encoding/json"
