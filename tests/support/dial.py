@@ -14,6 +14,7 @@ from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core.errors import NotFound
 from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeGroup, NodeRef
 
 
@@ -111,7 +112,7 @@ def dial_server(provider: Dial) -> Iterator[ServerHandle]:
         handle.stop(grace=2)
 
 
-def target(s, group: str = "g") -> int:
+def target(s: pb_grpc.CloudProviderStub, group: str = "g") -> int:
     return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=group), timeout=5).targetSize
 
 

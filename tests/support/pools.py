@@ -18,6 +18,7 @@ from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.driver import Machine, RemoveOutcome
 from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimOptions, SimPoolDriver
@@ -91,15 +92,15 @@ def _alive(cloud: SimCloud) -> list[str]:
     return sorted(m.id for m in cloud.machines.values() if m.deleted_at is None)
 
 
-def _instances(s, gid: str = "g") -> list[pb.Instance]:
+def _instances(s: pb_grpc.CloudProviderStub, gid: str = "g") -> list[pb.Instance]:
     return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid)).instances)
 
 
-def _target(s, gid: str = "g") -> int:
+def _target(s: pb_grpc.CloudProviderStub, gid: str = "g") -> int:
     return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid)).targetSize
 
 
-def _eventually(s, check: Callable[[], bool], rounds: int = 200) -> None:
+def _eventually(s: pb_grpc.CloudProviderStub, check: Callable[[], bool], rounds: int = 200) -> None:
     """Refresh until `check` holds: each Refresh is one CA loop; background work runs between them."""
     for _ in range(rounds):
         s.Refresh(pb.RefreshRequest())
@@ -109,7 +110,7 @@ def _eventually(s, check: Callable[[], bool], rounds: int = 200) -> None:
     raise AssertionError("condition not reached")
 
 
-def _delete(s, *ids: str, gid: str = "g") -> None:
+def _delete(s: pb_grpc.CloudProviderStub, *ids: str, gid: str = "g") -> None:
     s.NodeGroupDeleteNodes(
         pb.NodeGroupDeleteNodesRequest(id=gid, nodes=[pb.ExternalGrpcNode(providerID=i) for i in ids])
     )

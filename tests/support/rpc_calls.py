@@ -4,9 +4,12 @@ sends it to the pricing RPCs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
+from google.protobuf.message import Message
 
 from cloudprovider_grpc.protos import k8s_pb2
 
@@ -15,7 +18,7 @@ def ts(seconds: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=seconds)
 
 
-def code_of(call, request) -> tuple[grpc.StatusCode, str]:
+def code_of(call: Callable[..., object], request: Message) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as info:
         call(request, timeout=5)
     return info.value.code(), info.value.details()
