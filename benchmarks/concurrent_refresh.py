@@ -6,7 +6,7 @@ For each shape (machines, pools), the sim cloud in-process with real worker thre
 that take 0-2 ms (tests/support/refresh_race.py): `tries` rounds of IncreaseSize(3) and an immediate
 NodeGroupTargetSize, with two threads calling Refresh throughout. Prints how many targets read low
 (below the target before plus 3); the suite runs 500 tries per shape
-(tests/providers/test_state_version.py). Asserts nothing.
+(tests/providers/test_state_version_cases.py). Asserts nothing.
 """
 
 from __future__ import annotations

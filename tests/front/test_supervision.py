@@ -34,12 +34,6 @@ from tests.support.waits import poll
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(autouse=True)
-def _front_built(compiled_front: Path | None) -> None:
-    if compiled_front is None:
-        pytest.skip("the compiled front is not built here (Go missing); CI always builds it")
-
-
 def healthz(port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:

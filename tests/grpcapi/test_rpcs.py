@@ -2,27 +2,20 @@
 
 The sim backend runs on a manual clock with inline workers, so each step is deterministic: an
 IncreaseSize is visible at once as placeholders, the creates run at the next Refresh, and the
-machines turn running when the clock passes the provisioning delay.
+machines turn running when the clock passes the provisioning delay. A backend that lacks the
+optional RPCs, has a bug or describes an invalid template is in test_rpcs_backend_gaps.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 
 import grpc
 import pytest
-from google.protobuf import timestamp_pb2
 
-from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.k8s.node import decode_node
-from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.protos import k8s_pb2
-from cloudprovider_grpc.providers.contract import InstanceState
-from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver
-from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
+from tests.support.rpc_calls import code_of, make_pod, ts
 from tests.support.servers import ManualClock, channel, sim_server, stub
 
 pytestmark = pytest.mark.integration
@@ -61,29 +54,10 @@ OPTIONS = {
 }
 
 
-def ts(seconds: int) -> timestamp_pb2.Timestamp:
-    return timestamp_pb2.Timestamp(seconds=seconds)
-
-
 def states(s, gid: str) -> dict[str, int]:
     return {
         i.id: i.status.instanceState for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid)).instances
     }
-
-
-def code_of(call, request) -> tuple[grpc.StatusCode, str]:
-    with pytest.raises(grpc.RpcError) as info:
-        call(request, timeout=5)
-    return info.value.code(), info.value.details()
-
-
-def make_pod(cpu: str, memory: str) -> bytes:
-    pod = k8s_pb2.Pod()
-    pod.metadata.name = "web-1"
-    c = pod.spec.containers.add(name="web")
-    c.resources.requests["cpu"].string = cpu
-    c.resources.requests["memory"].string = memory
-    return pod.SerializeToString()
 
 
 @pytest.fixture(params=["plaintext", "mtls", "plaintext-python", "mtls-python"])
@@ -408,107 +382,3 @@ def test_failed_creation_does_not_inflate_target_forever(clock) -> None:
         s.Refresh(pb.RefreshRequest())
         assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 0
         assert s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances == []
-
-
-class _BareDriver(MachineDriver):
-    """A cloud that knows no machine shapes and no prices (like in-tree Vultr or Exoscale)."""
-
-    name = "bare"
-    id_prefix = "bare://"
-
-    def groups(self) -> list[GroupConfig]:
-        return [GroupConfig("pool", 0, 5)]
-
-    def list_machines(self) -> list[Machine]:
-        return [Machine("bare://1", "pool", InstanceState.RUNNING, "bare-1")]
-
-    def create_machine(self, group: str, token: str) -> Machine:
-        raise CloudError("read-only test cloud")
-
-    def delete_machine(self, machine: Machine) -> None:
-        raise CloudError("read-only test cloud")
-
-
-def test_optional_rpcs_when_backend_lacks_them() -> None:
-    settings = Settings(address="127.0.0.1:0", metrics_address="")
-    handle = start_server(settings, provider=MachineProvider(_BareDriver(), inline_workers=True))
-    try:
-        s = stub(channel(handle))
-        un = grpc.StatusCode.UNIMPLEMENTED
-        assert code_of(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id="pool"))[0] == un
-        # GetOptions never answers UNIMPLEMENTED for a known group: OK with no options
-        answer = s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="pool"), timeout=5)
-        assert not answer.HasField("nodeGroupAutoscalingOptions")
-        node = pb.ExternalGrpcNode(providerID="bare://1")
-        assert (
-            code_of(
-                s.PricingNodePrice,
-                pb.PricingNodePriceRequest(node=node, startTimestamp=ts(0), endTimestamp=ts(1)),
-            )[0]
-            == un
-        )
-        assert (
-            code_of(
-                s.PricingPodPrice,
-                pb.PricingPodPriceRequest(
-                    pod_bytes=make_pod("1", "1Gi"), startTimestamp=ts(0), endTimestamp=ts(1)
-                ),
-            )[0]
-            == un
-        )
-        # the required RPCs still work, GPU ones succeed with empty answers
-        assert s.GPULabel(pb.GPULabelRequest()).label == ""
-        assert len(s.GetAvailableGPUTypes(pb.GetAvailableGPUTypesRequest()).gpuTypes) == 0
-        assert s.NodeGroupForNode(pb.NodeGroupForNodeRequest(node=node)).nodeGroup.id == "pool"
-    finally:
-        handle.stop(1)
-
-
-class _BuggyDriver(_BareDriver):
-    """A backend with a bug: describing a machine shape blows up."""
-
-    def template(self, group: str):
-        raise KeyError("plan 'x1' missing from /secret/path")
-
-
-def test_a_backend_bug_is_internal_without_details() -> None:
-    settings = Settings(address="127.0.0.1:0", metrics_address="")
-    handle = start_server(settings, provider=MachineProvider(_BuggyDriver(), inline_workers=True))
-    try:
-        s = stub(channel(handle))
-        code, msg = code_of(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id="pool"))
-        assert code == grpc.StatusCode.INTERNAL  # never UNKNOWN
-        assert (
-            msg
-            == "NodeGroupTemplateNodeInfo: internal error in cloudprovider-grpc (details in the server log)"
-        )
-        assert (
-            s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="pool")).targetSize == 1
-        )  # still serving
-    finally:
-        handle.stop(1)
-
-
-class _BadTemplateDriver(_BareDriver):
-    """A cloud whose catalogue gives a machine shape Go cannot parse (a negative quantity)."""
-
-    def template(self, group: str) -> NodeTemplate | None:
-        return NodeTemplate(capacity={"cpu": "-2", "memory": "4Gi"})
-
-
-def test_an_invalid_template_is_unimplemented_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    """UNIMPLEMENTED, not INTERNAL: from CA 1.32 a group whose template is "not implemented" is
-    skipped, while any other error abandons the loop's template build for every group."""
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
-    settings = Settings(address="127.0.0.1:0", metrics_address="")
-    handle = start_server(settings, provider=MachineProvider(_BadTemplateDriver(), inline_workers=True))
-    try:
-        s = stub(channel(handle))
-        for _ in range(3):
-            code, msg = code_of(s.NodeGroupTemplateNodeInfo, pb.NodeGroupTemplateNodeInfoRequest(id="pool"))
-            assert code == grpc.StatusCode.UNIMPLEMENTED
-            assert msg.startswith("template for node group 'pool' is invalid: ") and "negative" in msg
-    finally:
-        handle.stop(1)
-    warned = [r.getMessage() for r in caplog.records if "is invalid" in r.getMessage()]
-    assert len(warned) == 1 and "answered UNIMPLEMENTED" in warned[0], warned

@@ -1,7 +1,7 @@
 """Two concurrent Refresh callers against a write caller: the target CA reads right after an
 accepted IncreaseSize must include the increase, however the two listings interleave.
 
-Used by tests/providers/test_state_version.py (a few hundred tries per shape) and
+Used by tests/providers/test_state_version_cases.py (a few hundred tries per shape) and
 benchmarks/concurrent_refresh.py (10,000). The sim cloud in-process with real worker threads; each
 listing takes a random 0-2 ms, standing in for a cloud's latency, so listings overlap with each other
 and with the workers' creations."""

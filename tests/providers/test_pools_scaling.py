@@ -1,135 +1,43 @@
-"""The pool shape of the shared machinery (providers/machinery/pools/provider.py) over a real gRPC port.
+"""The pool shape of the shared machinery (providers/machinery/pools/provider.py) over a real gRPC port:
+how sizes and deletions reach the cloud.
 
-The cloud is the sim backend in pool mode: it owns each group's desired size, converges on it by
-itself, deletes *random* instances when the size drops below the count (as VKE does), and removes
-named instances while lowering the size. `CountingDriver` records every call that changes the cloud
-and can fail them like a bad network.
+A scale-up is one push, a named deletion removes exactly that machine, a decrease never touches the
+cloud, concurrent increases stop at the maximum and concurrent deletions at the minimum, faults on a
+third of the calls still end at exactly the size asked, a stock-out shows on the placeholders, and a
+machine the cloud cannot remove yet is removed later. The cloud and `CountingDriver` are in
+tests/support/pools.py; restarts and asynchronous operations are in test_pools_recovery.py.
 """
 
 from __future__ import annotations
 
-import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
 import pytest
 
-from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core.clouderrors import CloudError
-from cloudprovider_grpc.core.errors import ConfigError
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.driver import (
-    Machine,
-    Operation,
-    OperationState,
-    OperationStatus,
-    RemoveOutcome,
-)
+from cloudprovider_grpc.providers.driver import Machine, RemoveOutcome
 from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
-from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-from cloudprovider_grpc.providers.sim import SimCloud, SimOptions, SimPoolDriver
+from cloudprovider_grpc.providers.sim import SimCloud
+from tests.support.pools import (
+    CountingDriver,
+    _alive,
+    _cloud,
+    _delete,
+    _eventually,
+    _instances,
+    _serve,
+    _target,
+)
 from tests.support.servers import channel, stub
 
 pytestmark = pytest.mark.integration
 
 CREATING = pb.InstanceStatus.instanceCreating
 RUNNING = pb.InstanceStatus.instanceRunning
-
-
-class CountingDriver(SimPoolDriver):
-    """SimPoolDriver that records set_size/remove calls and can fail a fraction of them: 'lost'
-    (the cloud applied it, the answer never came) or 'refused' (a 503 before anything happened)."""
-
-    def __init__(self, cloud: SimCloud, fault_rate: float = 0.0, seed: int = 1) -> None:
-        super().__init__(cloud)
-        self.pushes: list[int] = []
-        self.removals: list[list[str]] = []
-        self.fault_rate = fault_rate
-        self.faults = 0
-        self._rng = random.Random(seed)
-        self._lock = threading.Lock()
-
-    def _fault(self) -> str | None:
-        with self._lock:
-            if self._rng.random() >= self.fault_rate:
-                return None
-            self.faults += 1
-            return self._rng.choice(["lost", "refused"])
-
-    def set_size(self, group: str, size: int) -> None:
-        fault = self._fault()
-        if fault == "refused":
-            raise CloudError("503 Service Unavailable", transient=True, status=503)
-        with self._lock:
-            self.pushes.append(size)
-        super().set_size(group, size)
-        if fault == "lost":
-            raise CloudError("read timed out", transient=True)
-
-    def remove_machines(self, group: str, machines: Sequence[Machine]) -> RemoveOutcome:
-        fault = self._fault()
-        if fault == "refused":
-            raise CloudError("429 Too Many Requests", transient=True, status=429)
-        with self._lock:
-            self.removals.append([m.id for m in machines])
-        outcome = super().remove_machines(group, machines)
-        if fault == "lost":
-            raise CloudError("read timed out", transient=True)
-        return outcome
-
-
-def _cloud(
-    max_size: int = 20, initial: int = 0, delay: float = 0.0, min_size: int = 0, **fail: object
-) -> SimCloud:
-    group: dict[str, object] = {
-        "id": "g",
-        "min_size": min_size,
-        "max_size": max_size,
-        "initial_size": initial,
-    }
-    if fail:
-        group["fail"] = fail
-    return SimCloud(
-        SimOptions.model_validate(
-            {"shape": "pools", "provisioning_delay": delay, "deletion_delay": 0, "groups": [group]}
-        )
-    )
-
-
-def _serve(provider: PoolProvider) -> ServerHandle:
-    return start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=provider)
-
-
-def _alive(cloud: SimCloud) -> list[str]:
-    return sorted(m.id for m in cloud.machines.values() if m.deleted_at is None)
-
-
-def _instances(s, gid: str = "g") -> list[pb.Instance]:
-    return list(s.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid)).instances)
-
-
-def _target(s, gid: str = "g") -> int:
-    return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid)).targetSize
-
-
-def _eventually(s, check: Callable[[], bool], rounds: int = 200) -> None:
-    """Refresh until `check` holds: each Refresh is one CA loop; background work runs between them."""
-    for _ in range(rounds):
-        s.Refresh(pb.RefreshRequest())
-        if check():
-            return
-        threading.Event().wait(0.02)
-    raise AssertionError("condition not reached")
-
-
-def _delete(s, *ids: str, gid: str = "g") -> None:
-    s.NodeGroupDeleteNodes(
-        pb.NodeGroupDeleteNodesRequest(id=gid, nodes=[pb.ExternalGrpcNode(providerID=i) for i in ids])
-    )
 
 
 def test_scale_up_by_three_is_one_push_and_instances_go_creating_then_running() -> None:
@@ -323,144 +231,6 @@ def test_min_size_holds_under_concurrent_single_deletes() -> None:
         assert len(driver.removals) < 7  # batched
     finally:
         handle.stop(1)
-
-
-def test_restart_mid_scale_up_recovers_from_the_cloud_and_the_journal(tmp_path: Path) -> None:
-    cloud = _cloud(initial=2, delay=60.0)
-    clock = [1000.0]
-    cloud.clock = lambda: clock[0]
-    journal = tmp_path / "state.json"
-    first = PoolProvider(
-        CountingDriver(cloud), inline_workers=True, clock=lambda: clock[0], state_file=journal
-    )
-    handle = _serve(first)
-    s = stub(channel(handle))
-    s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=3))
-    s.Refresh(pb.RefreshRequest())  # pushed: the cloud holds 5 (3 booting)
-    s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=2))  # accepted, not yet sent
-    handle.stop(0)
-
-    second = PoolProvider(
-        CountingDriver(cloud), inline_workers=True, clock=lambda: clock[0], state_file=journal
-    )
-    handle = _serve(second)
-    try:
-        s = stub(channel(handle))
-        assert _target(s) == 7  # the journaled wanted size
-        s.Refresh(pb.RefreshRequest())
-        assert cloud.desired["g"] == 7
-        ids = {i.id for i in _instances(s)}
-        assert ids == set(_alive(cloud)) and len(ids) == 7
-    finally:
-        handle.stop(0)
-
-    third = PoolProvider(CountingDriver(cloud), inline_workers=True, clock=lambda: clock[0])  # no journal
-    handle = _serve(third)
-    try:
-        s = stub(channel(handle))
-        assert _target(s) == 7 and {i.id for i in _instances(s)} == set(_alive(cloud))
-    finally:
-        handle.stop(0)
-
-
-def test_a_corrupt_journal_is_one_line_naming_the_file(tmp_path: Path) -> None:
-    journal = tmp_path / "state.json"
-    journal.write_text('{"version": 2, "pools": [')
-    with pytest.raises(ConfigError) as err:
-        PoolProvider(CountingDriver(_cloud()), inline_workers=True, state_file=journal)
-    assert str(journal) in str(err.value) and "\n" not in str(err.value)
-
-
-class AsyncDriver(CountingDriver):
-    """Pushes finish asynchronously: each returns an Operation whose outcome the test decides."""
-
-    def __init__(self, cloud: SimCloud) -> None:
-        super().__init__(cloud)
-        self.outcomes: dict[str, OperationStatus] = {}
-        self.polls = 0
-
-    def set_size(self, group: str, size: int) -> Operation:
-        super().set_size(group, size)
-        ref = f"op-{len(self.pushes)}"
-        self.outcomes.setdefault(ref, OperationStatus(OperationState.PENDING))
-        return Operation(group, "scale", ref)
-
-    def poll(self, operation: Operation) -> OperationStatus:
-        self.polls += 1
-        return self.outcomes[operation.ref]
-
-
-def test_a_failed_operation_becomes_error_info_and_is_never_waited_for() -> None:
-    from cloudprovider_grpc.core.clouderrors import ErrorClass, InstanceError
-
-    cloud = _cloud(initial=1, stockout_after=1)
-    clock = [1000.0]
-    cloud.clock = lambda: clock[0]
-    driver = AsyncDriver(cloud)
-    handle = _serve(PoolProvider(driver, inline_workers=True, clock=lambda: clock[0]))
-    try:
-        s = stub(channel(handle))
-        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=2))
-        s.Refresh(pb.RefreshRequest())
-        assert driver.pushes == [3] and _target(s) == 3  # accepted; the operation is pending
-        clock[0] += 5
-        s.Refresh(pb.RefreshRequest())
-        assert driver.polls >= 1 and _target(s) == 3
-        driver.outcomes["op-1"] = OperationStatus(
-            OperationState.FAILED,
-            InstanceError("QUOTA", "instance quota exceeded", ErrorClass.OUT_OF_RESOURCES),
-        )
-        clock[0] += 30
-        s.Refresh(pb.RefreshRequest())
-        pending = [i for i in _instances(s) if "pending" in i.id]
-        assert len(pending) == 2
-        assert {i.status.errorInfo.errorCode for i in pending} == {"QUOTA"}
-        _delete(s, *(i.id for i in pending))
-        s.Refresh(pb.RefreshRequest())
-        assert _target(s) == 1 and cloud.desired["g"] == 1
-    finally:
-        handle.stop(0)
-
-
-def test_sim_pool_mode_from_configuration() -> None:
-    provider = build_provider("sim", ProviderContext(options={"shape": "pools"}, inline_workers=True))
-    assert isinstance(provider, PoolProvider)
-    provider.start()
-    try:
-        assert [g.id for g in provider.node_groups()] == ["general", "highmem", "gpu"]
-        assert provider.target_size("general") == 1
-    finally:
-        provider.stop(0)
-
-
-class DiscoveringDriver(CountingDriver):
-    """Groups exist only once the cloud has been listed (VKE pools, SKS nodepools, SPC pools)."""
-
-    def groups(self):
-        return []
-
-
-def test_journal_entries_wait_for_groups_discovered_after_start(tmp_path: Path) -> None:
-    cloud = _cloud(initial=1)
-    journal = tmp_path / "state.json"
-    first = PoolProvider(DiscoveringDriver(cloud), inline_workers=True, state_file=journal)
-    handle = _serve(first)
-    s = stub(channel(handle))
-    assert [g.id for g in s.NodeGroups(pb.NodeGroupsRequest()).nodeGroups] == ["g"]  # discovered at start
-    s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=4))  # accepted, not yet sent
-    handle.stop(0)
-    assert cloud.desired["g"] == 1
-
-    second = PoolProvider(DiscoveringDriver(cloud), inline_workers=True, state_file=journal)
-    assert second.node_groups() == ()  # nothing known before the first listing
-    handle = _serve(second)
-    try:
-        s = stub(channel(handle))
-        assert _target(s) == 5  # restored when the group was discovered
-        s.Refresh(pb.RefreshRequest())
-        assert cloud.desired["g"] == 5 and len(_alive(cloud)) == 5
-    finally:
-        handle.stop(0)
 
 
 class NotYetDriver(CountingDriver):

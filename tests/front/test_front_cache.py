@@ -1,148 +1,35 @@
-"""The compiled front (cloudprovider_grpc/front) over real sockets: cached answers follow
-every state change, a serial caller never reads older state than a previous call showed, malformed
-bodies still reach Python, each call is counted once, shutdown and kill -9 behave, and the
-`--front` modes select the path that serves.
+"""The compiled front (cloudprovider_grpc/front) over real sockets, while it serves: cached answers
+follow every state change, a serial caller never reads older state than a previous call showed,
+malformed bodies still reach Python and each call is counted once.
 
 The rest of the suite runs through the front as well whenever it is built (`--front auto`, the
 default), which is the proof that behaviour is unchanged; tests/grpcapi/test_rpcs.py also runs with
-`--front off`. Here a small provider of our own makes state changes on demand, including ones from
-a background thread, so each way a change reaches the front is tested on its own."""
+`--front off`. Here a small provider of our own (tests/support/dial.py) makes state changes on
+demand, including ones from a background thread, so each way a change reaches the front is tested
+on its own. How the front starts and stops is in test_front_lifecycle.py."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
-import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.core.errors import NotFound
-from cloudprovider_grpc.front import binary
 from cloudprovider_grpc.grpcapi import rawparse
 from cloudprovider_grpc.grpcapi.handlers import VERSION_TRAILER
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
+from cloudprovider_grpc.grpcapi.server import ServerHandle
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeGroup, NodeRef
-from tests.support.front import children, gone, serve
-from tests.support.ports import free_port
+from tests.support.dial import Dial, dial_server, target, wait_until
 from tests.support.servers import channel, stub
 
 pytestmark = pytest.mark.integration
 
 TARGET = "NodeGroupTargetSize"
-
-
-@pytest.fixture(autouse=True)
-def _front_built(compiled_front: Path | None) -> None:
-    if compiled_front is None:
-        pytest.skip("the compiled front is not built here (Go missing); CI always builds it")
-
-
-class Dial(CloudProvider):
-    """One group whose size the test sets: by RPC, on Refresh (from `cloud_size`) or in the
-    background (`set_size`, as a worker would). `versioned=False` is a backend that cannot tell its
-    state version."""
-
-    name = "dial"
-
-    def __init__(self, versioned: bool = True) -> None:
-        self._lock = threading.Lock()
-        self.size = 1
-        self.cloud_size = 1
-        self.version = 1
-        self.versioned = versioned
-        self.watchers: list[Callable[[int], None]] = []
-        self.group = NodeGroup("g", 0, 100)
-        self.refresh_entered = threading.Event()
-        self.refresh_release = threading.Event()
-        self.refresh_release.set()
-        self.change_while_reading = 0
-        self.members: set[str] = set()  # providerIDs outside "dial://g/" that belong to the group
-        self.refresh_drops_members = False
-
-    def _change(self, size: int) -> None:
-        with self._lock:
-            self.size = size
-            self.version += 1
-            version = self.version
-        for callback in self.watchers:
-            callback(version)
-
-    def set_size(self, size: int) -> None:
-        self._change(size)
-
-    def state_version(self) -> int | None:
-        return self.version if self.versioned else None
-
-    def watch_state(self, callback: Callable[[int], None]) -> None:
-        if self.versioned:
-            self.watchers.append(callback)
-
-    def node_groups(self) -> list[NodeGroup]:
-        return [self.group]
-
-    def node_group_for_node(self, node: NodeRef) -> NodeGroup | None:
-        if "pool" in node.labels:
-            return self.group if node.labels["pool"] == "g" else None
-        member = node.provider_id.startswith("dial://g/") or node.provider_id in self.members
-        return self.group if member else None
-
-    def adopt(self, provider_id: str) -> None:
-        """The group takes in a machine (as a listing showing a new one would)."""
-        self.members.add(provider_id)
-        self._change(self.size)
-
-    def refresh(self) -> None:
-        self.refresh_entered.set()
-        self.refresh_release.wait(30)
-        if self.refresh_drops_members:
-            self.members.clear()
-        self._change(self.cloud_size)
-
-    def target_size(self, group_id: str) -> int:
-        if group_id != "g":
-            raise NotFound(f"node group {group_id!r} not found")
-        size = self.size
-        if self.change_while_reading:  # another thread's change lands while this answer is computed
-            self.change_while_reading -= 1
-            self._change(size)
-        return size
-
-    def increase_size(self, group_id: str, delta: int) -> None:
-        self._change(self.target_size(group_id) + delta)
-
-    def decrease_target_size(self, group_id: str, delta: int) -> None:
-        self._change(self.target_size(group_id) + delta)
-
-    def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
-        self._change(self.target_size(group_id) - len(nodes))
-
-    def nodes(self, group_id: str) -> list[Instance]:
-        return []
-
-
-@contextmanager
-def dial_server(provider: Dial) -> Iterator[ServerHandle]:
-    settings = Settings(address="127.0.0.1:0", metrics_address="127.0.0.1:0", front="on")
-    handle = start_server(settings, provider=provider)
-    try:
-        assert handle.front is not None
-        yield handle
-    finally:
-        handle.stop(grace=2)
 
 
 def split_counts(handle: ServerHandle, method: str, code: str) -> tuple[int, int]:
@@ -151,18 +38,6 @@ def split_counts(handle: ServerHandle, method: str, code: str) -> tuple[int, int
     front = sum(n for m, c, n, _, _ in handle.front.counters.read() if (m, c.name) == (method, code))
     tally = metrics.RPC.tally(method, getattr(grpc.StatusCode, code))
     return front, tally.count
-
-
-def target(s, group: str = "g") -> int:
-    return s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=group), timeout=5).targetSize
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_cached_answers_follow_writes_refresh_and_background_changes() -> None:
@@ -404,197 +279,3 @@ def test_gzip_compressed_calls_are_accepted_as_by_grpcio() -> None:
             assert resp.targetSize == 1
         groups = s.NodeGroups(pb.NodeGroupsRequest(), timeout=5, compression=grpc.Compression.Gzip)
         assert [g.id for g in groups.nodeGroups] == ["g"]
-
-
-def test_shutdown_through_the_front() -> None:
-    """In-flight calls finish, later ones answer UNAVAILABLE (never from the cache), Watch streams
-    end cleanly, and the front's process and port are gone afterwards."""
-    dial = Dial()
-    handle = start_server(Settings(address="127.0.0.1:0", metrics_address="", front="on"), provider=dial)
-    assert handle.front is not None
-    front_proc = handle.front.process.proc
-    ch = channel(handle)
-    s = stub(ch)
-    assert target(s) == 1 and target(s) == 1  # cached now
-    watch_seen: list[int] = []
-    watch_end: dict[str, object] = {}
-
-    def watch() -> None:
-        try:
-            for resp in health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(), timeout=30):
-                watch_seen.append(resp.status)
-            watch_end["ok"] = True
-        except grpc.RpcError as exc:
-            watch_end["error"] = exc.code()
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    wait_until("the Watch stream to start", lambda: bool(watch_seen))
-    dial.refresh_release.clear()
-    dial.refresh_entered.clear()
-    refreshed: dict[str, object] = {}
-
-    def refresh() -> None:
-        try:
-            s.Refresh(pb.RefreshRequest(), timeout=30)
-            refreshed["ok"] = True
-        except grpc.RpcError as exc:
-            refreshed["error"] = exc.code()
-
-    in_flight = threading.Thread(target=refresh)
-    in_flight.start()
-    assert dial.refresh_entered.wait(10)
-    stopper = threading.Thread(target=handle.stop, kwargs={"grace": 20})
-    stopper.start()
-    wait_until("shutdown to begin", lambda: not handle.gate._open)
-    with pytest.raises(grpc.RpcError) as info:
-        target(s)
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert "shutting down" in (info.value.details() or "")
-    dial.refresh_release.set()
-    in_flight.join(20)
-    stopper.join(30)
-    watcher.join(30)
-    assert refreshed == {"ok": True}
-    assert watch_end == {"ok": True}
-    assert watch_seen[0] == health_pb2.HealthCheckResponse.SERVING
-    assert handle.wait(0)
-    assert front_proc.poll() is not None
-    with pytest.raises(grpc.RpcError) as info:
-        target(s)
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-    ch.close()
-
-
-def test_the_grace_period_bounds_the_stop() -> None:
-    dial = Dial()
-    handle = start_server(Settings(address="127.0.0.1:0", metrics_address="", front="on"), provider=dial)
-    assert handle.front is not None
-    ch = channel(handle)
-    dial.refresh_release.clear()
-    call = stub(ch).Refresh.future(pb.RefreshRequest(), timeout=60)
-    assert dial.refresh_entered.wait(10)
-    stopper = threading.Thread(target=handle.stop, kwargs={"grace": 1})
-    stopper.start()
-    stopper.join(30)
-    try:
-        assert not stopper.is_alive()  # the stop did not wait for the stuck call
-        assert handle.front.process.proc.poll() is not None
-        with pytest.raises(grpc.RpcError):
-            call.result(timeout=30)
-    finally:
-        dial.refresh_release.set()
-        ch.close()
-
-
-def port_free(port: int) -> bool:
-    """A new server could listen on the port now (SO_REUSEADDR, as grpcio and grpc-go set it: the
-    killed front's closed connections may linger in TIME_WAIT)."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def wait_serving(port: int, proc: subprocess.Popen[str]) -> None:
-    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        grpc.channel_ready_future(ch).result(timeout=30)
-        stub(ch).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
-    finally:
-        ch.close()
-    assert proc.poll() is None
-
-
-def test_ctrl_c_to_the_process_group_is_a_graceful_stop_led_by_python() -> None:
-    port = free_port()
-    proc = serve("--address", f"127.0.0.1:{port}", "--metrics-address", "", "--front", "on")
-    try:
-        wait_serving(port, proc)
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the front gets it too
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0
-    assert "received SIGINT, shutting down" in err and "server stopped" in err
-    assert "exited unexpectedly" not in err
-
-
-def test_kill_9_of_the_python_process_takes_the_front_down_and_frees_the_port() -> None:
-    port = free_port()
-    proc = serve("--address", f"127.0.0.1:{port}", "--metrics-address", "", "--front", "on")
-    try:
-        wait_serving(port, proc)
-        fronts = children(proc.pid)
-        assert len(fronts) == 1, fronts
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        wait_until("the front to exit", lambda: gone(fronts[0]))
-        wait_until("the port to be free", lambda: port_free(port))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
-
-
-@pytest.mark.parametrize(
-    ("mode", "cache", "line"),
-    [
-        ("auto", "built", "front: compiled"),
-        ("off", "built", "front: python"),
-        ("auto", "empty", "front: python"),
-    ],
-)
-def test_front_modes_choose_the_path_that_serves(tmp_path: Path, mode: str, cache: str, line: str) -> None:
-    env = {**os.environ, "EXAMPLE_API_TOKEN": "front-must-not-see-this"}
-    if cache == "empty":  # a machine where the front was never built
-        env["XDG_CACHE_HOME"] = str(tmp_path)
-    port = free_port()
-    proc = serve("--address", f"127.0.0.1:{port}", "--metrics-address", "", "--front", mode, env=env)
-    try:
-        wait_serving(port, proc)
-        fronts = children(proc.pid)
-        has_front = bool(fronts)
-        for pid in fronts:  # the front gets no environment: no credential reaches its /proc
-            assert Path(f"/proc/{pid}/environ").read_bytes() == b""
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0
-    assert line in err
-    assert has_front == (line == "front: compiled")
-    if cache == "empty":  # the optional build is not news on every start (debug only)
-        assert "build-front" not in err and "compiled front not used" not in err
-
-
-def test_front_on_without_a_binary_refuses_to_start(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    proc = serve("--address", f"127.0.0.1:{free_port()}", "--front", "on", env=env)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
-    assert err.strip().splitlines() == [
-        "cloudprovider-grpc: invalid configuration: front: on, but no compiled front built for this "
-        "version (run `cloudprovider-grpc build-front`)"
-    ]
-
-
-@pytest.mark.slow
-def test_the_front_sources_are_gofmt_and_go_vet_clean() -> None:
-    go = binary.go_binary()
-    assert go is not None  # the front was built, so Go is here
-    fmt = subprocess.run(
-        [str(Path(go).with_name("gofmt")), "-l", "."], cwd=binary.SOURCE_DIR, capture_output=True, text=True
-    )
-    assert fmt.returncode == 0 and fmt.stdout == "", fmt.stdout + fmt.stderr
-    vet = subprocess.run(
-        [go, "vet", "."], cwd=binary.SOURCE_DIR, env=binary.go_env(), capture_output=True, text=True
-    )
-    assert vet.returncode == 0, vet.stdout + vet.stderr
