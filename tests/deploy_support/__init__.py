@@ -1,1 +1,1 @@
-"""Helpers for tests/test_deploy.py: a minimal kustomize renderer and manifest inspection."""
+"""Helpers for the deployment tests (tests/deploy/): a minimal kustomize renderer and manifest inspection."""
