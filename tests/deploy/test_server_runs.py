@@ -1,5 +1,6 @@
 """Our container's command, run as the pod would: `check-config` accepts each layout's arguments
-with the files and environment the pod would have (and refuses a broken one naming the key), and
+with the files and environment the pod would have (and refuses a broken one, or a cherry pod
+without the bootstrap Secret its cloudinit needs, in one line naming what is wrong), and
 the server started that way answers cluster-autoscaler as its cloud-config says: over loopback for
 the sidecar, over mutual TLS for the standalone layouts."""
 

@@ -1,6 +1,7 @@
 """What the layouts are rendered from: helm and kustomize pinned and built outside the clone, the
-official cluster-autoscaler chart as kubernetes/autoscaler's snapshot, and our values files holding
-only keys that chart knows (it has no values schema to catch a misspelt one)."""
+official cluster-autoscaler chart as kubernetes/autoscaler's snapshot, a values file for it for
+every cloud registered in the build, and our values files holding only keys that chart knows (it has
+no values schema to catch a misspelt one)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Every manifest file parses and is used; every layout renders namespaced objects that validate
-against the Kubernetes 1.33+ JSON schemas (strict), or for cert-manager and prometheus-operator
-kinds against those projects' CRDs (tests/deploy_support/crds.py); and each validator refuses a
-misspelt field."""
+"""Every manifest file parses and is used; the RBAC component, every layout (its objects in the
+right namespace) and every cloud's example Secrets validate against the Kubernetes 1.33+ JSON
+schemas (strict), or for cert-manager and prometheus-operator kinds against those projects' CRDs
+(tests/deploy_support/crds.py); and each validator refuses a misspelt field."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@
 `kill_chain` kills the leader `rounds` times in a row in the middle of a scale-up and times each
 failover as a caller through the readiness proxy sees it (`AnswerClock`); `rolling_upgrade` replaces
 two replicas the way a Deployment's RollingUpdate does while `EveryRpcLoop` calls every RPC,
-counting each call that did not get its answer. Both check that nothing is lost or done twice.
+counting each call that did not get its answer (the real-node tier drives it through a real
+Service). Both check that nothing is lost or done twice.
 """
 
 from __future__ import annotations
