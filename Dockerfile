@@ -36,7 +36,7 @@ RUN python -m venv /opt/venv
 COPY pyproject.toml README.md LICENSE ./
 COPY cloudprovider_grpc ./cloudprovider_grpc
 
-# Same package spec as the README's setup command 1; tests/test_deploy.py keeps the two in step.
+# Same package spec as the README's setup command 1; tests/deploy/test_dockerfile.py keeps the two in step.
 # Dependencies are pinned to compatible ranges in pyproject.toml, which is the single place to
 # change them; `pip install` compiles the installed modules to bytecode here, at build time.
 RUN /opt/venv/bin/pip install . \

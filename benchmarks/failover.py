@@ -13,7 +13,7 @@ that failed by method, the calls the old leader forwarded to its successor, and 
 replicas that began forwarding).
 
 Per backend, on a real kube-apiserver and etcd (tests/support/controlplane.py) and the backend's
-emulated cloud, `--rounds` kills in a row (tests/support/ha.py, kill_chain): two replicas sharing a
+emulated cloud, `--rounds` kills in a row (tests/support/failover.py, kill_chain): two replicas sharing a
 --state-file, a caller asking NodeGroupTargetSize every 10 ms through a loopback port that follows
 readiness the way a Service does, IncreaseSize(20) to the leader, kill -9 of the leader at once, at
 a random moment between two renewals of the Lease, the standby having seen the leader renew
@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from cloudprovider_grpc.config.settings import parse_duration  # noqa: E402
 from tests.support.backends import backend  # noqa: E402
 from tests.support.certs import write_pki  # noqa: E402
-from tests.support.ha import Kill, Lease, kill_chain, rolling_upgrade  # noqa: E402
+from tests.support.failover import Kill, kill_chain, rolling_upgrade  # noqa: E402
+from tests.support.replicas import Lease  # noqa: E402
 
 
 def main() -> int:

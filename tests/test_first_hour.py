@@ -77,7 +77,7 @@ def test_a_cloud_scenario_without_credentials_suggests_emulate(scenario: str, tm
 
 def test_every_cloud_has_the_kustomize_overlays_the_docs_promise() -> None:
     """docs/deploying.md: `manifests/providers/<cloud>/` (sidecar) and `<cloud>/standalone/`, for every
-    cloud; tests/test_deploy.py renders each and runs check-config on what the pod would get."""
+    cloud; tests/deploy/ renders each and runs check-config on what the pod would get."""
     from cloudprovider_grpc.providers.registry import BACKENDS
 
     guide = (ROOT / "docs" / "deploying.md").read_text()

@@ -1,1 +1,2 @@
-"""Helpers for tests/test_deploy.py: a minimal kustomize renderer and manifest inspection."""
+"""Helpers for the deployment tests (tests/deploy/): the layouts rendered by the real tools, and manifest
+inspection."""

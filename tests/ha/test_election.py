@@ -25,17 +25,9 @@ from cloudprovider_grpc.emulators import FaultPlan
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.support.backends import backend
 from tests.support.certs import write_pki
-from tests.support.ha import (
-    Kill,
-    Lease,
-    big_cloud,
-    is_ready,
-    kill_chain,
-    rolling_upgrade,
-    start_replica,
-    wait_leader,
-)
+from tests.support.failover import Kill, big_cloud, kill_chain, rolling_upgrade
 from tests.support.probes import ServerProcess
+from tests.support.replicas import Lease, is_ready, start_replica, wait_leader
 from tests.support.waits import instances, poll, refresh
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

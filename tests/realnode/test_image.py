@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.realnode import image as images
-from tests.support.ha import EveryRpcLoop
+from tests.support.failover import EveryRpcLoop
 from tests.support.ports import free_port
 from tests.support.waits import poll
 

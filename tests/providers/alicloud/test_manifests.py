@@ -1,6 +1,6 @@
 """The AliCloud overlays read the in-tree Secret unchanged, and the server accepts what they give it.
 
-(tests/test_deploy.py runs the generic checks — schema, pinned images, locked-down pods, check-config —
+(tests/deploy/ runs the generic checks — schema, pinned images, locked-down pods, check-config —
 on the AccessKey overlay; the RRSA overlay's projected token is checked here.)"""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Exoscale kustomize overlays' pod, materialised with the in-tree Secret `exoscale-api-credentials`,
 passes `check-config` against the emulator and finds its nodepool. (Rendering, schemas and the Secret's
-names and keys are checked for every cloud by tests/test_deploy.py.)"""
+names and keys are checked for every cloud by tests/deploy/.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The SPC kustomize overlay reads the fork's Secret and ConfigMap unchanged, and the pod's own
-configuration passes check-config (tests/test_deploy.py holds the checks every overlay passes)."""
+configuration passes check-config (tests/deploy/ holds the checks every overlay passes)."""
 
 from __future__ import annotations
 
