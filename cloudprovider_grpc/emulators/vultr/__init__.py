@@ -1,6 +1,7 @@
 """The Vultr VKE API emulator behind `--emulate` and the suite's tests: `emulator.py` serves it over
-HTTP, `seed.py` holds its demo data. It may import the shared emulator base and `formats/`, never
-the cloud's own client or driver, so that it stays an independent model of the real API."""
+HTTP, `seed.py` holds its demo data. It may import the shared emulator base, `formats/`, `http/` and
+`core/`, never the cloud's own client or driver, so that it stays an independent model of the real
+API."""
 
 from cloudprovider_grpc.emulators.vultr.emulator import VultrEmulator
 
