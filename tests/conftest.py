@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.deploy_support.tools import unavailable  # noqa: E402
+from tests.realnode import figures as realnode_figures  # noqa: E402
 from tests.support import controlplane  # noqa: E402
 from tests.support.certs import Pki, write_pki  # noqa: E402
 from tests.support.front import ensure_front  # noqa: E402
@@ -126,3 +127,25 @@ def _root_logger_restored() -> Iterator[None]:
     yield
     root.setLevel(_ROOT_LEVEL)
     root.handlers[:] = handlers
+
+
+# The real-node tier's figures: the controlling process names the run's figures file and prints it
+# in the terminal summary (a subfolder's conftest never loads in xdist's controller, which collects
+# nothing, so these hooks live here).
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controlling process (or a run without xdist)
+        realnode_figures.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        realnode_figures.discard_if_empty()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    found = realnode_figures.collected()
+    if found is not None:
+        path, lines = found
+        terminalreporter.write_sep("-", f"realnode figures (also in {path})")
+        for line in lines:
+            terminalreporter.write_line(line)

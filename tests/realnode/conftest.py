@@ -21,25 +21,6 @@ from tests.realnode.host import cache, require_tools
 from tests.support import controlplane
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # the controlling process (or a run without xdist)
-        figures.start()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):
-        figures.discard_if_empty()
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    found = figures.collected()
-    if found is not None:
-        path, lines = found
-        terminalreporter.write_sep("-", f"realnode figures (also in {path})")
-        for line in lines:
-            terminalreporter.write_line(line)
-
-
 @pytest.fixture(scope="session")
 def built() -> images.Built:
     """The repository's image, tagged `localhost/cloudprovider-grpc:realnode`; its build time, size
