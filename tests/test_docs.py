@@ -97,7 +97,13 @@ def test_a_block_runs_here_only_when_this_module_can_run_it() -> None:
 
 @pytest.mark.parametrize(
     "line",
-    [(b, line) for b in RUN_HERE for line in b.body.splitlines() if line.strip()],
+    [
+        # a replay simulates a recorded hour: over ten seconds, so in the slow tier
+        pytest.param((b, line), marks=[pytest.mark.slow] if "--replay" in line else [])
+        for b in RUN_HERE
+        for line in b.body.splitlines()
+        if line.strip()
+    ],
     ids=lambda bl: f"{bl[0].page.name}:{bl[1][:60]}",
 )
 def test_marked_commands_run_as_printed(line: tuple[Block, str], tmp_path: Path) -> None:

@@ -383,7 +383,11 @@ def test_override_above_the_server_max_fails_increase_size():
     assert [(d.t, d.group, d.delta) for d in kinds(r, "scale-up")] == [(70.0, "highmem", 5)]
 
 
-@pytest.mark.parametrize("name", sorted(TESTED))
+@pytest.mark.parametrize(
+    # the diurnal example simulates a whole day: over ten seconds, so in the slow tier
+    "name",
+    [pytest.param(n, marks=[pytest.mark.slow]) if n == "diurnal" else n for n in sorted(TESTED)],
+)
 def test_every_example_timeline_has_all_groups_targets_and_markers(reports, name, tmp_path):
     from cloudprovider_grpc.simulator.report import hmm, marker_events, write_timeline
 
