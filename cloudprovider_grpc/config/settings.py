@@ -26,7 +26,7 @@ from cloudprovider_grpc.config.pydantic_errors import problems
 from cloudprovider_grpc.config.secrets import register_environment
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
-from cloudprovider_grpc.tls.files import TLSFileError, load_tls_files
+from cloudprovider_grpc.tls.files import TLSFileError, TLSFiles, load_tls_files
 
 ENV_PREFIX = "CLOUDPROVIDER_GRPC_"
 _ADDRESS_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):(?P<port>\d{1,5})$")
@@ -86,6 +86,13 @@ class TLSSettings(BaseModel):
     @property
     def enabled(self) -> bool:
         return self.cert is not None
+
+    def load(self) -> TLSFiles:
+        """The files read and pair-checked now (TLSFileError names the one at fault). Only for a
+        configuration with TLS on: cert and key are always given together."""
+        if self.cert is None or self.key is None:
+            raise TLSFileError("cert", "TLS is not configured")
+        return load_tls_files(self.cert, self.key, self.ca)
 
 
 _DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")

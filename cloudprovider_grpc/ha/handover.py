@@ -43,7 +43,7 @@ import grpc
 
 from cloudprovider_grpc.config.settings import TLSSettings
 from cloudprovider_grpc.core.errors import ProviderError, Unavailable
-from cloudprovider_grpc.tls.files import TLSFileError, load_tls_files
+from cloudprovider_grpc.tls.files import TLSFileError
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class HandOverRelay:
     def _open(self, address: str) -> grpc.Channel:
         if self._tls is None:
             return grpc.insecure_channel(address)
-        files = load_tls_files(self._tls.cert, self._tls.key, self._tls.ca)  # type: ignore[arg-type]
+        files = self._tls.load()
         credentials = grpc.ssl_channel_credentials(
             root_certificates=files.ca or files.cert, private_key=files.key, certificate_chain=files.cert
         )

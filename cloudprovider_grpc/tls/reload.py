@@ -16,7 +16,7 @@ import grpc
 
 from cloudprovider_grpc.config.settings import TLSSettings
 from cloudprovider_grpc.core.errors import ServerStartError
-from cloudprovider_grpc.tls.files import TLSFileError, TLSFiles, load_tls_files
+from cloudprovider_grpc.tls.files import TLSFileError, TLSFiles
 
 log = logging.getLogger("cloudprovider_grpc.grpcapi.server")
 
@@ -54,7 +54,7 @@ class CertReloader:
             return ()
 
     def _read(self) -> TLSFiles:
-        return load_tls_files(self._tls.cert, self._tls.key, self._tls.ca)  # type: ignore[arg-type]
+        return self._tls.load()
 
     @staticmethod
     def _configuration(files: TLSFiles) -> grpc.ServerCertificateConfiguration:
