@@ -22,6 +22,7 @@ from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.driver import DriverBase
 from cloudprovider_grpc.providers.machinery.gate import WriteGate
+from cloudprovider_grpc.providers.options import ClientTuning
 
 #: name -> module holding build()/build_emulator()
 BACKENDS: dict[str, str] = {
@@ -101,10 +102,13 @@ class BuiltDriver:
 
     `on_stop` runs when the provider stops (an emulator started for `--emulate`). `catalog_ttl` is
     how long templates/prices are reused before `refresh_catalog`. `seed` makes the machinery's
-    jitter reproducible (the simulator)."""
+    jitter reproducible (the simulator). `create_settle` is how long a create whose answer was lost
+    is given to show in the cloud's listings before its token is looked up (machines/core.py): the
+    client's connect plus read timeout, as long as we let one request take."""
 
     driver: DriverBase
     catalog_ttl: float = 300.0
+    create_settle: float = 0.0
     on_stop: Callable[[], None] | None = None
     seed: int | None = None
 
@@ -130,7 +134,7 @@ def assemble(
     make_driver: Callable[[str | None], DriverBase],
     *,
     start_emulator: Callable[[], Emulator],
-    catalog_ttl: float,
+    tuning: ClientTuning,
 ) -> BuiltDriver:
     """A backend's driver for `ctx`: `make_driver(api_url)` with api_url None (the configured cloud)
     or, with `ctx.emulate`, the base URL of the emulator `start_emulator()` started on loopback. The
@@ -146,7 +150,10 @@ def assemble(
             emulator.stop()
         raise
     return BuiltDriver(
-        driver, catalog_ttl=catalog_ttl, on_stop=emulator.stop if emulator is not None else None
+        driver,
+        catalog_ttl=tuning.catalog_ttl,
+        create_settle=tuning.connect_timeout + tuning.read_timeout,
+        on_stop=emulator.stop if emulator is not None else None,
     )
 
 
@@ -172,7 +179,7 @@ def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:
         if isinstance(built.driver, MachineDriver):
             from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 
-            return MachineProvider(built.driver, **kwargs)
+            return MachineProvider(built.driver, create_settle=built.create_settle, **kwargs)
         raise TypeError(f"{type(built.driver).__name__} is neither a MachineDriver nor a PoolDriver")
     except BaseException:
         if built.on_stop is not None:

@@ -162,6 +162,7 @@ def test_an_emulator_started_for_emulate_keeps_a_short_history(monkeypatch: pyte
     """`serve --emulate`'s emulator serves the server's own client and nobody reads its history:
     it remembers EMBEDDED_EMULATOR_HISTORY requests, not REQUEST_LOG_SIZE."""
     from cloudprovider_grpc.providers import registry
+    from cloudprovider_grpc.providers.options import ClientTuning
 
     monkeypatch.setattr(registry, "EMBEDDED_EMULATOR_HISTORY", 3)
     emu = Counter()
@@ -170,7 +171,7 @@ def test_an_emulator_started_for_emulate_keeps_a_short_history(monkeypatch: pyte
         registry.ProviderContext(emulate=True),
         lambda url: urls.append(url),  # type: ignore[func-returns-value,arg-type]
         start_emulator=emu.start,
-        catalog_ttl=60.0,
+        tuning=ClientTuning(catalog_ttl=60.0),
     )
     try:
         assert urls == [emu.base_url]

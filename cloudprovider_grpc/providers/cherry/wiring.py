@@ -68,7 +68,7 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
         start_emulator=lambda: _emulator_for(
             config, "", config.emulator, "127.0.0.1:0", None, ctx.clock
         ).start(),
-        catalog_ttl=config.tuning.catalog_ttl,
+        tuning=config.tuning,
     )
 
 

@@ -83,7 +83,7 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
         ctx,
         lambda endpoint: ExoscaleDriver(config, make_client(config, endpoint, ctx.clock), clock=ctx.clock),
         start_emulator=lambda: emulator_for(config, "127.0.0.1:0", None, ctx.clock).start(),
-        catalog_ttl=config.tuning.catalog_ttl,
+        tuning=config.tuning,
     )
 
 

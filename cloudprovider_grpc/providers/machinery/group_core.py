@@ -111,6 +111,7 @@ class GroupCore(CloudProvider, Generic[S]):
         self._seen_options: dict[str, Mapping[str, object]] = {}
         self._seen_targets: dict[str, int] = {}
         self._seen_fallbacks: object = None
+        self._published: dict[str, str] = {}  # group -> the name its info series carries (metrics)
         self._sync_groups(driver.groups())
         # journal entries per group, applied when the group exists: at start, or when a group the
         # cloud offers only later is discovered (kept in the journal meanwhile)

@@ -14,7 +14,10 @@ the journal and running a first Refresh.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+
+from prometheus_client import Gauge
 
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.core.errors import Unavailable
@@ -61,6 +64,7 @@ class RefreshCycle(GroupCore[S]):
 
     def stop(self, timeout: float = 10.0) -> None:
         self._jobs.stop(timeout)
+        self._unpublish_sizes(set(self._published))
         self.driver.close()
         if self._on_stop is not None:
             self._on_stop()
@@ -122,12 +126,28 @@ class RefreshCycle(GroupCore[S]):
             self._templates.clear()
 
     def _publish_sizes(self) -> None:
-        for gid, sizes in self.sizes().items():
-            metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(sizes.target)
-            metrics.GROUP_MACHINES.labels(self.name, gid).set(sizes.registered)
+        """Set each group's gauges. A group renamed on the cloud drops its old info series and a
+        group gone drops all of its series: a stale `node_group_info` would make the documented
+        `group_left (name)` join match two series and fail."""
+        sizes = self.sizes()
+        self._unpublish_sizes(set(self._published) - set(sizes))
+        for gid, size in sizes.items():
+            metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(size.target)
+            metrics.GROUP_MACHINES.labels(self.name, gid).set(size.registered)
             state = self._groups.get(gid)
             name = (state.config.name if state is not None else "") or gid
+            old = self._published.get(gid)
+            if old is not None and old != name:
+                _forget(metrics.GROUP_INFO, self.name, gid, old)
             metrics.GROUP_INFO.labels(self.name, gid, name).set(1)
+            self._published[gid] = name
+
+    def _unpublish_sizes(self, gone: set[str]) -> None:
+        """Remove the series of groups this provider no longer serves (or of all, when it stops)."""
+        for gid in gone:
+            _forget(metrics.GROUP_TARGET_SIZE, self.name, gid)
+            _forget(metrics.GROUP_MACHINES, self.name, gid)
+            _forget(metrics.GROUP_INFO, self.name, gid, self._published.pop(gid))
 
     def _note_listing_error(self, state: S, error: CloudError | None) -> None:
         """Record (or clear) a group's listing failure: logged once per change, counted, and shown
@@ -144,3 +164,9 @@ class RefreshCycle(GroupCore[S]):
             )
         metrics.GROUP_LISTING_FAILURES.labels(self.name, gid).inc()
         state.listing_error = error.as_instance_error()
+
+
+def _forget(gauge: Gauge, *labels: str) -> None:
+    """Remove one labelled series; one never set is not an error."""
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)

@@ -105,7 +105,7 @@ def build_driver(ctx: ProviderContext) -> BuiltDriver:
         start_emulator=lambda: _emulator(
             config.token, config.org_id, config.cluster_id, config.emulator, "127.0.0.1:0", None, ctx.clock
         ).start(),
-        catalog_ttl=config.tuning.catalog_ttl,
+        tuning=config.tuning,
     )
 
 

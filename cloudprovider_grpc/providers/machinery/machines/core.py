@@ -47,6 +47,9 @@ class Creation:
     sent: bool = False  # a create request may have left (journaled before it goes out)
     cancelled: bool = False  # CA no longer wants it; delete the machine if the inflight create lands
     accepted_at: float = 0.0  # provider clock when IncreaseSize accepted it (the status shows its age)
+    # tokened clouds: provider clock before which a listing may not show a machine whose create is
+    # still on its way (see MachineCore's `create_settle`), so a look-up would create it twice
+    look_up_from: float = 0.0
 
 
 @dataclass
@@ -67,8 +70,14 @@ class MachineCore(GroupProvider[MachineGroupState]):
 
     driver: MachineDriver
 
-    def __init__(self, driver: MachineDriver, **kwargs: Any) -> None:
+    def __init__(self, driver: MachineDriver, *, create_settle: float = 0.0, **kwargs: Any) -> None:
         super().__init__(driver, **kwargs)
+        #: how long a create request that may have reached the cloud is given to show in its
+        #: listings before its token is looked up: a request the cloud received can still be carried
+        #: out after our client stopped waiting (a timeout, or a leader killed mid-request), and a
+        #: look-up that comes too early creates the machine a second time. The backends set it to
+        #: their client's connect plus read timeout: at least as long as we let a request take.
+        self._create_settle = create_settle
 
     # ------------------------------------------------------------------ base hooks
     def _new_state(self, config: GroupConfig) -> MachineGroupState:

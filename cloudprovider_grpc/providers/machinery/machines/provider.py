@@ -232,7 +232,12 @@ class MachineProvider(MachineListingFold, MachineWorkers):
         for token, sent in entry["creations"]:
             if sent:  # it may have left before the restart: look the token up (or adopt) first
                 creation = Creation(
-                    token, state.config.id, CreationStatus.UNKNOWN, sent=True, accepted_at=now
+                    token,
+                    state.config.id,
+                    CreationStatus.UNKNOWN,
+                    sent=True,
+                    accepted_at=now,
+                    look_up_from=now + self._create_settle,
                 )
                 if not self.driver.create_carries_token:
                     creation.unknown_since = now

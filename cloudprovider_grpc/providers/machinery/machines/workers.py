@@ -4,8 +4,10 @@ Each runs as a `JobRunner` job with bounded concurrency and per-attempt exponent
 jitter (the back-off is group_write_rules.py's). Every create carries its creation's
 token; when an attempt leaves its outcome unknown (timeout, 5xx after sending), the next one first
 looks the token up in the cloud's listing and only creates if it is absent, so throttling, timeouts
-and restarts never double a machine. For clouds whose create cannot carry a token, an unknown
-outcome is never re-sent: the next listings adopt the machine (machines/listing.py).
+and restarts never double a machine. That look-up waits `create_settle` seconds after the outcome
+became unknown (or after a restart found the creation in the journal), so a request the cloud is
+still carrying out is listed before anything is sent again. For clouds whose create cannot carry
+a token, an unknown outcome is never re-sent: the next listings adopt the machine (machines/listing.py).
 Deletes treat "already gone" as done. Each cloud call asks the write gate first.
 """
 
@@ -38,6 +40,8 @@ class MachineWorkers(MachineCore):
             look_up_first = c.status == CreationStatus.UNKNOWN
             if look_up_first and not self.driver.create_carries_token:
                 return None  # never re-sent: a listing adopts its machine (_adopt_untokened)
+            if look_up_first and (wait := c.look_up_from - self._clock()) > 0:
+                return wait  # a request that may be on its way is given time to land first
             c.status = CreationStatus.INFLIGHT
             c.attempts += 1
             if not c.sent and not look_up_first:
@@ -45,6 +49,7 @@ class MachineWorkers(MachineCore):
                 # again at once, and only one that may have left is looked up (or, untokened, adopted)
                 c.sent = True
                 self._save_journal()
+        sending = False  # whether this attempt sent a create (a failed look-up sends nothing)
         try:
             machine = None
             if look_up_first:
@@ -58,9 +63,10 @@ class MachineWorkers(MachineCore):
                     with self._lock:
                         c.status = CreationStatus.UNKNOWN if c.sent else CreationStatus.QUEUED
                     return None
+                sending = True
                 machine = self.driver.create_machine(c.group, c.token)
         except CloudError as exc:
-            return self._create_failed(c, exc)
+            return self._create_failed(c, exc, sending)
         metrics.OPERATIONS.labels(self.name, "create", "ok").inc()
         with self._changing(c.group):
             state = self._groups.get(c.group)
@@ -85,7 +91,7 @@ class MachineWorkers(MachineCore):
         )
         return None
 
-    def _create_failed(self, c: Creation, exc: CloudError) -> float | None:
+    def _create_failed(self, c: Creation, exc: CloudError, sending: bool) -> float | None:
         with self._changing(c.group):
             if exc.transient and not self.driver.create_carries_token:
                 # the request may have reached the cloud and nothing identifies its machine: never
@@ -102,6 +108,8 @@ class MachineWorkers(MachineCore):
             if exc.transient and c.attempts < self._max_attempts:
                 c.status = CreationStatus.UNKNOWN  # the request may have reached the cloud
                 c.error = None
+                if sending:
+                    c.look_up_from = self._clock() + self._create_settle
                 metrics.OPERATIONS.labels(self.name, "create", "retry").inc()
                 delay = self._backoff(c.attempts)
                 log.warning(
