@@ -320,22 +320,13 @@ class EmulatorServer:
             )
 
     def in_flight(self, method: str | None = None) -> int:
-        """Requests being handled right now, of one HTTP method or all (a slow fault may finish after
-        its client gave up; a test can tell that a client is waiting for an answer)."""
+        """Requests received whole and not answered yet, of one HTTP method or all: a test can tell
+        that a client is waiting for an answer (a slow fault may finish after its client gave up). A
+        request whose body is still arriving does not count: its client has not finished sending."""
         with self.lock:
             return self._in_flight[method] if method else sum(self._in_flight.values())
 
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
-        method = h.command
-        with self.lock:
-            self._in_flight[method] += 1
-        try:
-            self._serve_one(h)
-        finally:
-            with self.lock:
-                self._in_flight[method] -= 1
-
-    def _serve_one(self, h: BaseHTTPRequestHandler) -> None:
         split = urlsplit(h.path)
         try:
             body = _read_body(h)
@@ -347,6 +338,15 @@ class EmulatorServer:
             return
         req = Request(h.command, split.path, parse_qs(split.query), h.headers, body, h.client_address[0])
         req.raw_query = split.query
+        with self.lock:
+            self._in_flight[req.method] += 1
+        try:
+            self._serve_one(h, req)
+        finally:
+            with self.lock:
+                self._in_flight[req.method] -= 1
+
+    def _serve_one(self, h: BaseHTTPRequestHandler, req: Request) -> None:
         fault = self.faults.choose(req.method)
         kind = fault[0] if fault else None
         if kind == "throttle" or self._throttled(req.client):

@@ -100,9 +100,16 @@ def test_a_scale_up_is_one_trace_from_the_rpc_through_the_job_to_the_cloud_call(
         create = poll(
             lambda: next(iter(sink.named("POST /projects/{id}/servers")), None), 30, "the create call's span"
         )
-        spans = {s.span_id: s for s in sink.trace(create.trace_id)}
-        job = spans[create.parent_span_id]
-        rpc = spans[job.parent_span_id]
+
+        def chain() -> tuple[Any, Any] | None:
+            """(rpc, job) once both are exported: a span is exported when it ends, so the job's
+            and the RPC's may come in a later batch than the cloud call's."""
+            spans = {x.span_id: x for x in sink.trace(create.trace_id)}
+            job = spans.get(create.parent_span_id)
+            rpc = spans.get(job.parent_span_id) if job is not None else None
+            return (rpc, job) if rpc is not None else None
+
+        rpc, job = poll(chain, 30, "the create call's job and RPC spans")
         service = "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider"
         assert rpc.name == f"{service}/NodeGroupIncreaseSize" and rpc.parent_span_id == b""
         assert rpc.kind == rpc.SPAN_KIND_SERVER
