@@ -40,10 +40,12 @@ def built() -> images.Built:
     return images.Built(podman, image)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def node(built: images.Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[clusters.Cluster]:
     """The one-node cluster, Ready, with the image loaded into containerd (also as `:realnode-2`,
-    the upgrade's new tag). Its timings are printed."""
+    the upgrade's new tag). Its timings are printed. Per module: one module uses it, and the
+    cluster (its control plane, kubelet, containerd and pods) is drained and stopped right after,
+    not left running beside the rest of the suite until the worker ends."""
     try:
         controlplane.binaries()
         controlplane.build_node_components()

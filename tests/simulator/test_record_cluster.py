@@ -105,6 +105,10 @@ def _found(rec: Path, predicate: Any) -> dict[str, Any] | None:
     return next((r for r in read(rec).records if predicate(r)), None)
 
 
+#: how long each recorded state lasts at least: four of the replay's 0.25 s loops
+HOLD = 1.0
+
+
 def test_a_recording_replays_to_the_pending_pods_of_what_happened(control_plane, tmp_path: Path) -> None:
     plane = control_plane
     ns = plane.namespace("rec")
@@ -139,6 +143,10 @@ def test_a_recording_replays_to_the_pending_pods_of_what_happened(control_plane,
             assert before - 0.01 <= seen["t"] <= after + 5, (before, seen, after)
             changes.append((seen["t"], name, pods))
             windows.append((before, max(after, seen["t"])))
+            # the workload stays in this state for HOLD seconds before the next change, so the
+            # replay has loops inside it whatever the pace of the machine: part of the scenario
+            # (what the cluster does), not a wait for anything
+            time.sleep(max(0.0, windows[-1][1] + HOLD - (time.time() - started)))
 
         act(
             lambda r: r.get("replicas") == 5, "web", 5, "scale", "deployment", "web", "-n", ns, "--replicas=5"
