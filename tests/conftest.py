@@ -21,7 +21,6 @@ from tests.realnode import figures as realnode_figures  # noqa: E402
 from tests.support import controlplane  # noqa: E402
 from tests.support.certs import Pki, write_pki  # noqa: E402
 from tests.support.front import ensure_front  # noqa: E402
-from tests.support.ordering import long_first  # noqa: E402
 from tests.support.servers import ManualClock  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
@@ -93,9 +92,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests must be marked exactly one of unit/integration:\n  " + "\n  ".join(untiered[:20])
         )
-    # under xdist, the longest tests start first, one per worker (tests/support/ordering.py)
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    items[:] = long_first(items, workers)
 
 
 def _refuse(what: str) -> Callable[..., NoReturn]:

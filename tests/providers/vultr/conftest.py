@@ -14,7 +14,7 @@ from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
 from cloudprovider_grpc.providers.registry import ProviderContext
 from cloudprovider_grpc.providers.vultr import VultrDriver, make_client
 from cloudprovider_grpc.providers.vultr.config import load_config
-from tests.support.servers import ManualClock
+from tests.support.servers import BackendClock, ManualClock
 
 FIXTURES = Path(__file__).parent / "fixtures"
 #: the in-tree deployment's Secret key `cloud-config`, as a file (examples/cluster-autoscaler-secret.yaml)
@@ -51,7 +51,7 @@ def vultr_ctx(emulator: VultrEmulator | None = None, **overrides: Any) -> Provid
     return dataclasses.replace(ctx, **overrides)
 
 
-def new_emulator(clock: ManualClock | None = None, **kw: Any) -> VultrEmulator:
+def new_emulator(clock: ManualClock | BackendClock | None = None, **kw: Any) -> VultrEmulator:
     kw.setdefault("provision_seconds", PROVISION_SECONDS)
     kw.setdefault("page_size", 2)  # small on purpose: every listing follows cursors
     emu = VultrEmulator(tokens=[TOKEN], clock=clock, **kw)

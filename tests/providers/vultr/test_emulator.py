@@ -19,7 +19,7 @@ from cloudprovider_grpc.emulators.vultr import VultrEmulator
 from cloudprovider_grpc.providers.vultr import build_emulator
 from cloudprovider_grpc.providers.vultr.config import EMULATOR_DEMO_CLUSTER
 from tests.providers.vultr.conftest import CLUSTER, PROVISION_SECONDS, TOKEN, new_emulator, vultr_ctx
-from tests.support.servers import ManualClock
+from tests.support.servers import BackendClock, ManualClock
 
 pytestmark = pytest.mark.integration
 
@@ -178,7 +178,9 @@ def test_stale_echo_is_applied_but_echoes_the_old_quantity(emulator: VultrEmulat
 
 
 def test_rate_limit_answers_429_with_the_error_shape(emu_clock: ManualClock) -> None:
-    with new_emulator(emu_clock, rate_limit_per_s=30.0) as emu:
+    # the limit on the hand-driven clock (a BackendClock), which stands still: 60 requests in one
+    # instant exceed 30/s however slowly this machine sends them
+    with new_emulator(BackendClock(emu_clock), rate_limit_per_s=30.0) as emu:
         codes = [requests.get(pools_url(emu), headers=H, timeout=5) for _ in range(60)]
         limited = [r for r in codes if r.status_code == 429]
         assert limited, "60 back-to-back requests must exceed 30/s"
