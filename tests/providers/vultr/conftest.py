@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
 from cloudprovider_grpc.emulators.vultr.seed import EmulatorPool
@@ -39,6 +40,19 @@ POOLS = (
         label="system", plan="vc2-2c-4gb", node_quantity=2, min_nodes=2, max_nodes=2, auto_scaler=False
     ),
 )
+
+
+#: the emulator's API key as a request header
+H = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def pools_url(emu: VultrEmulator, cluster: str = CLUSTER) -> str:
+    return f"{emu.base_url}kubernetes/clusters/{cluster}/node-pools"
+
+
+def patch(emu: VultrEmulator, pool_id: str, body: dict) -> requests.Response:
+    """PATCH a node pool, as the API (and the cloud's console) changes it."""
+    return requests.patch(f"{pools_url(emu)}/{pool_id}", json=body, headers=H, timeout=5)
 
 
 def vultr_ctx(emulator: VultrEmulator | None = None, **overrides: Any) -> ProviderContext:

@@ -4,7 +4,6 @@ templates and prices from the plan catalogue, node label fallbacks."""
 from __future__ import annotations
 
 import pytest
-import requests
 
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
@@ -12,7 +11,7 @@ from cloudprovider_grpc.k8s.template import Taint
 from cloudprovider_grpc.providers.contract import InstanceState, NodeRef
 from cloudprovider_grpc.providers.registry import NodesSpec
 from cloudprovider_grpc.providers.vultr.driver import node_state
-from tests.providers.vultr.conftest import CLUSTER, PROVISION_SECONDS, TOKEN, make_driver
+from tests.providers.vultr.conftest import PROVISION_SECONDS, make_driver, patch
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.integration
@@ -54,13 +53,7 @@ def test_group_set_follows_the_cloud(emulator: VultrEmulator) -> None:
     driver = make_driver(emulator)
     driver.list_pools()
     gpu = emulator.pool_id("gpu")
-    r = requests.patch(
-        f"{emulator.base_url}kubernetes/clusters/{CLUSTER}/node-pools/{gpu}",
-        json={"auto_scaler": False},
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        timeout=5,
-    )
-    assert r.status_code == 202
+    assert patch(emulator, gpu, {"auto_scaler": False}).status_code == 202
     assert [p.config.name for p in driver.list_pools()] == ["general"]
     assert [g.name for g in driver.groups()] == ["general"]
 

@@ -18,16 +18,19 @@ import requests
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
 from cloudprovider_grpc.providers.vultr import build_emulator
 from cloudprovider_grpc.providers.vultr.config import EMULATOR_DEMO_CLUSTER
-from tests.providers.vultr.conftest import CLUSTER, PROVISION_SECONDS, TOKEN, new_emulator, vultr_ctx
+from tests.providers.vultr.conftest import (
+    CLUSTER,
+    PROVISION_SECONDS,
+    TOKEN,
+    H,
+    new_emulator,
+    patch,
+    pools_url,
+    vultr_ctx,
+)
 from tests.support.servers import BackendClock, ManualClock
 
 pytestmark = pytest.mark.integration
-
-H = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def pools_url(emu: VultrEmulator, cluster: str = CLUSTER) -> str:
-    return f"{emu.base_url}kubernetes/clusters/{cluster}/node-pools"
 
 
 def all_pools(emu: VultrEmulator, per_page: int | None = None) -> tuple[list[dict], int]:
@@ -45,10 +48,6 @@ def all_pools(emu: VultrEmulator, per_page: int | None = None) -> tuple[list[dic
         cursor = body["meta"]["links"]["next"]
         if not cursor:
             return pools, pages
-
-
-def patch(emu: VultrEmulator, pool_id: str, body: dict) -> requests.Response:
-    return requests.patch(f"{pools_url(emu)}/{pool_id}", json=body, headers=H, timeout=5)
 
 
 def test_auth_and_error_shape(emulator: VultrEmulator) -> None:

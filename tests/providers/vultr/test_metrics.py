@@ -5,12 +5,11 @@ series would make the documented `group_left (name)` join match twice)."""
 from __future__ import annotations
 
 import pytest
-import requests
 from prometheus_client import REGISTRY
 
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
 from cloudprovider_grpc.providers.registry import build_provider
-from tests.providers.vultr.conftest import CLUSTER, TOKEN, vultr_ctx
+from tests.providers.vultr.conftest import patch, vultr_ctx
 
 pytestmark = pytest.mark.integration
 
@@ -37,13 +36,7 @@ def test_group_series_follow_renames_and_removals_and_go_with_the_provider(emula
         provider.refresh()
         assert [s["name"] for s in series("cloudprovider_grpc_node_group_info", general)] == ["workers"]
 
-        r = requests.patch(
-            f"{emulator.base_url}kubernetes/clusters/{CLUSTER}/node-pools/{gpu}",
-            json={"auto_scaler": False},
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=5,
-        )
-        assert r.status_code == 202
+        assert patch(emulator, gpu, {"auto_scaler": False}).status_code == 202
         provider.refresh()
         for metric in ("node_group_info", "node_group_target_size", "node_group_machines"):
             assert series(f"cloudprovider_grpc_{metric}", gpu) == [], metric
