@@ -128,26 +128,31 @@ class RefreshCycle(GroupCore[S]):
     def _publish_sizes(self) -> None:
         """Set each group's gauges. A group renamed on the cloud drops its old info series and a
         group gone drops all of its series: a stale `node_group_info` would make the documented
-        `group_left (name)` join match two series and fail."""
-        sizes = self.sizes()
-        self._unpublish_sizes(set(self._published) - set(sizes))
-        for gid, size in sizes.items():
-            metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(size.target)
-            metrics.GROUP_MACHINES.labels(self.name, gid).set(size.registered)
-            state = self._groups.get(gid)
-            name = (state.config.name if state is not None else "") or gid
-            old = self._published.get(gid)
-            if old is not None and old != name:
-                _forget(metrics.GROUP_INFO, self.name, gid, old)
-            metrics.GROUP_INFO.labels(self.name, gid, name).set(1)
-            self._published[gid] = name
+        `group_left (name)` join match two series and fail. Under the lock: two Refresh callers
+        may publish at once, and each group's published name must stay the one its series carries."""
+        with self._lock:
+            sizes = self.sizes()
+            self._unpublish_sizes(set(self._published) - set(sizes))
+            for gid, size in sizes.items():
+                metrics.GROUP_TARGET_SIZE.labels(self.name, gid).set(size.target)
+                metrics.GROUP_MACHINES.labels(self.name, gid).set(size.registered)
+                state = self._groups.get(gid)
+                name = (state.config.name if state is not None else "") or gid
+                old = self._published.get(gid)
+                if old is not None and old != name:
+                    _forget(metrics.GROUP_INFO, self.name, gid, old)
+                metrics.GROUP_INFO.labels(self.name, gid, name).set(1)
+                self._published[gid] = name
 
     def _unpublish_sizes(self, gone: set[str]) -> None:
         """Remove the series of groups this provider no longer serves (or of all, when it stops)."""
-        for gid in gone:
-            _forget(metrics.GROUP_TARGET_SIZE, self.name, gid)
-            _forget(metrics.GROUP_MACHINES, self.name, gid)
-            _forget(metrics.GROUP_INFO, self.name, gid, self._published.pop(gid))
+        with self._lock:
+            for gid in gone:
+                _forget(metrics.GROUP_TARGET_SIZE, self.name, gid)
+                _forget(metrics.GROUP_MACHINES, self.name, gid)
+                name = self._published.pop(gid, None)
+                if name is not None:
+                    _forget(metrics.GROUP_INFO, self.name, gid, name)
 
     def _note_listing_error(self, state: S, error: CloudError | None) -> None:
         """Record (or clear) a group's listing failure: logged once per change, counted, and shown
