@@ -10,7 +10,8 @@
 # Three stages: the first builds a virtualenv with the package installed exactly as the README's
 # setup command does (`pip install .`); the second builds the compiled front with Go; the last copies
 # only that virtualenv and the front's binary onto a clean base, so neither the source tree nor the
-# build environments nor a pip or Go cache reaches the shipped image.
+# build environments nor a pip or Go cache reaches the shipped image (the caches are BuildKit cache
+# mounts, kept by the builder between builds).
 #
 # The runtime is friendly to `readOnlyRootFilesystem: true`: bytecode is compiled at build time
 # and never written at run time, HOME and TMPDIR point at /tmp (mount an emptyDir there), and
@@ -24,8 +25,7 @@ ARG GO_IMAGE=golang:1.26.8-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 
-ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
 WORKDIR /src
@@ -39,7 +39,10 @@ COPY cloudprovider_grpc ./cloudprovider_grpc
 # Same package spec as the README's setup command 1; tests/deploy/test_dockerfile.py keeps the two in step.
 # Dependencies are pinned to compatible ranges in pyproject.toml, which is the single place to
 # change them; `pip install` compiles the installed modules to bytecode here, at build time.
-RUN /opt/venv/bin/pip install . \
+# pip's cache is a build cache mount: a rebuild after a source change downloads nothing it already
+# has, and no cache reaches a layer.
+RUN --mount=type=cache,id=cloudprovider-grpc-pip,target=/root/.cache/pip \
+    /opt/venv/bin/pip install . \
     && /opt/venv/bin/cloudprovider-grpc --help > /dev/null
 
 
@@ -49,7 +52,11 @@ FROM ${GO_IMAGE} AS front
 
 WORKDIR /front
 COPY cloudprovider_grpc/front/go.mod cloudprovider_grpc/front/go.sum cloudprovider_grpc/front/*.go ./
-RUN CGO_ENABLED=0 go build -trimpath -o /out/cpg-front . \
+# Go's module and build caches are build cache mounts, like pip's above.
+RUN --mount=type=cache,id=cloudprovider-grpc-gomod,target=/root/go/pkg/mod \
+    --mount=type=cache,id=cloudprovider-grpc-gobuild,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOMODCACHE=/root/go/pkg/mod GOCACHE=/root/.cache/go-build \
+    go build -trimpath -o /out/cpg-front . \
     && /out/cpg-front < /dev/null
 
 

@@ -6,6 +6,8 @@ import logging
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -17,6 +19,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.deploy_support.tools import unavailable  # noqa: E402
+from tests.preparation import gate  # noqa: E402
+from tests.preparation import runner as preparation  # noqa: E402
 from tests.realnode import figures as realnode_figures  # noqa: E402
 from tests.support import controlplane  # noqa: E402
 from tests.support.certs import Pki, write_pki  # noqa: E402
@@ -52,8 +56,8 @@ def compiled_front() -> Path | None:
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.ControlPlane]:
     """A real etcd + kube-apiserver, one per session (per xdist worker); tests keep apart by
-    namespace (`control_plane.namespace()`). Skipped without Go, the module proxy or apt-get,
-    except under CI=true, where that fails."""
+    namespace (`control_plane.namespace()`). Its binaries come from the preparation phase: skipped
+    where they could not be had (no Go, no apt-get), except under CI=true, where that fails."""
     workdir = tmp_path_factory.mktemp("controlplane")
     try:
         controlplane.binaries()
@@ -63,18 +67,36 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlp
         yield plane
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start building the control plane's binaries as soon as the selected tests are known to need
-    them, so a cold build overlaps with the tests that run first. Whichever of those tests runs
-    first waits for the build within its own time limit: theirs is raised to a cold build's."""
-    needing = [item for item in session.items if "control_plane" in getattr(item, "fixturenames", ())]
-    if not needing or session.config.option.collectonly:
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The preparation phase (tests/preparation/): every tool the selected tests use is built or
+    fetched here, before xdist starts its workers and before the first test, outside every test's
+    time limit. A failed build stops the run with its own output; the tests only look tools up."""
+    config = session.config
+    if hasattr(config, "workerinput") or config.option.collectonly or gate.active():
         return
-    controlplane.prebuild()
-    for item in needing:
-        marker = item.get_closest_marker("timeout")
-        if marker is None or (marker.args and marker.args[0] < controlplane.BUILD_TIMEOUT):
-            item.add_marker(pytest.mark.timeout(controlplane.BUILD_TIMEOUT), append=False)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            if reporter is not None:
+                reporter.write_line(line)
+                reporter.flush()
+            else:
+                print(line, flush=True)
+
+    base = config.invocation_params.dir
+    paths = [(base / str(arg).split("::", 1)[0]).resolve() for arg in config.args]
+    steps = preparation.selected(paths, preparation.marker_filter(config.option.markexpr))
+    started = time.monotonic()
+    try:
+        outcomes = preparation.run(steps, say)
+        preparation.check_unavailable(outcomes)
+    except preparation.PreparationFailed as exc:
+        pytest.exit(f"the preparation phase stopped the run before any test: {exc}", returncode=1)
+    preparation.publish(outcomes)
+    say(preparation.summary(outcomes, time.monotonic() - started))
 
 
 # ---------------------------------------------------------------- tiers

@@ -1,6 +1,7 @@
 """The real deployment tools, run by the tests: kustomize and helm, built from the Go module proxy.
 
-Both are pinned in tests/support/gotools.py and built once into the shared cache outside the clone.
+Both are pinned in tests/support/gotools.py and built once into the shared cache outside the clone,
+by the preparation phase before the first test (tests/preparation/): here they are only looked up.
 Without Go (or without the proxy) a test that needs them is skipped with the reason, except in CI
 (CI=true), where that is a failure: CI must never pass without having run the real tools.
 """
@@ -52,7 +53,7 @@ def tool(spec: tuple[str, str, str]) -> Path:
 @functools.cache
 def _module(module: str, version: str) -> Path | str:
     try:
-        return go_module_dir(module, version)
+        return go_module_dir(module, version, step="crds")
     except RuntimeError as exc:
         return str(exc).strip().splitlines()[0] if str(exc).strip() else "download failed"
 

@@ -39,7 +39,7 @@ def _promtool() -> Path:
     """Prometheus' own rule checker from Debian's `prometheus` package, unpacked into the user cache
     like etcd: seconds to fetch, where building it from its Go module (every service discovery's SDK)
     costs many minutes of a cold run."""
-    return debian_package("prometheus") / "usr" / "bin" / "promtool"
+    return debian_package("prometheus", "promtool") / "usr" / "bin" / "promtool"
 
 
 def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:

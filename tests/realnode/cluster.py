@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 from cryptography.hazmat.primitives import serialization
 
+from tests.preparation.gate import may_build
 from tests.realnode.image import Podman
 from tests.support import controlplane, gotools
 from tests.support.certs import issue, pem, pem_key
@@ -84,12 +85,17 @@ class Cluster:
             self.ctr("images", "tag", "--force", image, tag)
 
 
+def pause_image_name() -> str:
+    return f"{PAUSE_IMAGE}-{gotools.tree_key(PAUSE_SOURCE)}"
+
+
 def pause_image(podman: Podman) -> str:
     """The sandbox image: the static pause binary, FROM scratch (built once per source)."""
     key = gotools.tree_key(PAUSE_SOURCE)
-    image = f"{PAUSE_IMAGE}-{key}"
+    image = pause_image_name()
     if podman.exists(image):
         return image
+    may_build("pause")
 
     def prepare(scratch: Path) -> Path:
         for name in ("go.mod", "main.go"):

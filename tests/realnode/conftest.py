@@ -23,18 +23,13 @@ from tests.support import controlplane
 
 @pytest.fixture(scope="session")
 def built() -> images.Built:
-    """The repository's image, tagged `localhost/cloudprovider-grpc:realnode`; its build time, size
-    and layers printed (`-s` shows them)."""
+    """The repository's image, tagged `localhost/cloudprovider-grpc:realnode` (built by the
+    preparation phase); its size and layers printed (`-s` shows them)."""
     require_tools()
     podman = images.Podman.create()
-    started = time.monotonic()
-    image = images.build(podman, "realnode")
-    seconds = time.monotonic() - started
+    image = images.prepared(podman, images.SUITE_TAG)
     size, layers = images.size_and_layers(podman, image)
-    figures.note(
-        f"\nimage {image}: built (or found cached) in {seconds:.1f} s,"
-        f" {size / 1e6:.1f} MB, {len(layers)} layers"
-    )
+    figures.note(f"\nimage {image}: {size / 1e6:.1f} MB, {len(layers)} layers")
     for layer_size, created_by in layers:
         print(f"  {layer_size / 1e6:8.1f} MB  {created_by[:110]}")
     return images.Built(podman, image)

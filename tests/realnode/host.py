@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cloudprovider_grpc.front.gotoolchain import file_lock, user_cache
 from tests.deploy_support.tools import unavailable
+from tests.preparation.gate import may_build
 
 #: executable (or file) -> the Debian package that provides it
 PACKAGES = {
@@ -41,12 +42,23 @@ def _present(name: str) -> bool:
     return Path(name).exists() if name.startswith("/") else shutil.which(name) is not None
 
 
+def missing_packages() -> list[str]:
+    return sorted({package for name, package in PACKAGES.items() if not _present(name)})
+
+
+def install() -> str | None:
+    """Every missing package installed (the preparation step `host-packages`); None when all are
+    there, else why they cannot be."""
+    return _install()
+
+
 @functools.cache
 def _install() -> str | None:
     """Install every missing package; None when all are there, else why they cannot be."""
-    missing = sorted({package for name, package in PACKAGES.items() if not _present(name)})
+    missing = missing_packages()
     if not missing:
         return None
+    may_build("host-packages")
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return f"missing {', '.join(missing)} (installed with apt-get only when the tests run as root)"
     with file_lock(cache() / "locks", "apt-get"):

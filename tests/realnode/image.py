@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -25,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudprovider_grpc.front.gotoolchain import file_lock
+from cloudprovider_grpc.front.gotoolchain import file_lock, user_cache
+from tests.preparation.gate import active, may_build
 from tests.realnode.host import cache
 from tests.support import gotools
 
@@ -47,6 +49,8 @@ events_logger = "file"
 RUN_ROOT = "/run/cloudprovider-grpc-podman"
 #: what the tests tag the image as (a release tag is a different string; the chart's values name it)
 REPOSITORY = "localhost/cloudprovider-grpc"
+#: the tag the preparation phase builds for the tier's tests
+SUITE_TAG = "realnode"
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,33 @@ class Podman:
         conf = home / "containers.conf"
         if not conf.exists() or conf.read_text() != CONTAINERS_CONF:
             conf.write_text(CONTAINERS_CONF)
-        return cls(home)
+        podman = cls(home)
+        podman.share_build_caches()
+        return podman
+
+    def share_build_caches(self) -> None:
+        """The Dockerfile's cache mounts are the host's own Go caches (and pip's): the builder keeps
+        a cache mount in `$TMPDIR/buildah-cache/<id>`, made here a link to the host's directory. So
+        the image's front build finds every module and compiled package the host's build of the
+        same sources left (the same Go release), and a cold machine compiles the front once, not
+        twice."""
+        parent = self.tmp() / "buildah-cache"
+        parent.mkdir(parents=True, exist_ok=True)
+        text = DOCKERFILE.read_text()
+        for name, target in build_caches().items():
+            if f"id={name}," not in text:
+                raise RuntimeError(f"the Dockerfile has no cache mount {name} any more")
+            link = parent / name
+            target.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() and link.resolve() == target.resolve():
+                continue
+            if link.is_dir() and not link.is_symlink():
+                shutil.rmtree(link)
+            link.unlink(missing_ok=True)
+            link.symlink_to(target, target_is_directory=True)
+
+    def tmp(self) -> Path:
+        return self.home / "tmp"
 
     def command(self, *args: str) -> list[str]:
         return [
@@ -76,9 +106,12 @@ class Podman:
         ]
 
     def env(self) -> dict[str, str]:
-        import os
-
-        return {**os.environ, "CONTAINERS_CONF": str(self.home / "containers.conf")}
+        # TMPDIR: where the builder keeps the Dockerfile's cache mounts (share_build_caches)
+        return {
+            **os.environ,
+            "CONTAINERS_CONF": str(self.home / "containers.conf"),
+            "TMPDIR": str(self.tmp()),
+        }
 
     def run(
         self, *args: str, timeout: float = 120, check: bool = True, input: bytes | None = None
@@ -100,6 +133,16 @@ class Podman:
         return self.run("image", "exists", image, check=False).returncode == 0
 
 
+def build_caches() -> dict[str, Path]:
+    """The Dockerfile's cache mount ids, and the host's directory each one is."""
+    pip = os.environ.get("PIP_CACHE_DIR") or str(user_cache().parent / "pip")
+    return {
+        "cloudprovider-grpc-gomod": gotools.cache_root() / "mod",
+        "cloudprovider-grpc-gobuild": gotools.cache_root() / "build",
+        "cloudprovider-grpc-pip": Path(pip),
+    }
+
+
 #: the host's CA bundle (Debian's path, which Debian's pip and Go both read)
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -115,12 +158,22 @@ def _key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
 
 
+def python_base_name() -> str:
+    return f"localhost/cpg-python-base:{SUITE}-{_key(SUITE, *PYTHON_PACKAGES, *DPKG_EXCLUDES)}"
+
+
+def go_base_name(python: str | None = None) -> str:
+    """The Go base made on `python` (the Python base by default)."""
+    return f"localhost/cpg-go-base:{go_version()}-{_key(python or python_base_name())}"
+
+
 def python_base(podman: Podman) -> str:
     """The Python base image (see the module doc), made once per package list."""
-    key = _key(SUITE, *PYTHON_PACKAGES, *DPKG_EXCLUDES)
-    image = f"localhost/cpg-python-base:{SUITE}-{key}"
+    image = python_base_name()
+    key = image.rsplit("-", 1)[1]
     if podman.exists(image):
         return image
+    may_build("python-base")
     with file_lock(cache() / "locks", "python-base"):
         if podman.exists(image):
             return image
@@ -152,13 +205,16 @@ def go_version() -> str:
 def go_base(podman: Podman, python: str) -> str:
     """The Go base image: the Python base plus the toolchain from the module proxy."""
     version = go_version()
-    image = f"localhost/cpg-go-base:{version}-{_key(python)}"
+    image = go_base_name(python)
     if podman.exists(image):
         return image
+    may_build("go-base")
     with file_lock(cache() / "locks", "go-base"):
         if podman.exists(image):
             return image
-        toolchain = gotools.go_module_dir("golang.org/toolchain", f"v0.0.1-go{version}.linux-amd64")
+        toolchain = gotools.go_module_dir(
+            "golang.org/toolchain", f"v0.0.1-go{version}.linux-amd64", step="go-base"
+        )
         context = cache() / "go-base-context"
         shutil.rmtree(context, ignore_errors=True)
         context.mkdir(parents=True)
@@ -190,6 +246,7 @@ def build(podman: Podman, tag: str, build_args: Sequence[str] = ()) -> str:
     """The repository's Dockerfile built as `REPOSITORY:tag` on the local bases (the layer cache
     makes an unchanged tree's build a matter of seconds). The build reaches PyPI and the Go module
     proxy through the host's network, as a build on a workstation does."""
+    may_build("image")
     python = python_base(podman)
     go = go_base(podman, python)
     image = f"{REPOSITORY}:{tag}"
@@ -211,6 +268,16 @@ def build(podman: Podman, tag: str, build_args: Sequence[str] = ()) -> str:
             timeout=1800,
         )
     return image
+
+
+def prepared(podman: Podman, tag: str) -> str:
+    """`REPOSITORY:tag` as the preparation phase built it from this tree before the first test; built
+    here only outside a prepared run (gate.py)."""
+    image = f"{REPOSITORY}:{tag}"
+    if active() and podman.exists(image):
+        return image
+    may_build("image")
+    return build(podman, tag)
 
 
 def size_and_layers(podman: Podman, image: str) -> tuple[int, list[tuple[int, str]]]:

@@ -27,6 +27,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.deploy_support.layouts import OFFICIAL_CHART, OFFICIAL_VALUES
+from tests.preparation.gate import may_build
 from tests.realnode.cluster import Cluster
 from tests.realnode.image import Podman
 from tests.support import conformance, gotools
@@ -37,8 +38,16 @@ STANDIN_REPOSITORY = "localhost/cpg-ca-standin"
 CA_RELEASE = "cluster-autoscaler"
 
 
-def _standin_key() -> str:
+def standin_key() -> str:
     return gotools.tree_key(*conformance._sources(), STANDIN_SOURCE, conformance.PROTO_ROOT)
+
+
+def standin_built() -> bool:
+    return (gotools.built_dir("ca-standin", standin_key()) / "standin").is_file()
+
+
+def standin_image_name() -> str:
+    return f"{STANDIN_REPOSITORY}:{standin_key()}"
 
 
 def standin_binary() -> Path:
@@ -50,16 +59,23 @@ def standin_binary() -> Path:
         return scratch
 
     built = gotools.go_build(
-        "ca-standin", _standin_key(), prepare, ["./standin"], ldflags="-s -w", env={"CGO_ENABLED": "0"}
+        "ca-standin",
+        standin_key(),
+        prepare,
+        ["./standin"],
+        ldflags="-s -w",
+        env={"CGO_ENABLED": "0"},
+        step="standin",
     )
     return built / "standin"
 
 
 def standin_image(podman: Podman) -> str:
     """The stand-in's image: its binary alone, FROM scratch."""
-    image = f"{STANDIN_REPOSITORY}:{_standin_key()}"
+    image = standin_image_name()
     if podman.exists(image):
         return image
+    may_build("standin-image")
     binary = standin_binary()
     context = binary.parent / "context"
     context.mkdir(exist_ok=True)

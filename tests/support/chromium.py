@@ -10,16 +10,18 @@ import subprocess
 from pathlib import Path
 
 from cloudprovider_grpc.front.gotoolchain import file_lock, user_cache
+from tests.preparation.gate import may_build
 
 ROOT = user_cache() / "chromium"
 
 
-def _unpacked() -> Path:
+def unpacked() -> Path:
     return ROOT / "usr" / "lib" / "chromium" / "chromium"
 
 
 def _install() -> None:
     """Download chromium and every dependency this machine lacks, and unpack them under ROOT."""
+    may_build("chromium")
     debs = user_cache() / "chromium-debs"
     debs.mkdir(parents=True, exist_ok=True)
     deps = subprocess.run(
@@ -54,15 +56,15 @@ def chromium() -> tuple[list[str], dict[str, str]] | None:
         found = shutil.which(name)
         if found:
             return [found, *base], dict(os.environ)
-    if not _unpacked().exists() and shutil.which("apt-get") and shutil.which("dpkg"):
+    if not unpacked().exists() and shutil.which("apt-get") and shutil.which("dpkg"):
         with file_lock(user_cache(), "chromium"):
-            if not _unpacked().exists():
+            if not unpacked().exists():
                 try:
                     _install()
                 except (subprocess.SubprocessError, OSError):
                     return None
-    if not _unpacked().exists():
+    if not unpacked().exists():
         return None
     libs = sorted({str(p.parent) for p in ROOT.rglob("*.so*")})
     env = dict(os.environ, LD_LIBRARY_PATH=":".join([*libs, os.environ.get("LD_LIBRARY_PATH", "")]))
-    return [str(_unpacked()), *base], env
+    return [str(unpacked()), *base], env

@@ -52,7 +52,7 @@ def _sources() -> list[Path]:
 
 
 def _plugin(package: str, version: str) -> Path:
-    return gotools.go_install(package, version, package.rsplit("/", 1)[-1])
+    return gotools.go_install(package, version, package.rsplit("/", 1)[-1], step="conformance")
 
 
 def generate(out_dir: Path, proto_root: Path = PROTO_ROOT) -> None:
@@ -89,12 +89,15 @@ def prepare(scratch: Path) -> Path:
     return scratch
 
 
-def client() -> Path:
-    """The `conformance` executable (built on first use, then cached)."""
-    key = gotools.tree_key(
+def client_key() -> str:
+    return gotools.tree_key(
         *_sources(), PROTO_ROOT, extra=" ".join(v for _, v in (PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC))
     )
-    return gotools.go_build("conformance", key, prepare, ["."]) / "conformance"
+
+
+def client() -> Path:
+    """The `conformance` executable (built by the preparation phase, then cached)."""
+    return gotools.go_build("conformance", client_key(), prepare, ["."]) / "conformance"
 
 
 def grpcurl() -> Path:

@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import shutil
 import subprocess
-import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from cloudprovider_grpc.front.gotoolchain import file_lock, user_cache
+from tests.preparation.gate import may_build
 from tests.support import gotools
 from tests.support.certs import issue, make_ca, pem, pem_key
 from tests.support.ports import free_port
@@ -60,7 +60,7 @@ BUILD_ENV = {"CGO_ENABLED": "0"}
 #: k8s.io/api/... with and without) to cut the compilers' CPU time by about a fifth, for a server
 #: that only ever sees test traffic.
 GCFLAGS = "all=-N -l"
-#: A cold build of kube-apiserver on 2 busy cores (Go modules, ~2,000 packages, the link).
+#: A cold build of kube-apiserver on 2 cores (Go modules, ~2,000 packages, the link).
 BUILD_TIMEOUT = 2400.0
 #: The Service ClusterIP range, and the names pods reach the apiserver by (its first address is the
 #: `kubernetes` Service's).
@@ -110,35 +110,42 @@ def ldflags() -> str:
     return f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
 
 
-def _build_k8s(name: str, source: Path) -> Path:
+def _k8s_key(source: Path) -> str:
+    return gotools.tree_key(source, extra=f"{ldflags()} {GCFLAGS} {sorted(BUILD_ENV.items())}")
+
+
+def k8s_built(name: str, source: Path) -> bool:
+    """Whether `_build_k8s(name, source)` would find its build cached."""
+    return (gotools.built_dir(name, _k8s_key(source)) / name).is_file()
+
+
+def _build_k8s(name: str, source: Path, step: str) -> Path:
     """The Go program in `source` (go.mod, go.sum, main.go) built as `name` once per version of its
-    files and the build flags (cached under a hash of both), at low CPU priority since the build runs
-    beside the tests (`prebuild`). Raises RuntimeError when Go or the proxy fails."""
+    files and the build flags (cached under a hash of both). Raises RuntimeError when Go or the proxy
+    fails."""
 
     def prepare(scratch: Path) -> Path:
         for file in ("go.mod", "go.sum", "main.go"):
             shutil.copy2(source / file, scratch / file)
         return scratch
 
-    flags = ldflags()
-    key = gotools.tree_key(source, extra=f"{flags} {GCFLAGS} {sorted(BUILD_ENV.items())}")
     built = gotools.go_build(
         name,
-        key,
+        _k8s_key(source),
         prepare,
         ["."],
-        ldflags=flags,
+        ldflags=ldflags(),
         gcflags=GCFLAGS,
         env=BUILD_ENV,
-        background=True,
         timeout=BUILD_TIMEOUT,
+        step=step,
     )
     return built / name
 
 
 def build_apiserver() -> Path:
     """kube-apiserver from tests/controlplane."""
-    return _build_k8s("kube-apiserver", SOURCE)
+    return _build_k8s("kube-apiserver", SOURCE, "control-plane")
 
 
 #: The realnode tier's kubelet, kube-proxy, kube-scheduler and kube-controller-manager, one executable.
@@ -148,17 +155,18 @@ NODE_SOURCE = SOURCE.parent / "realnode" / "k8s"
 def build_node_components() -> Path:
     """`k8s-node` (kubelet, kube-proxy, kube-scheduler, kube-controller-manager; the first names one)
     from tests/realnode/k8s, built and cached exactly as kube-apiserver is, at the same release."""
-    return _build_k8s("k8s-node", NODE_SOURCE)
+    return _build_k8s("k8s-node", NODE_SOURCE, "k8s-node")
 
 
-def debian_package(package: str) -> Path:
+def debian_package(package: str, step: str) -> Path:
     """Debian's `package` unpacked into the user cache (never installed: no root, no service); the
     directory standing for its root. Fetched once per machine, under a lock, renamed into place
-    only when complete."""
+    only when complete; in a test, one not fetched yet fails the test, naming preparation `step`."""
     base = user_cache() / "debian"
     dest = base / package
     if dest.is_dir():
         return dest
+    may_build(step)
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         raise RuntimeError(f"apt-get and dpkg-deb are needed to fetch Debian's {package}")
     with file_lock(base / "locks", package):
@@ -190,42 +198,20 @@ def _locate() -> Binaries:
         kubectl = shutil.which("kubectl")
         return Binaries(
             apiserver=build_apiserver(),
-            etcd=debian_package("etcd-server") / "usr" / "bin" / "etcd",
-            kubectl=Path(kubectl) if kubectl else debian_package("kubectl") / "usr" / "bin" / "kubectl",
+            etcd=debian_package("etcd-server", "control-plane") / "usr" / "bin" / "etcd",
+            kubectl=Path(kubectl)
+            if kubectl
+            else debian_package("kubectl", "control-plane") / "usr" / "bin" / "kubectl",
         )
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         raise Unavailable(str(exc).strip() or type(exc).__name__) from exc
 
 
-_pending: Future[Binaries] | None = None
-
-
-def prebuild() -> None:
-    """Start fetching and building the binaries in a background thread and return at once.
-
-    A cold kube-apiserver build takes minutes: started when the session knows it will need a
-    control plane, it overlaps with the tests that run before the first one that does."""
-    global _pending
-    if _pending is not None:
-        return
-    future: Future[Binaries] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(_locate())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="control-plane-build", daemon=True).start()
-    _pending = future
-
-
+@functools.cache
 def binaries() -> Binaries:
-    """The three binaries, waiting for the background build if one is under way. Raises
-    Unavailable when one cannot be had."""
-    prebuild()
-    assert _pending is not None
-    return _pending.result()
+    """The three binaries (built or fetched by the preparation phase, only looked up in a test).
+    Raises Unavailable when one cannot be had."""
+    return _locate()
 
 
 # ---------------------------------------------------------------- the running control plane

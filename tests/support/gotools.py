@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cloudprovider_grpc.front.gotoolchain import file_lock, go_binary, go_cache
 from cloudprovider_grpc.front.gotoolchain import go_env as _go_env
+from tests.preparation.gate import may_build
 
 
 def cache_root() -> Path:
@@ -30,16 +31,26 @@ def go_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return _go_env(extra)
 
 
-def go_install(package: str, version: str, binary: str, *, timeout: float = 1800) -> Path:
+def installed(version: str, binary: str) -> Path:
+    """Where `go_install` puts `binary` at `version` (whether or not it is there yet)."""
+    return cache_root() / "bin" / f"{binary}-{version}" / binary
+
+
+def go_install(
+    package: str, version: str, binary: str, *, timeout: float = 1800, step: str | None = None
+) -> Path:
     """`go install package@version` into `bin/<binary>-<version>/`; a no-op when already built.
+    In a test, a binary that is not built yet fails the test (gate.py): `step` (default `binary`)
+    names the preparation step that builds it.
 
     Several test sessions may ask at once (developers and CI share the cache): one builds under a lock,
     into a scratch directory renamed into place, so nobody ever runs a half-written binary.
     Raises RuntimeError (with Go's output) when Go is missing or the build fails."""
-    dest = cache_root() / "bin" / f"{binary}-{version}"
-    exe = dest / binary
+    exe = installed(version, binary)
+    dest = exe.parent
     if exe.exists():
         return exe
+    may_build(step or binary)
     if go_binary() is None:
         raise RuntimeError("Go is not installed (needed to build " + binary + ")")
     with build_lock(f"{binary}-{version}"):
@@ -66,13 +77,18 @@ def go_install(package: str, version: str, binary: str, *, timeout: float = 1800
     return exe
 
 
-def go_module_dir(module: str, version: str, *, timeout: float = 600) -> Path:
+def go_module_dir(module: str, version: str, *, step: str, timeout: float = 600) -> Path:
     """`go mod download module@version` into the shared module cache; the unpacked module's directory.
 
     For test data that a project publishes inside its Go module (cert-manager's CRDs in
     `deploy/crds/`, prometheus-operator's in `example/prometheus-operator-crd/`): the module proxy is
     an ordinary package registry, and the cache makes every run after the first offline.
-    Raises RuntimeError (with Go's output) when Go is missing or the download fails."""
+    Raises RuntimeError (with Go's output) when Go is missing or the download fails. In a test, a
+    module not downloaded yet fails the test, naming preparation `step` (gate.py)."""
+    unpacked = module_unpacked(module, version)
+    if unpacked.is_dir():  # go unpacks a module elsewhere and renames it into place when complete
+        return unpacked
+    may_build(step)
     if go_binary() is None:
         raise RuntimeError(f"Go is not installed (needed to download {module}@{version})")
     proc = subprocess.run(
@@ -91,6 +107,16 @@ def go_module_dir(module: str, version: str, *, timeout: float = 600) -> Path:
             f"go mod download {module}@{version} failed:\n{info.get('Error', '')}{proc.stderr}"
         )
     return Path(info["Dir"])
+
+
+def module_unpacked(module: str, version: str) -> Path:
+    """Where the module cache holds `module@version` unpacked (whether or not it is there yet)."""
+    return cache_root() / "mod" / f"{_escape(module)}@{version}"
+
+
+def _escape(module: str) -> str:
+    """A module path as the module cache spells it on disk (an upper-case letter as `!` and lower)."""
+    return "".join(f"!{c.lower()}" if c.isupper() else c for c in module)
 
 
 def _neutral_dir() -> Path:
@@ -134,6 +160,11 @@ def build_lock(name: str) -> contextlib.AbstractContextManager[None]:
     return file_lock(cache_root() / "locks", name)
 
 
+def built_dir(name: str, key: str) -> Path:
+    """Where `go_build` puts the build of `name` at `key` (whether or not it is there yet)."""
+    return cache_root() / "bin" / f"{name}-{key}"
+
+
 def go_build(
     name: str,
     key: str,
@@ -144,8 +175,8 @@ def go_build(
     ldflags: str = "",
     gcflags: str = "",
     env: Mapping[str, str] | None = None,
-    background: bool = False,
     timeout: float = 3600,
+    step: str | None = None,
 ) -> Path:
     """Build `packages` into `bin/<name>-<key>/` (one executable per package, named after its last
     path element) and return that directory; a no-op when it is already there.
@@ -153,13 +184,13 @@ def go_build(
     `prepare(workdir)` lays out the module to build inside `workdir` (a scratch copy under the cache,
     so `-mod=mod` may complete go.mod/go.sum without touching the clone or shared sources) and
     returns the directory to run `go build` in. `env` adds to the shared Go environment (such as
-    CGO_ENABLED=0). `background` runs the compilers at low CPU priority (nice 10), for a build
-    that overlaps with running tests: those keep the CPU they need, the build takes the rest. The
-    result is moved into place only when every package built, so an interrupted build is never
-    mistaken for a cached one."""
-    dest = cache_root() / "bin" / f"{name}-{key}"
+    CGO_ENABLED=0). The result is moved into place only when every package built, so an interrupted
+    build is never mistaken for a cached one. In a test, a build not made yet fails the test,
+    naming preparation `step` (default `name`; gate.py)."""
+    dest = built_dir(name, key)
     if dest.is_dir():
         return dest
+    may_build(step or name)
     if go_binary() is None:
         raise RuntimeError(f"Go is not installed (needed to build {name})")
     with build_lock(f"{name}-{key}"):
@@ -174,8 +205,6 @@ def go_build(
         try:
             cwd = prepare(scratch)
             cmd = ["go", "build", "-mod=mod", "-o", str(out) + os.sep]
-            if background and shutil.which("nice"):
-                cmd = ["nice", "-n", "10", *cmd]
             if tags:
                 cmd += ["-tags", ",".join(tags)]
             if ldflags:
