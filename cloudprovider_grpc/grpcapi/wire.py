@@ -270,7 +270,8 @@ def startup_seconds(d: duration_pb2.Duration) -> float:
     try:
         return _seconds(probe, "MaxNodeProvisionDuration", "MaxNodeProvisionTime", 0.0)
     except InvalidArgument as exc:
-        raise InvalidArgument(str(exc).replace("MaxNodeProvisionDuration", "maxNodeStartupDuration")) from None
+        named = str(exc).replace("MaxNodeProvisionDuration", "maxNodeStartupDuration")
+        raise InvalidArgument(named) from None
 
 
 def startup_bytes(seconds: float) -> bytes:

@@ -113,6 +113,7 @@ def test_options_with_and_without_overrides(capsys: pytest.CaptureFixture[str]) 
         assert result["options"]["scaleDownUtilizationThreshold"] == 0.3  # type: ignore[index]
         # the rest are CA's defaults, echoed
         assert result["options"]["maxNodeProvisionTime"] == "900s"  # type: ignore[index]
+        assert result["options"]["maxNodeStartupTime"] == "900s"  # type: ignore[index]
         code, out, _ = cli(capsys, handle, "options", "highmem")
         assert code == 0 and "no per-group options" in out
 

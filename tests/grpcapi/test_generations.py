@@ -279,7 +279,8 @@ def test_unusable_defaults_get_the_answer_of_a_request_without_them(
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
         tail = startup(AutoscalingOptions().max_node_startup_time) if generation == "1.37+" else b""
-        expected = options_to_pb(AutoscalingOptions(scale_down_unneeded_time=300.0)).SerializeToString() + tail
+        ours = AutoscalingOptions(scale_down_unneeded_time=300.0)
+        expected = options_to_pb(ours).SerializeToString() + tail
         for defaults in (_negative(generation), malformed.SerializeToString(), huge.SerializeToString()):
             for _ in range(2):
                 assert options(request("plain", defaults)) == b""
