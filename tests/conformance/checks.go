@@ -29,13 +29,15 @@ import (
 )
 
 // caDefaults are CA's flag defaults for the per-group options (config/flags.go: 0.5, 0.5, 10m,
-// 20m, 15m), which the client sends as `defaults` in NodeGroupGetOptions.
+// 20m, 15m, and --max-node-startup-time 15m), which the client sends as `defaults` in
+// NodeGroupGetOptions (each where its generation declares the field).
 var caDefaults = NodeGroupAutoscalingOptions{
 	ScaleDownUtilizationThreshold:    0.5,
 	ScaleDownGpuUtilizationThreshold: 0.5,
 	ScaleDownUnneededTime:            10 * time.Minute,
 	ScaleDownUnreadyTime:             20 * time.Minute,
 	MaxNodeProvisionTime:             15 * time.Minute,
+	MaxNodeStartupTime:               15 * time.Minute,
 }
 
 // Suite holds the clients and what earlier checks learnt, for later ones to compare against.
@@ -60,6 +62,30 @@ func (s *Suite) tag() string { return s.gen.Name }
 func (s *Suite) readsMaxNodeProvision() bool {
 	const opts = "NodeGroupAutoscalingOptions"
 	return s.ca.ca.Declares(opts, "MaxNodeProvisionTime") || s.ca.ca.Declares(opts, "MaxNodeProvisionDuration")
+}
+
+// readsMaxNodeStartup: the generation carries the max node startup time (1.37+, field 11).
+func (s *Suite) readsMaxNodeStartup() bool {
+	return s.ca.ca.Declares("NodeGroupAutoscalingOptions", "maxNodeStartupDuration")
+}
+
+// getsOverrides: the generation reads every time the server answers, so a group's overrides are
+// served to it. 1.25-1.28 read no max node provision time (kubernetes/autoscaler#5935); 1.35-1.36
+// have a per-group max node startup time their client never fills from the answer, so it is 0
+// (kubernetes/autoscaler#10245): both are answered no options and keep CA's defaults. 1.35-1.36 are
+// the generation that declares the Duration fields without the legacy ones and without field 11.
+func (s *Suite) getsOverrides() bool {
+	const opts = "NodeGroupAutoscalingOptions"
+	return s.readsMaxNodeProvision() && (s.ca.ca.Declares(opts, "MaxNodeProvisionTime") || s.readsMaxNodeStartup())
+}
+
+// wantDefaults: CA's defaults as this generation sends them and reads them back.
+func (s *Suite) wantDefaults() NodeGroupAutoscalingOptions {
+	want := caDefaults
+	if !s.readsMaxNodeStartup() {
+		want.MaxNodeStartupTime = 0
+	}
+	return want
 }
 
 func expectCode(err error, want codes.Code, mentions ...string) error {

@@ -1,7 +1,7 @@
 package main
 
 // `conformance loop`: cluster-autoscaler's main loop replayed serially with the CA-faithful client
-// (generation 1.35+), for benchmarks/ca_loop.py and tests/test_ca_loop.py. What one loop asks, as
+// (generation 1.35-1.36), for benchmarks/ca_loop.py and tests/test_ca_loop.py. What one loop asks, as
 // CA 1.36.1's code does it (k8s.io/autoscaler, cluster-autoscaler/ at tag cluster-autoscaler-1.36.1):
 //
 //   - one Refresh, then NodeGroups (cached by the client until the next Refresh);
@@ -155,7 +155,12 @@ func loopMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "loop: -non-autoscaled-share must be in 0..0.9, -scan-interval and -loops positive")
 		return 2
 	}
-	ca, err := caclient.Build(*cloudConfig, caclient.Generations[0])
+	gen, err := caclient.GenerationByName("1.35-1.36") // the client of CA 1.36.1, whose loop this replays
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loop:", err)
+		return 1
+	}
+	ca, err := caclient.Build(*cloudConfig, gen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loop:", err)
 		return 1

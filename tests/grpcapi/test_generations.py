@@ -64,7 +64,7 @@ def defaults_of(generation: str) -> bytes:
         d.ignoreDaemonSetsUtilization = CA.ignore_daemonsets_utilization
     if generation in ("1.25-1.28", "1.29-1.32", "1.33-1.34.1", "1.34.2"):
         _legacy(d, provision=generation != "1.25-1.28")
-    if generation in ("1.34.2", "1.35+", "1.37+"):
+    if generation in ("1.34.2", "1.35-1.36", "1.37+"):
         _current(d)
     raw = d.SerializeToString()
     if generation == "1.37+":
@@ -79,7 +79,7 @@ def startup(seconds: int | float) -> bytes:
     return _tag(11, 2) + _varint(len(body)) + body
 
 
-GENERATIONS = ("1.25-1.28", "1.29-1.32", "1.33-1.34.1", "1.34.2", "1.35+", "1.37+")
+GENERATIONS = ("1.25-1.28", "1.29-1.32", "1.33-1.34.1", "1.34.2", "1.35-1.36", "1.37+")
 #: the generations answered every override (1.25-1.28 and 1.35-1.36 would read one time as 0)
 ANSWERED = ("1.29-1.32", "1.33-1.34.1", "1.34.2", "1.37+")
 
@@ -224,8 +224,8 @@ def test_ca_1_35_to_1_36_gets_no_options_for_any_group(
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
         for group in ("plain", "tuned", "slow", "tuned"):
-            assert options(request(group, defaults_of("1.35+"))) == b"", group
-        assert status_of(options, request("nope", defaults_of("1.35+")))[0] == "NOT_FOUND"
+            assert options(request(group, defaults_of("1.35-1.36"))) == b"", group
+        assert status_of(options, request("nope", defaults_of("1.35-1.36")))[0] == "NOT_FOUND"
     warnings = [r.getMessage() for r in caplog.records if "are not applied" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert "'tuned'" in warnings[0] and "'plain'" not in warnings[0]
@@ -245,10 +245,10 @@ def test_ca_1_37_gets_the_group_startup_time_in_field_11(front: str, compiled_fr
             tuned = options_to_pb(sent.merged({"scale_down_unneeded_time": 300.0})).SerializeToString()
             assert got == tuned + startup(CA.max_node_startup_time)
             varint = _tag(11, 0) + _varint(1)
-            assert options_body(options(request("slow", defaults_of("1.35+") + varint))) == known + varint
+            assert options_body(options(request("slow", defaults_of("1.35-1.36") + varint))) == known + varint
             # a field 11 whose bytes are no Duration is echoed too
             junk = _tag(11, 2) + _varint(2) + b"\xff\xff"
-            assert options_body(options(request("slow", defaults_of("1.35+") + junk))) == known + junk
+            assert options_body(options(request("slow", defaults_of("1.35-1.36") + junk))) == known + junk
             assert options(request("plain", defaults_of("1.37+"))) == b""
 
 
@@ -298,7 +298,7 @@ def test_unknown_option_fields_come_back_unchanged(front: str, compiled_front: P
     """A CA newer than our schema (1.37 adds options we do not know) gets its own defaults back for
     them, byte for byte; requests differing only in those fields each get their own, also from the
     front's cache, and a group without overrides still gets no options at all."""
-    newer = {seed: defaults_of("1.35+") + unknown(seed) for seed in (1, 2)}
+    newer = {seed: defaults_of("1.35-1.36") + unknown(seed) for seed in (1, 2)}
     expected_known = options_to_pb(CA.merged({"scale_down_utilization_threshold": 0.3})).SerializeToString()
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
@@ -352,7 +352,7 @@ def _reads(provider_id: str) -> list[tuple[str, bytes]]:
         ("NodeGroupTargetSize", pb.NodeGroupTargetSizeRequest(id="nope").SerializeToString()),
         ("NodeGroupNodes", pb.NodeGroupNodesRequest(id="plain").SerializeToString()),
         ("NodeGroupTemplateNodeInfo", pb.NodeGroupTemplateNodeInfoRequest(id="plain").SerializeToString()),
-        ("NodeGroupGetOptions", request("plain", defaults_of("1.35+"))),
+        ("NodeGroupGetOptions", request("plain", defaults_of("1.35-1.36"))),
         ("NodeGroupGetOptions", request("tuned", defaults_of("1.34.2"))),
         ("NodeGroupGetOptions", request("tuned", defaults_of("1.25-1.28"))),
     ]
@@ -396,7 +396,7 @@ def test_the_front_answers_every_generation_as_python_alone_does(compiled_front:
         for group in ("plain", "tuned", "strict", "nope")
         for g in GENERATIONS
         for extra in (b"", unknown(11))
-        if not (extra and g != "1.35+")
+        if not (extra and g != "1.35-1.36")
     ]
     with server("auto", compiled_front) as (_, front_ch), server("off", compiled_front) as (_, python_ch):
         ids = [
