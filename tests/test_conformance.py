@@ -1,14 +1,14 @@
 """Conformance through the project's CA-faithful client, over real sockets, at every wire generation.
 
 The pytest entry point of `tests/conformance/run.sh` (docs/architecture.md "Conformance"): for every
-backend of `tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and
-spc; a new backend joins by being registered there) and every client generation (1.37+, 1.35-1.36,
-1.34.2, 1.33-1.34.1, 1.29-1.32, 1.25-1.28), the Go client in `tests/conformance` drives three servers
-on loopback with mutual TLS as CA's externalgrpc client does: each generation with its own fields sent and read, its
-own error mapping (UNIMPLEMENTED passed up raw before 1.29), deadline (a fixed 5 s before 1.29,
-`grpc_timeout` after) and cloud-config reader. A seventh run per backend, `future`, is the newest
-generation with fields no release declares added to every request. The README's grpcurl examples
-run once.
+backend of `tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and spc;
+a new backend joins by being registered there) and every client generation (1.37+, 1.35-1.36, 1.34.2,
+1.33-1.34.1, 1.29-1.32, 1.25-1.28), the Go client in `tests/conformance` drives three servers on
+loopback with mutual TLS as CA's externalgrpc client does: each generation with its own fields sent and
+read, its own error mapping (UNIMPLEMENTED passed up raw before 1.29), deadline (a fixed 5 s before
+1.29, `grpc_timeout` after) and cloud-config reader. A seventh run per backend, `future`, is the newest
+generation with fields no release declares added to every request. The README's grpcurl examples run
+once.
 
 `test_options_getters_*` show what an UNIMPLEMENTED answer to NodeGroupGetOptions does to CA's config
 processor at each generation, against a stand-in server that answers so, and that the empty answer
