@@ -3,8 +3,10 @@
 The Go client of tests/conformance (`conformance loop`, generation 1.35-1.36) replays CA 1.36.1's quiet
 steady-state loop serially, as CA makes it, each call under CA's 5 s deadline: per loop one Refresh
 and one NodeGroups; per group three TargetSize; per node in a group one NodeGroupForNode and four
-GetOptions; per node in no group four NodeGroupForNode (CA does not cache an empty answer); no
-TemplateNodeInfo (every group has a usable node); NodeGroupNodes only from CA's instance cache: every
+GetOptions; per node in no group six NodeGroupForNode (CA does not cache an empty answer; 1.35 asks
+five, 1.34 four: `conformance loop -ca`); no TemplateNodeInfo (every group has a usable node); GPULabel
+once and GetAvailableGPUTypes never (CA asks it only on scale-ups and deletions); NodeGroupNodes only
+from CA's instance cache: every
 group in the first loop, then every 2 minutes in the background (one cycle = 12 loops at a 10 s scan
 interval, the default --loops). See tests/conformance/loop.go for the model and its sources.
 
