@@ -71,12 +71,10 @@ func (s *Suite) readsMaxNodeStartup() bool {
 
 // getsOverrides: the generation reads every time the server answers, so a group's overrides are
 // served to it. 1.25-1.28 read no max node provision time (kubernetes/autoscaler#5935); 1.35-1.36
-// have a per-group max node startup time their client never fills from the answer, so it is 0
-// (kubernetes/autoscaler#10245): both are answered no options and keep CA's defaults. 1.35-1.36 are
-// the generation that declares the Duration fields without the legacy ones and without field 11.
+// read a max node startup time of 0 (Generation.LosesStartupTime): both are answered no options and
+// keep CA's defaults.
 func (s *Suite) getsOverrides() bool {
-	const opts = "NodeGroupAutoscalingOptions"
-	return s.readsMaxNodeProvision() && (s.ca.ca.Declares(opts, "MaxNodeProvisionTime") || s.readsMaxNodeStartup())
+	return s.readsMaxNodeProvision() && !s.gen.LosesStartupTime
 }
 
 // wantDefaults: CA's defaults as this generation sends them and reads them back.

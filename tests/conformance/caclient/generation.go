@@ -46,6 +46,13 @@ type Generation struct {
 	// on `yaml` tags), DialectJSONTags from 1.29 (sigs.k8s.io/yaml: YAML turned into JSON, then
 	// decoded on `json` tags), per the imports of externalgrpc_cloud_provider.go at those tags.
 	ConfigDialect ConfigDialect
+	// LosesStartupTime: the release has a per-group max node startup time (cluster-autoscaler-1.35.0
+	// config/autoscaling_options.go:54) that its client never fills from an answer, so it reads 0
+	// whenever options are answered (cluster-autoscaler-1.36.1 externalgrpc_node_group.go:319-327;
+	// kubernetes/autoscaler#10245). A server can tell it only by its defaults: the Duration fields
+	// alone, and no field the release does not declare; the same request with such fields is a newer
+	// CA's and may be answered options.
+	LosesStartupTime bool
 	// ConfigGetters are the per-group getters of CA's node-group config processor that read an
 	// option this client transports, each of which calls NodeGroup.GetOptions
 	// (processors/nodegroupconfig/node_group_config_processor.go: four at cluster-autoscaler-1.25.0
@@ -87,7 +94,7 @@ var (
 // 1.35.0 (new fields only), 1.37.0 (options field 11, the max node startup time).
 var Generations = []Generation{
 	{Name: "1.37+", Schema: "master", Added: []AddedField{startupDuration}, MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince137},
-	{Name: "1.35-1.36", Schema: "master", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
+	{Name: "1.35-1.36", Schema: "master", LosesStartupTime: true, MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
 	{Name: "1.34.2", Schema: "v1.34.2", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
 	{Name: "1.33-1.34.1", Schema: "v1.33.0", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
 	{Name: "1.29-1.32", Schema: "v1.29.0", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
