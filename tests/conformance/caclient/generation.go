@@ -56,9 +56,10 @@ type Generation struct {
 	// ConfigGetters are the per-group getters of CA's node-group config processor that read an
 	// option this client transports, each of which calls NodeGroup.GetOptions
 	// (processors/nodegroupconfig/node_group_config_processor.go: four at cluster-autoscaler-1.25.0
-	// and -1.26.0, GetMaxNodeProvisionTime added by -1.27.8, GetIgnoreDaemonSetsUtilization by
-	// -1.28.0; 1.35.0 adds GetMaxNodeStartupTime, of the same shape, for an option the client does
-	// not carry). The 1.25-1.28 generation runs the six of 1.28: every one behaves alike.
+	// to -1.27.0, whose options have no provision time at all (-1.26.8 config/autoscaling_options.go:
+	// 35-47); GetMaxNodeProvisionTime added by -1.27.1, GetIgnoreDaemonSetsUtilization by -1.28.0;
+	// 1.35.0 adds GetMaxNodeStartupTime, of the same shape, for an option the client carries only
+	// from 1.37). The 1.25-1.28 generation runs the six of 1.28: every one behaves alike.
 	ConfigGetters []string
 }
 
