@@ -243,7 +243,9 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix=f"ca-loop-{nodes}-") as tmp:
                 results = run_case(client, nodes, share, args.groups, args.loops, Path(tmp), fronts)
             cases.append((nodes, share, results))
-    print(f"\nCA 1.36.1's main loop replayed (client generation 1.35-1.36), steady state, {args.groups} groups")
+    print(
+        f"\nCA 1.36.1's main loop replayed (client generation 1.35-1.36), steady state, {args.groups} groups"
+    )
     print(f"\nCalls per RPC per loop (mean of {args.loops} loops, the same against every server):")
     print("| nodes | in no group | " + " | ".join(RPCS) + " | all |")
     print("|---|---|" + "---|" * (len(RPCS) + 1))
