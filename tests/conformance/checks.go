@@ -6,7 +6,8 @@ package main
 // generation it ran under. The "sim" profile adds exact expectations for the documented demo
 // groups of `cloudprovider-grpc serve` (README "Setup"): general 4 cpu/16Gi min 1 max 10 with one
 // machine at $0.20/h, highmem 8 cpu/64Gi 0..5 at $0.50/h, gpu 8 cpu/32Gi + 1 nvidia.com/gpu 0..3
-// tainted nvidia.com/gpu=present:NoSchedule at $2.50/h with option overrides.
+// tainted nvidia.com/gpu=present:NoSchedule at $2.50/h with option overrides (a max node startup
+// time of 20 minutes among them).
 //
 // This file holds the Suite and what every check uses; the checks themselves are grouped by what
 // they exercise: checks_reads.go (groups, templates, options, pricing), checks_provider.go (GPU,

@@ -194,11 +194,15 @@ func (s *Suite) getOptions(p *Provider) {
 				return nil
 			}
 			if g.Id() == "gpu" && s.getsOverrides() {
-				// gpu overrides: scale_down_unneeded_time 300 s, utilization threshold 0.3; the rest are
-				// CA's defaults sent in the request (1.37+: its startup time too, read back from field 11).
+				// gpu overrides: scale_down_unneeded_time 300 s, utilization threshold 0.3 and (read by
+				// 1.37+ only, from field 11) max_node_startup_time 1200 s; the rest are CA's defaults
+				// sent in the request.
 				want := s.wantDefaults()
 				want.ScaleDownUnneededTime = 5 * time.Minute
 				want.ScaleDownUtilizationThreshold = 0.3
+				if s.readsMaxNodeStartup() {
+					want.MaxNodeStartupTime = 20 * time.Minute
+				}
 				if opts == nil || *opts != want {
 					return fmt.Errorf("options %+v, want %+v", opts, want)
 				}
