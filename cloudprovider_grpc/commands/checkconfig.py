@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cloudprovider_grpc.core.errors import NotImplementedByProvider, ProviderError
+from cloudprovider_grpc.grpcapi.template_sources import REMEDY, templateless
 from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.machinery.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import backend_module, build_provider
@@ -86,18 +87,15 @@ def _templates_and_prices(provider: Any, report: Report, price_expander: bool) -
     one line naming the groups whose template node has no price."""
     start = datetime.now(UTC)
     unpriced = []
+    missing = set(templateless(provider))
     for group in report.groups:
-        try:
-            provider.template(group.id)
-        except NotImplementedByProvider:
-            if not provider.nodes(group.id):
-                report.failures.append(
-                    f"node group {group.id}: no template is known and it has no machine to copy, so "
-                    "cluster-autoscaler cannot scale it up from zero; on cluster-autoscaler 1.25 to 1.28 "
-                    "no group scales while it has no node. Give the group an instance type or plan the "
-                    "cloud's catalogue knows, or keep one machine in it (min size 1)"
-                )
-                continue
+        if group.id in missing:
+            report.failures.append(
+                f"node group {group.id}: no template is known and it has no machine to copy, so "
+                "cluster-autoscaler cannot scale it up from zero; on cluster-autoscaler 1.25 to 1.28 "
+                f"no group scales while it has no node. To fix: {REMEDY}"
+            )
+            continue
         if price_expander:
             # priced as CA prices it: the sanitized template node, template-node-for-<group>-<suffix>
             template_node = NodeRef("", f"template-node-for-{group.id}-0", {}, {})

@@ -1,12 +1,13 @@
 """`check-config` asks the cloud: against each cloud's API emulator on loopback (which refuses
 wrong credentials with the cloud's own status and body), good credentials list the groups `serve`
 would offer and exit 0; bogus ones exit 1 naming the cloud's answer; `--offline` does not ask. A
-group with no template and no machine to copy is a failure; with the price expander among CA's
-flags, groups without a price are named."""
+group with no template and no machine to copy is a failure (and `serve` names it after Refresh,
+once a minute); with the price expander among CA's flags, groups without a price are named."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -191,6 +192,28 @@ def test_a_group_with_no_template_and_no_machine_is_a_failure() -> None:
     assert len(report.failures) == 1, report.failures
     assert report.failures[0].startswith("node group empty: no template is known and it has no machine")
     assert "min size 1" in report.failures[0]
+
+
+def test_serve_names_a_group_with_no_template_source_after_refresh_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
+    from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+    from tests.support.servers import channel, stub
+
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    settings = Settings(address="127.0.0.1:0", metrics_address="")
+    handle = start_server(settings, provider=MachineProvider(_ShapelessDriver(), inline_workers=True))
+    try:
+        s = stub(channel(handle))
+        for _ in range(3):
+            s.Refresh(pb.RefreshRequest(), timeout=5)
+    finally:
+        handle.stop(1)
+    warned = [r.getMessage() for r in caplog.records if "have no template" in r.getMessage()]
+    assert len(warned) == 1, warned  # the first Refresh, then once a minute
+    assert "'empty'" in warned[0] and "'running'" not in warned[0] and "min size 1" in warned[0]
 
 
 def test_groups_without_a_price_are_named_with_the_price_expander(tmp_path: Path) -> None:
