@@ -1,10 +1,12 @@
 """cluster-autoscaler's main loop at cluster scale, replayed by the project's CA-faithful client.
 
-The Go client of tests/conformance (`conformance loop`, generation 1.35+) replays CA 1.36.1's quiet
+The Go client of tests/conformance (`conformance loop`, generation 1.35-1.36) replays CA 1.36.1's quiet
 steady-state loop serially, as CA makes it, each call under CA's 5 s deadline: per loop one Refresh
 and one NodeGroups; per group three TargetSize; per node in a group one NodeGroupForNode and four
-GetOptions; per node in no group four NodeGroupForNode (CA does not cache an empty answer); no
-TemplateNodeInfo (every group has a usable node); NodeGroupNodes only from CA's instance cache: every
+GetOptions; per node in no group six NodeGroupForNode (CA does not cache an empty answer; 1.35 asks
+five, 1.34 four: `conformance loop -ca`); no TemplateNodeInfo (every group has a usable node); GPULabel
+once and GetAvailableGPUTypes never (CA asks it only on scale-ups and deletions); NodeGroupNodes only
+from CA's instance cache: every
 group in the first loop, then every 2 minutes in the background (one cycle = 12 loops at a 10 s scan
 interval, the default --loops). See tests/conformance/loop.go for the model and its sources.
 
@@ -241,7 +243,9 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix=f"ca-loop-{nodes}-") as tmp:
                 results = run_case(client, nodes, share, args.groups, args.loops, Path(tmp), fronts)
             cases.append((nodes, share, results))
-    print(f"\nCA 1.36.1's main loop replayed (client generation 1.35+), steady state, {args.groups} groups")
+    print(
+        f"\nCA 1.36.1's main loop replayed (client generation 1.35-1.36), steady state, {args.groups} groups"
+    )
     print(f"\nCalls per RPC per loop (mean of {args.loops} loops, the same against every server):")
     print("| nodes | in no group | " + " | ".join(RPCS) + " | all |")
     print("|---|---|" + "---|" * (len(RPCS) + 1))

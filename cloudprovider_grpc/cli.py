@@ -268,7 +268,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     cloud's API once with the given credentials (cloudprovider_grpc/commands/checkconfig.py)."""
     from cloudprovider_grpc.commands import checkconfig
 
-    return checkconfig.run(_settings(args), offline=args.offline)
+    return checkconfig.run(_settings(args), offline=args.offline, autoscaler_flags=args.autoscaler_flags)
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
@@ -330,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--offline",
         action="store_true",
         help="only validate: skip the read-only call to the cloud's API (exit 1 when that call fails)",
+    )
+    check.add_argument(
+        "--autoscaler-flags",
+        metavar="FLAGS|FILE",
+        help="cluster-autoscaler's command-line flags (a file, or inline after '='): with the price "
+        "expander among them, groups without a price are named",
     )
     check.set_defaults(func=cmd_check_config)
     emulate = sub.add_parser("emulate", help="run a cloud's API emulator standalone")

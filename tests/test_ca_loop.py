@@ -4,9 +4,10 @@ CA 1.36.1's pattern, and what it reports is what reached the server.
 A small cluster: two groups with nodes, one empty group, nodes in no group, one instance that never
 registers. Per loop: NodeGroupNodes only in the first loop, once more in the loop after the group's
 deletion and every 2 minutes of simulated time (the background refresh); NodeGroupForNode once per
-node in a group and four times per node in no group; TemplateNodeInfo only for the empty group; the
-unregistered instance deleted through a fake node in the first loop; the price expander's calls per
-group. Counts, not timings: the server's own RPC counters must equal the client's report."""
+node in a group and, per node in no group, six times as CA 1.36 asks (five on 1.35, four on 1.34);
+TemplateNodeInfo only for the empty group; GetAvailableGPUTypes never; the unregistered instance
+deleted through a fake node in the first loop; the price expander's stabilization pod and its calls
+per group. Counts, not timings: the server's own RPC counters must equal the client's report."""
 
 from __future__ import annotations
 
@@ -98,9 +99,9 @@ def test_the_replayed_loop_makes_cas_calls_and_reports_what_reached_the_server(
     nodes = [0] * LOOPS
     nodes[0], nodes[1], nodes[12] = 3 + 1, 1, 3
     assert loop_calls(report, "NodeGroupNodes") == nodes
-    # nodes in no group: four asks each, every loop (the client caches no empty answer); the fake
+    # nodes in no group: six asks each, every loop (the client caches no empty answer); the fake
     # node of the unregistered instance asked once, in the first loop
-    for_node = [GROUPED + 4 * UNGROUPED] * LOOPS
+    for_node = [GROUPED + 6 * UNGROUPED] * LOOPS
     for_node[0] += 1
     assert loop_calls(report, "NodeGroupForNode") == for_node
     # templates only for the group with no node to copy
@@ -113,18 +114,28 @@ def test_the_replayed_loop_makes_cas_calls_and_reports_what_reached_the_server(
     assert loop_calls(report, "NodeGroupTargetSize") == targets
     first_only = [1] + [0] * (LOOPS - 1)
     assert loop_calls(report, "GPULabel") == first_only
-    assert loop_calls(report, "GetAvailableGPUTypes") == first_only
+    assert loop_calls(report, "GetAvailableGPUTypes") == [0] * LOOPS  # asked on scale-ups and deletions only
     # the instance that never registered: deleted through one fake node in the first loop, and the
     # server found it by its providerID (the client checks the target size and the listing)
     assert loop_calls(report, "NodeGroupDeleteNodes") == first_only
     assert report["fake_nodes_deleted"] == 1
     assert loop_calls(report, "PricingNodePrice") == [3] * LOOPS
-    assert loop_calls(report, "PricingPodPrice") == [3 * 2] * LOOPS
+    assert loop_calls(report, "PricingPodPrice") == [1 + 3 * 2] * LOOPS  # the stabilization pod first
 
     reported: Counter[str] = Counter(report["setup_calls"])
     for loop in report["calls"]:
         reported.update(loop)
     assert +(after - before) == +reported
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize(("release", "asks"), [("1.36", 6), ("1.35", 5), ("1.34", 4)])
+def test_nodes_in_no_group_are_asked_as_each_release_asks(release: str, asks: int, tmp_path: Path) -> None:
+    client = _client()
+    with sim_server({"provisioning_delay": 0, "groups": GROUPS}) as handle:
+        flags = ["-loops", "2", "-non-autoscaled-share", "0.5", "-ca", release]
+        report = replay(client, handle.port, tmp_path, *flags)
+    assert loop_calls(report, "NodeGroupForNode") == [GROUPED + asks * UNGROUPED] * 2
 
 
 def test_csi_aware_scheduling_asks_each_node_groups_object_for_its_template(tmp_path: Path) -> None:

@@ -1,14 +1,14 @@
 """Conformance through the project's CA-faithful client, over real sockets, at every wire generation.
 
 The pytest entry point of `tests/conformance/run.sh` (docs/architecture.md "Conformance"): for every
-backend of `tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and
-spc; a new backend joins by being registered there) and every client generation (1.35+, 1.34.2,
-1.33-1.34.1, 1.29-1.32, 1.25-1.28), the Go client in `tests/conformance` drives three servers on loopback with
-mutual TLS as CA's externalgrpc client does: each generation with its own fields sent and read, its
-own error mapping (UNIMPLEMENTED passed up raw before 1.29), deadline (a fixed 5 s before 1.29,
-`grpc_timeout` after) and cloud-config reader. A sixth run per backend, `future`, is the newest
-generation with fields no release declares added to every request. The README's grpcurl examples
-run once.
+backend of `tests/support/backends.py` (today sim, sim-pools, cherry, vultr, exoscale, alicloud and spc;
+a new backend joins by being registered there) and every client generation (1.37+, 1.35-1.36, 1.34.2,
+1.33-1.34.1, 1.29-1.32, 1.25-1.28), the Go client in `tests/conformance` drives three servers on
+loopback with mutual TLS as CA's externalgrpc client does: each generation with its own fields sent and
+read, its own error mapping (UNIMPLEMENTED passed up raw before 1.29), deadline (a fixed 5 s before
+1.29, `grpc_timeout` after) and cloud-config reader. A seventh run per backend, `future`, is the newest
+generation with fields no release declares added to every request. The README's grpcurl examples run
+once.
 
 `test_options_getters_*` show what an UNIMPLEMENTED answer to NodeGroupGetOptions does to CA's config
 processor at each generation, against a stand-in server that answers so, and that the empty answer
@@ -75,7 +75,7 @@ def _client() -> Path:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("release", sorted(conformance.GENERATIONS.values()))
+@pytest.mark.parametrize("release", sorted(set(conformance.GENERATIONS.values())))
 def test_client_schemas_are_the_golden_ones(release: str) -> None:
     """The client's embedded wire schemas are byte-identical to the golden protoc dumps."""
     golden = GOLDEN / f"{release}.json"
@@ -160,33 +160,42 @@ def test_conformance(be: BackendUnderTest, mode: str, tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- mutations
 
-#: field -> (the proto line that declares it, the generations that must fail once it is renumbered).
+#: field -> (the line that numbers it, the generations that must fail once it is renumbered). A line
+#: of the proto is renumbered there and the Python code regenerated; options field 11, which our
+#: schema does not declare (it is read on the wire, see grpcapi/wire.py), is renumbered in wire.py.
 #: pod_bytes: 1.34.2 sends the pod in both fields, so a server that misses pod_bytes still finds the
-#: legacy `pod` and answers it correctly; only 1.35+, which sends pod_bytes alone, is misread.
+#: legacy `pod` and answers it correctly; only 1.35 and later, which send pod_bytes alone, are misread.
 MUTATIONS = {
-    "nodeBytes": ("bytes nodeBytes = 2;", {"1.35+", "1.34.2"}),
+    "nodeBytes": ("bytes nodeBytes = 2;", {"1.37+", "1.35-1.36", "1.34.2"}),
     "nodeInfo": (
         "bytes nodeInfo = 1 [deprecated = true];",
         {"1.34.2", "1.33-1.34.1", "1.29-1.32", "1.25-1.28"},
     ),
-    "pod_bytes": ("bytes pod_bytes = 4;", {"1.35+"}),
+    "pod_bytes": ("bytes pod_bytes = 4;", {"1.37+", "1.35-1.36"}),
+    "maxNodeStartupDuration": ("STARTUP_FIELD = 11", {"1.37+"}),
 }
 #: a number no generation uses in any message
 UNUSED_NUMBER = 15
+WIRE = Path("cloudprovider_grpc") / "grpcapi" / "wire.py"
 
 
 def _mutated_package(tmp_path: Path, declaration: str) -> Path:
-    """A copy of the package whose proto renumbers one field, its Python code regenerated."""
+    """A copy of the package that renumbers one field: in the proto (its Python code regenerated),
+    or, for a field read on the wire, in wire.py."""
     copy = tmp_path / "mutant"
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(ROOT / "cloudprovider_grpc", copy / "cloudprovider_grpc", ignore=ignore)
     shutil.copytree(ROOT / "proto", copy / "proto")
     proto = copy / "proto" / conformance.PROTO
-    text = proto.read_text()
-    assert text.count(declaration) == 1, f"{declaration!r} not found once in the proto"
+    target = proto if declaration.endswith(";") else copy / WIRE
+    text = target.read_text()
+    assert text.count(declaration) == 1, f"{declaration!r} not found once in {target.name}"
     renumbered = re.sub(r"= \d+", f"= {UNUSED_NUMBER}", declaration, count=1)
-    assert not re.search(rf"= {UNUSED_NUMBER}\b", text), f"field number {UNUSED_NUMBER} is in use"
-    proto.write_text(text.replace(declaration, renumbered))
+    in_use = re.search(rf"= {UNUSED_NUMBER}\b", proto.read_text())
+    assert not in_use, f"field number {UNUSED_NUMBER} is in use"
+    target.write_text(text.replace(declaration, renumbered))
+    if target != proto:
+        return copy
     regenerate = [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), str(copy), str(copy / "proto")]
     proc = subprocess.run(regenerate, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, f"regenerating the mutated proto failed:\n{proc.stdout}{proc.stderr}"
@@ -224,7 +233,7 @@ def test_renumbered_field_fails_the_generations_that_read_it(name: str, tmp_path
             proc = subprocess.run(
                 [str(client), "run", "-generation", generation, "-cloud-config", str(cloud_config),
                  "-metrics", f"http://127.0.0.1:{server.metrics_port}/metrics", "-profile", "sim",
-                 "-only", "templates,pricing"],
+                 "-only", "templates,options,pricing"],
                 capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
             print(proc.stdout)

@@ -6,15 +6,27 @@ provider that never writes: DryRunGate, no journal), so the groups it reports ar
 would offer, counted the same way. A refused token, a project or pool the token may not read, or a
 backend's own extra check (Exoscale's instance quota) makes it fail with exit status 1 and the
 cloud's answer. `--offline` skips the pass (validation only).
+
+After the listing, every group must have a template source: a template from the cloud's catalogue,
+or a machine of its own CA can copy. A group with neither is a failure (exit status 1):
+cluster-autoscaler can never scale it up from zero (1.29 and later skip it), and on 1.25-1.28 the
+template error abandons every loop that needs it, so no group scales at all
+(cluster-autoscaler-1.28.7 core/static_autoscaler.go:352-356). With `--autoscaler-flags` naming the
+price expander, groups without a price are named: when no option of a scale-up can be priced, the
+price expander picks none and CA makes no scale-up (cluster-autoscaler-1.36.1
+expander/price/price.go:120-132, core/scaleup/orchestrator/orchestrator.go:1079-1084).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cloudprovider_grpc.core.errors import ProviderError
+from cloudprovider_grpc.core.errors import NotImplementedByProvider, ProviderError
+from cloudprovider_grpc.grpcapi.template_sources import REMEDY, templateless
+from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.machinery.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import backend_module, build_provider
 
@@ -32,9 +44,10 @@ class Report:
     failures: list[str] = field(default_factory=list)
 
 
-def check(settings: Any, *, offline: bool) -> Report:
+def check(settings: Any, *, offline: bool, price_expander: bool = False) -> Report:
     """Build the provider as `serve` does (raising ConfigError for invalid input) and, unless
-    `offline`, list the cloud once with the configured credentials."""
+    `offline`, list the cloud once with the configured credentials and check each group's template
+    (and, with `price_expander`, its price)."""
     # never written by a check: no journal, and a gate that refuses every write
     ctx = settings.provider_context(state_file=None, gate=DryRunGate())
     provider = build_provider(settings.provider, ctx)
@@ -43,6 +56,8 @@ def check(settings: Any, *, offline: bool) -> Report:
         if not offline:
             _ask_the_api(settings.provider, ctx, provider, report)
         report.groups = list(provider.node_groups())
+        if not offline and not report.failures:
+            _templates_and_prices(provider, report, price_expander)
     finally:
         provider.stop(timeout=0)
     return report
@@ -67,9 +82,40 @@ def _ask_the_api(name: str, ctx: Any, provider: Any, report: Report) -> None:
             )
 
 
-def run(settings: Any, *, offline: bool) -> int:
-    """Print the check's outcome; the exit status (0 OK, 1 the cloud's API check failed)."""
-    report = check(settings, offline=offline)
+def _templates_and_prices(provider: Any, report: Report, price_expander: bool) -> None:
+    """A failure for every group with no template and no machine to copy; with the price expander,
+    one line naming the groups whose template node has no price."""
+    start = datetime.now(UTC)
+    unpriced = []
+    missing = set(templateless(provider))
+    for group in report.groups:
+        if group.id in missing:
+            report.failures.append(
+                f"node group {group.id}: no template is known and it has no machine to copy, so "
+                "cluster-autoscaler cannot scale it up from zero; on cluster-autoscaler 1.25 to 1.28 "
+                f"no group scales while it has no node. To fix: {REMEDY}"
+            )
+            continue
+        if price_expander:
+            # priced as CA prices it: the sanitized template node, template-node-for-<group>-<suffix>
+            template_node = NodeRef("", f"template-node-for-{group.id}-0", {}, {})
+            try:
+                provider.node_price(template_node, start, start + timedelta(hours=1))
+            except NotImplementedByProvider:
+                unpriced.append(group.id)
+    if unpriced:
+        report.lines.append(
+            f"warning: no price is known for node group(s) {', '.join(unpriced)}: with --expander=price, "
+            "cluster-autoscaler makes no scale-up at all when none of a scale-up's options can be priced, "
+            "and never picks an unpriced group; add a fallback expander (--expander=price,least-waste) "
+            "or give the groups a price"
+        )
+
+
+def run(settings: Any, *, offline: bool, autoscaler_flags: str | None = None) -> int:
+    """Print the check's outcome; the exit status (0 OK, 1 the cloud's API check failed, or a group
+    has no template source)."""
+    report = check(settings, offline=offline, price_expander=_uses_price_expander(autoscaler_flags))
     for line in report.lines:
         print(line)
     if report.failures:
@@ -77,7 +123,7 @@ def run(settings: Any, *, offline: bool) -> int:
             print(f"cloudprovider-grpc: check-config: {failure}", file=sys.stderr)
         print(
             f"configuration valid but the {settings.provider} API check failed: "
-            f"{len(report.failures)} problem(s); `serve` would not work",
+            f"{len(report.failures)} problem(s); `serve` would not work as cluster-autoscaler needs it",
             file=sys.stderr,
         )
         return EXIT_API
@@ -92,3 +138,15 @@ def run(settings: Any, *, offline: bool) -> int:
         + f"; cloud API {api}"
     )
     return EXIT_OK
+
+
+def _uses_price_expander(flags: str | None) -> bool:
+    """Whether cluster-autoscaler's flags (a file or the flags themselves, as `simulate` reads them)
+    put the price expander in the chain."""
+    if not flags:
+        return False
+    from cloudprovider_grpc.simulator.flags import parse_flags, read_flag_text
+
+    options, _ = parse_flags(read_flag_text(flags))
+    chain = str(options.get("expander", ""))
+    return "price" in (name.strip() for name in chain.split(","))

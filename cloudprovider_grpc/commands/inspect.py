@@ -27,6 +27,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.protobuf.json_format import MessageToDict
 
+from cloudprovider_grpc.grpcapi.wire import startup_bytes, startup_field, unknown_fields
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.protos import k8s_pb2
@@ -43,15 +44,18 @@ _REFUSED = {
 }
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
-#: cluster-autoscaler's own flag defaults, sent as the `defaults` of NodeGroupGetOptions as CA 1.35
-#: and later send them (scale-down thresholds 0.5, unneeded 10m, unready 20m, provisioning 15m):
-#: the answer then shows what CA would use for the group
-_CA_DEFAULTS = pb.NodeGroupAutoscalingOptions(
-    scaleDownUtilizationThreshold=0.5,
-    scaleDownGpuUtilizationThreshold=0.5,
-    scaleDownUnneededDuration=duration_pb2.Duration(seconds=600),
-    scaleDownUnreadyDuration=duration_pb2.Duration(seconds=1200),
-    MaxNodeProvisionDuration=duration_pb2.Duration(seconds=900),
+#: cluster-autoscaler's own flag defaults, sent as the `defaults` of NodeGroupGetOptions as CA 1.37
+#: and later send them (scale-down thresholds 0.5, unneeded 10m, unready 20m, provisioning 15m,
+#: startup 15m as field 11): the answer then shows what CA would use for the group
+_CA_DEFAULTS = pb.NodeGroupAutoscalingOptions.FromString(
+    pb.NodeGroupAutoscalingOptions(
+        scaleDownUtilizationThreshold=0.5,
+        scaleDownGpuUtilizationThreshold=0.5,
+        scaleDownUnneededDuration=duration_pb2.Duration(seconds=600),
+        scaleDownUnreadyDuration=duration_pb2.Duration(seconds=1200),
+        MaxNodeProvisionDuration=duration_pb2.Duration(seconds=900),
+    ).SerializeToString()
+    + startup_bytes(900.0)
 )
 
 EPILOG = (
@@ -195,6 +199,7 @@ def _options(s: pb_grpc.CloudProviderStub, args: argparse.Namespace) -> Any:
         # no per-group overrides (an empty answer): every CA release keeps its own flags
         return {"id": args.group, "options": None, "note": "the server sent no options"}
     opts = resp.nodeGroupAutoscalingOptions
+    startup, _ = startup_field(unknown_fields(opts.SerializeToString(), opts.DESCRIPTOR))
     return {
         "id": args.group,
         "options": {
@@ -205,6 +210,7 @@ def _options(s: pb_grpc.CloudProviderStub, args: argparse.Namespace) -> Any:
             "maxNodeProvisionTime": f"{opts.MaxNodeProvisionDuration.ToTimedelta().total_seconds():g}s",
             "zeroOrMaxNodeScaling": opts.zeroOrMaxNodeScaling,
             "ignoreDaemonSetsUtilization": opts.ignoreDaemonSetsUtilization,
+            "maxNodeStartupTime": None if startup is None else f"{startup.ToTimedelta().total_seconds():g}s",
         },
     }
 

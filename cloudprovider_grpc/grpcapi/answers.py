@@ -79,10 +79,13 @@ class Answers:
         try:
             raw = encode_template_node(template, group_id)
         except ValueError as exc:
-            # UNIMPLEMENTED, not INTERNAL: from 1.32 CA skips a group whose template is "not
-            # implemented" but abandons the whole template build, and so its loop, on any other
-            # error (cluster-autoscaler-1.32.0 processors/nodeinfosprovider/mixed_nodeinfos_processor.go);
-            # releases before 1.32 abandon it on both
+            # UNIMPLEMENTED, not INTERNAL: from 1.29.0 CA's client maps it to "not implemented" and
+            # the template processor skips the group (cluster-autoscaler-1.29.0
+            # cloudprovider/externalgrpc/externalgrpc_node_group.go:213-216,
+            # processors/nodeinfosprovider/mixed_nodeinfos_processor.go:155-158), where any other
+            # error abandons the whole loop on 1.29.0-1.31.3, 1.32.0-1.32.2 and 1.33.0 (later
+            # releases skip the group on any error, kubernetes/autoscaler#8418); before 1.29 every
+            # error abandons it (cluster-autoscaler-1.28.7 core/static_autoscaler.go:352-356)
             message = f"template for node group {group_id!r} is invalid: {exc}"
             suppressed = self._invalid_templates.due()
             if suppressed is not None:

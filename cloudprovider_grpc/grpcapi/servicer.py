@@ -19,6 +19,7 @@ from cloudprovider_grpc.grpcapi.answers import Answers
 from cloudprovider_grpc.grpcapi.getoptions import OptionsAnswers
 from cloudprovider_grpc.grpcapi.outcome import rpc
 from cloudprovider_grpc.grpcapi.prebuilt import Prebuilt
+from cloudprovider_grpc.grpcapi.template_sources import TemplatelessWarning
 from cloudprovider_grpc.grpcapi.wire import node_ref, nodes_pb, period, pod_bytes, pod_requests_of
 from cloudprovider_grpc.ha.handover import HandOverRelay
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
@@ -41,6 +42,7 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         self.gate = Gate()
         self._answers = Answers()
         self._options = OptionsAnswers(provider)
+        self._templateless = TemplatelessWarning()
 
     # ---- cloud-provider level ----
     @rpc
@@ -91,6 +93,7 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     @rpc
     def Refresh(self, request: pb.RefreshRequest, context: grpc.ServicerContext) -> pb.RefreshResponse:
         self.provider.refresh()
+        self._templateless.check(self.provider)  # from memory: the listing just made is all it reads
         return pb.RefreshResponse()
 
     # ---- node-group level ----

@@ -89,6 +89,9 @@ class AutoscalingOptions:
     max_node_provision_time: float = 900.0
     zero_or_max_node_scaling: bool = False
     ignore_daemonsets_utilization: bool = False
+    #: the time a registered node has to turn Ready (CA's --max-node-startup-time, 15m); carried only
+    #: to CA 1.37 and later, which send and read it as NodeGroupAutoscalingOptions field 11
+    max_node_startup_time: float = 900.0
 
     def merged(self, overrides: Mapping[str, object]) -> AutoscalingOptions:
         """These options with the given fields replaced (unknown names raise TypeError)."""

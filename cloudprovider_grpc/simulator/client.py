@@ -31,6 +31,7 @@ import grpc
 from google.protobuf import timestamp_pb2
 from google.protobuf.message_factory import GetMessageClass
 
+from cloudprovider_grpc.grpcapi.wire import startup_bytes, startup_field, unknown_fields
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
@@ -186,6 +187,12 @@ class GroupOptions:
     max_node_provision_time: float
     zero_or_max_node_scaling: bool
     ignore_daemonsets_utilization: bool
+    #: CA 1.37 and later only (options field 11); None from a release that does not carry it
+    max_node_startup_time: float | None = None
+
+
+#: CA's --max-node-startup-time default, the value CA 1.37 sends as its default in field 11
+DEFAULT_STARTUP_TIME = 900.0
 
 
 def _ts(t: datetime) -> timestamp_pb2.Timestamp:
@@ -223,6 +230,8 @@ class CAClient:
         self._templates: dict[str, k8s_pb2.Node | None] = {}
         self._gpu_label: str | None = None
         self._gpu_types: list[str] | None = None
+        #: the CA minor release whose NodeGroupGetOptions defaults are sent (see options)
+        self.release: tuple[int, int] = (1, 34)
 
     def _call(self, method: str, request: Any) -> Any:
         self.counts[method] += 1
@@ -364,20 +373,33 @@ class CAClient:
 
     def options(self, group: str, defaults: GroupOptions) -> GroupOptions | None:
         """Per-group options, or None when the server has none for the group or does not implement
-        the RPC (CA keeps its flags)."""
+        the RPC (CA keeps its flags). The defaults go out in the fields `release` sends them in
+        (cloudprovider/externalgrpc/externalgrpc_node_group.go GetOptions at each release): the
+        legacy nanosecond fields up to 1.34 (1.34.2 adds the Durations), the Durations alone on
+        1.35-1.36, and from 1.37 the max node startup time too, as field 11: a server may answer
+        each release differently (this project's answers 1.35-1.36 no options)."""
         d = pb.NodeGroupAutoscalingOptions(
             scaleDownUtilizationThreshold=defaults.scale_down_utilization_threshold,
             scaleDownGpuUtilizationThreshold=defaults.scale_down_gpu_utilization_threshold,
-            zeroOrMaxNodeScaling=defaults.zero_or_max_node_scaling,
-            ignoreDaemonSetsUtilization=defaults.ignore_daemonsets_utilization,
         )
+        if self.release >= (1, 33):  # fields 6-7 came with 1.33
+            d.zeroOrMaxNodeScaling = defaults.zero_or_max_node_scaling
+            d.ignoreDaemonSetsUtilization = defaults.ignore_daemonsets_utilization
         for new, old, secs in (
             ("scaleDownUnneededDuration", "scaleDownUnneededTime", defaults.scale_down_unneeded_time),
             ("scaleDownUnreadyDuration", "scaleDownUnreadyTime", defaults.scale_down_unready_time),
             ("MaxNodeProvisionDuration", "MaxNodeProvisionTime", defaults.max_node_provision_time),
         ):
-            getattr(d, new).FromNanoseconds(int(secs * 1e9))
-            getattr(d, old).duration = int(secs * 1e9)
+            if self.release >= (1, 34):
+                getattr(d, new).FromNanoseconds(int(secs * 1e9))
+            if self.release <= (1, 34) and (old != "MaxNodeProvisionTime" or self.release >= (1, 29)):
+                getattr(d, old).duration = int(secs * 1e9)
+        startup = self.release >= (1, 37)
+        if startup:
+            sent = defaults.max_node_startup_time
+            d = pb.NodeGroupAutoscalingOptions.FromString(
+                d.SerializeToString() + startup_bytes(DEFAULT_STARTUP_TIME if sent is None else sent)
+            )
         try:
             resp = self._call(
                 "NodeGroupGetOptions", pb.NodeGroupAutoscalingOptionsRequest(id=group, defaults=d)
@@ -389,6 +411,10 @@ class CAClient:
         if not resp.HasField("nodeGroupAutoscalingOptions"):
             return None  # no per-group options: CA's client returns nil and CA keeps its flags
         o = resp.nodeGroupAutoscalingOptions
+        answered = None
+        if startup:
+            field, _ = startup_field(unknown_fields(o.SerializeToString(), o.DESCRIPTOR))
+            answered = 0.0 if field is None else field.seconds + field.nanos / 1e9
         return GroupOptions(
             o.scaleDownUtilizationThreshold,
             o.scaleDownGpuUtilizationThreshold,
@@ -399,6 +425,7 @@ class CAClient:
             _seconds(o, "MaxNodeProvisionDuration", "MaxNodeProvisionTime", defaults.max_node_provision_time),
             o.zeroOrMaxNodeScaling,
             o.ignoreDaemonSetsUtilization,
+            answered,
         )
 
     def node_price(self, node: pb.ExternalGrpcNode, start: datetime, end: datetime) -> float | None:

@@ -1,9 +1,13 @@
 """`check-config` asks the cloud: against each cloud's API emulator on loopback (which refuses
 wrong credentials with the cloud's own status and body), good credentials list the groups `serve`
-would offer and exit 0; bogus ones exit 1 naming the cloud's answer; `--offline` does not ask."""
+would offer and exit 0; bogus ones exit 1 naming the cloud's answer; `--offline` does not ask. A
+group with no template and no machine to copy is a failure (and `serve` names it after Refresh,
+once a minute); with the price expander among CA's flags, groups without a price are named."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -12,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from cloudprovider_grpc.commands import checkconfig
+from cloudprovider_grpc.providers.contract import InstanceState
+from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver
+from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from tests.support.clouds import (
     AliCloudCloud,
     CherryCloud,
@@ -151,3 +159,87 @@ def test_an_unknown_key_far_from_any_lists_the_known_ones(
     config.write_text("tls:\n  zzzzzz: 1\n")
     line = invalid(capsys, "--config", str(config))
     assert "tls.zzzzzz: unknown key (known: ca, cert, key)" in line, line
+
+
+class _ShapelessDriver(MachineDriver):
+    """A cloud whose catalogue knows no machine shape: group "empty" has no machine to copy, group
+    "running" has one."""
+
+    name = "shapeless"
+    id_prefix = "shapeless://"
+
+    def groups(self) -> list[GroupConfig]:
+        return [GroupConfig("empty", 0, 5), GroupConfig("running", 1, 5)]
+
+    def list_machines(self) -> list[Machine]:
+        return [Machine("shapeless://1", "running", InstanceState.RUNNING, "running-1")]
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        raise CloudError("read-only test cloud")
+
+    def delete_machine(self, machine: Machine) -> None:
+        raise CloudError("read-only test cloud")
+
+
+def test_a_group_with_no_template_and_no_machine_is_a_failure() -> None:
+    provider = MachineProvider(_ShapelessDriver(), inline_workers=True)
+    try:
+        provider.refresh()
+        report = checkconfig.Report(groups=list(provider.node_groups()))
+        checkconfig._templates_and_prices(provider, report, price_expander=False)
+    finally:
+        provider.stop(timeout=0)
+    assert len(report.failures) == 1, report.failures
+    assert report.failures[0].startswith("node group empty: no template is known and it has no machine")
+    assert "min size 1" in report.failures[0]
+
+
+def test_serve_names_a_group_with_no_template_source_after_refresh_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
+    from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+    from tests.support.servers import channel, stub
+
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    settings = Settings(address="127.0.0.1:0", metrics_address="")
+    handle = start_server(settings, provider=MachineProvider(_ShapelessDriver(), inline_workers=True))
+    try:
+        s = stub(channel(handle))
+        for _ in range(3):
+            s.Refresh(pb.RefreshRequest(), timeout=5)
+    finally:
+        handle.stop(1)
+    warned = [r.getMessage() for r in caplog.records if "have no template" in r.getMessage()]
+    assert len(warned) == 1, warned  # the first Refresh, then once a minute
+    assert "'empty'" in warned[0] and "'running'" not in warned[0] and "min size 1" in warned[0]
+
+
+def test_groups_without_a_price_are_named_with_the_price_expander(tmp_path: Path) -> None:
+    config = tmp_path / "sim.yaml"
+    groups = [
+        {"id": "priced", "max_size": 3, "price_per_hour": 0.2},
+        {"id": "free", "max_size": 3},
+    ]
+    config.write_text(json.dumps({"sim": {"groups": groups}}))  # JSON is YAML
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROVIDER_GRPC_")}
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cloudprovider_grpc", "check-config", "--provider", "sim"]
+        return subprocess.run(
+            [*command, "--config", str(config), *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=base,
+            check=False,
+        )
+
+    priced = run("--autoscaler-flags=--expander=price")
+    assert priced.returncode == 0, priced.stderr
+    (warning,) = [ln for ln in priced.stdout.splitlines() if ln.startswith("warning: no price")]
+    assert warning.split("node group(s) ")[1].split(":")[0] == "free"
+    assert "no scale-up at all" in warning
+    for other in (run("--autoscaler-flags=--expander=least-waste"), run()):
+        assert other.returncode == 0 and "warning" not in other.stdout, other.stdout

@@ -107,12 +107,13 @@ def test_usage_errors_exit_2_from_a_real_process() -> None:
 
 
 def test_options_with_and_without_overrides(capsys: pytest.CaptureFixture[str]) -> None:
-    with sim_server() as handle:  # the demo's gpu group overrides two options
+    with sim_server() as handle:  # the demo's gpu group overrides three options
         result = cli_json(capsys, handle, "options", "gpu")
         assert result["options"]["scaleDownUnneededTime"] == "300s"  # type: ignore[index]
         assert result["options"]["scaleDownUtilizationThreshold"] == 0.3  # type: ignore[index]
         # the rest are CA's defaults, echoed
         assert result["options"]["maxNodeProvisionTime"] == "900s"  # type: ignore[index]
+        assert result["options"]["maxNodeStartupTime"] == "1200s"  # type: ignore[index]  # its own
         code, out, _ = cli(capsys, handle, "options", "highmem")
         assert code == 0 and "no per-group options" in out
 

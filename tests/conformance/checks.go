@@ -6,7 +6,8 @@ package main
 // generation it ran under. The "sim" profile adds exact expectations for the documented demo
 // groups of `cloudprovider-grpc serve` (README "Setup"): general 4 cpu/16Gi min 1 max 10 with one
 // machine at $0.20/h, highmem 8 cpu/64Gi 0..5 at $0.50/h, gpu 8 cpu/32Gi + 1 nvidia.com/gpu 0..3
-// tainted nvidia.com/gpu=present:NoSchedule at $2.50/h with option overrides.
+// tainted nvidia.com/gpu=present:NoSchedule at $2.50/h with option overrides (a max node startup
+// time of 20 minutes among them).
 //
 // This file holds the Suite and what every check uses; the checks themselves are grouped by what
 // they exercise: checks_reads.go (groups, templates, options, pricing), checks_provider.go (GPU,
@@ -29,13 +30,15 @@ import (
 )
 
 // caDefaults are CA's flag defaults for the per-group options (config/flags.go: 0.5, 0.5, 10m,
-// 20m, 15m), which the client sends as `defaults` in NodeGroupGetOptions.
+// 20m, 15m, and --max-node-startup-time 15m), which the client sends as `defaults` in
+// NodeGroupGetOptions (each where its generation declares the field).
 var caDefaults = NodeGroupAutoscalingOptions{
 	ScaleDownUtilizationThreshold:    0.5,
 	ScaleDownGpuUtilizationThreshold: 0.5,
 	ScaleDownUnneededTime:            10 * time.Minute,
 	ScaleDownUnreadyTime:             20 * time.Minute,
 	MaxNodeProvisionTime:             15 * time.Minute,
+	MaxNodeStartupTime:               15 * time.Minute,
 }
 
 // Suite holds the clients and what earlier checks learnt, for later ones to compare against.
@@ -60,6 +63,28 @@ func (s *Suite) tag() string { return s.gen.Name }
 func (s *Suite) readsMaxNodeProvision() bool {
 	const opts = "NodeGroupAutoscalingOptions"
 	return s.ca.ca.Declares(opts, "MaxNodeProvisionTime") || s.ca.ca.Declares(opts, "MaxNodeProvisionDuration")
+}
+
+// readsMaxNodeStartup: the generation carries the max node startup time (1.37+, field 11).
+func (s *Suite) readsMaxNodeStartup() bool {
+	return s.ca.ca.Declares("NodeGroupAutoscalingOptions", "maxNodeStartupDuration")
+}
+
+// getsOverrides: the generation reads every time the server answers, so a group's overrides are
+// served to it. 1.25-1.28 read no max node provision time (kubernetes/autoscaler#5935); 1.35-1.36
+// read a max node startup time of 0 (Generation.LosesStartupTime): both are answered no options and
+// keep CA's defaults.
+func (s *Suite) getsOverrides() bool {
+	return s.readsMaxNodeProvision() && !s.gen.LosesStartupTime
+}
+
+// wantDefaults: CA's defaults as this generation sends them and reads them back.
+func (s *Suite) wantDefaults() NodeGroupAutoscalingOptions {
+	want := caDefaults
+	if !s.readsMaxNodeStartup() {
+		want.MaxNodeStartupTime = 0
+	}
+	return want
 }
 
 func expectCode(err error, want codes.Code, mentions ...string) error {

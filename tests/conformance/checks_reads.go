@@ -171,13 +171,20 @@ func (s *Suite) getOptions(p *Provider) {
 			if opts != nil && !s.readsMaxNodeProvision() {
 				return fmt.Errorf("options %+v served to a client that reads no max node provision time and would use 0 (kubernetes/autoscaler#5935); answer no options", *opts)
 			}
+			if opts != nil && !s.getsOverrides() {
+				return fmt.Errorf("options %+v served to a client that reads no max node startup time and would use 0 (kubernetes/autoscaler#10245); answer no options", *opts)
+			}
 			if opts != nil {
 				for name, v := range map[string]float64{"scaleDownUtilizationThreshold": opts.ScaleDownUtilizationThreshold, "scaleDownGpuUtilizationThreshold": opts.ScaleDownGpuUtilizationThreshold} {
 					if v <= 0 || v > 1 {
 						return fmt.Errorf("%s = %v, outside (0, 1]", name, v)
 					}
 				}
-				for name, d := range map[string]time.Duration{"scaleDownUnneeded": opts.ScaleDownUnneededTime, "scaleDownUnready": opts.ScaleDownUnreadyTime, "maxNodeProvision": opts.MaxNodeProvisionTime} {
+				durations := map[string]time.Duration{"scaleDownUnneeded": opts.ScaleDownUnneededTime, "scaleDownUnready": opts.ScaleDownUnreadyTime, "maxNodeProvision": opts.MaxNodeProvisionTime}
+				if s.readsMaxNodeStartup() {
+					durations["maxNodeStartup"] = opts.MaxNodeStartupTime
+				}
+				for name, d := range durations {
 					if d <= 0 {
 						return fmt.Errorf("%s = %v: CA would act on a zero duration", name, d)
 					}
@@ -186,11 +193,16 @@ func (s *Suite) getOptions(p *Provider) {
 			if !s.sim() {
 				return nil
 			}
-			if g.Id() == "gpu" && s.readsMaxNodeProvision() {
-				// gpu overrides: scale_down_unneeded_time 300 s, utilization threshold 0.3; the rest are CA's defaults sent in the request.
-				want := caDefaults
+			if g.Id() == "gpu" && s.getsOverrides() {
+				// gpu overrides: scale_down_unneeded_time 300 s, utilization threshold 0.3 and (read by
+				// 1.37+ only, from field 11) max_node_startup_time 1200 s; the rest are CA's defaults
+				// sent in the request.
+				want := s.wantDefaults()
 				want.ScaleDownUnneededTime = 5 * time.Minute
 				want.ScaleDownUtilizationThreshold = 0.3
+				if s.readsMaxNodeStartup() {
+					want.MaxNodeStartupTime = 20 * time.Minute
+				}
 				if opts == nil || *opts != want {
 					return fmt.Errorf("options %+v, want %+v", opts, want)
 				}

@@ -1,7 +1,7 @@
 package main
 
 // `conformance loop`: cluster-autoscaler's main loop replayed serially with the CA-faithful client
-// (generation 1.35+), for benchmarks/ca_loop.py and tests/test_ca_loop.py. What one loop asks, as
+// (generation 1.35-1.36), for benchmarks/ca_loop.py and tests/test_ca_loop.py. What one loop asks, as
 // CA 1.36.1's code does it (k8s.io/autoscaler, cluster-autoscaler/ at tag cluster-autoscaler-1.36.1):
 //
 //   - one Refresh, then NodeGroups (cached by the client until the next Refresh);
@@ -10,15 +10,20 @@ package main
 //     entry was dropped after a deletion); every 2 minutes a background refresh lists every group
 //     one after the other, beside the loops, never inside one;
 //   - per registered node NodeGroupForNode: once per loop for a node in a group (the client caches the
-//     answer until Refresh), -fornode-per-unregistered-group times for a node in no group (default 4:
-//     the client does not cache an empty answer, and the template provider, cluster state, the
-//     scale-down pre-filter and eligibility each ask);
-//   - TemplateNodeInfo only for a group with no usable node (a quiet loop asks none); with
-//     -csi-aware, up to one per group object NodeGroupForNode returned (the upper bound: one per node
-//     in a group);
+//     answer until Refresh), -fornode-per-ungrouped times for a node in no group (the client does not
+//     cache an empty answer), by default as -ca asks: 6 on 1.36 (the template provider 1, cluster
+//     state's readiness 2, the scale-down pre-filter 1, the quota tracker new in 1.36 1, the soft-taint
+//     filter 1; eligibility never sees such a node), 5 on 1.35, 4 on 1.34;
+//   - TemplateNodeInfo only for a group with no usable node that never had one: a group that had a
+//     node in an earlier loop is served from CA's node-info cache
+//     (processors/nodeinfosprovider/mixed_nodeinfos_processor.go:123-145); with -csi-aware, up to one
+//     per group object NodeGroupForNode returned (the upper bound: one per node in a group);
 //   - TargetSize -targets-per-group times per group; GetOptions -options-per-node times per node in a
 //     group (measured: about 4 per node at 1,000 nodes);
-//   - GPULabel and GetAvailableGPUTypes once per process (cached after their first success);
+//   - GPULabel once per process (cached after its first success); GetAvailableGPUTypes never: CA asks
+//     it only when it executes a scale-up, deletes nodes it scaled down or records a failed scale-up
+//     (core/scaleup/orchestrator/executor.go:82,113, core/scaledown/actuation/delete_in_batch.go:220,
+//     observers/nodegroupchange/scale_state_observer.go:128), none of which a quiet loop does;
 //   - instances listed but never registered (-unregistered N creates N before the first loop) are
 //     deleted as CA deletes them (core/static_autoscaler.go removeOldUnregisteredNodes) through fake
 //     nodes (clusterstate.FakeNode): name and providerID the instance id, annotated
@@ -28,9 +33,9 @@ package main
 //     answer is checked (one TargetSize and one Nodes more): the target size went down by the number
 //     deleted and no deleted instance is listed as anything but deleting;
 //   - with -price-expander, every loop evaluates a scale-up for -pending-pods pods and the price
-//     expander prices each group: NodePrice of the sanitized template node, named
-//     template-node-for-<group>-<random>, and PodPrice of each pod, over now..now+1h (the option
-//     chosen is not applied: the cluster stays as it is).
+//     expander prices one stabilization pod (expander/price/price.go:107), then each group: NodePrice
+//     of the sanitized template node, named template-node-for-<group>-<random>, and PodPrice of each
+//     pod, over now..now+1h (the option chosen is not applied: the cluster stays as it is).
 //
 // The cluster: the instances the server lists before the first loop, registered as Nodes, plus
 // nodes in no group (-non-autoscaled-share of all nodes). The loops run back to back; the simulated
@@ -134,7 +139,11 @@ type replay struct {
 	pod        *apiv1.Pod
 	rng        *rand.Rand
 	fake       int
+	hadNode    map[string]bool // groups that had a usable node in some loop: CA caches their node info
 }
+
+// forNodeUngroupedByCA: NodeGroupForNode asks per loop for a node in no group, by CA minor release.
+var forNodeUngroupedByCA = map[string]int{"1.36": 6, "1.35": 5, "1.34": 4}
 
 func loopMain(args []string) int {
 	fs := flag.NewFlagSet("loop", flag.ExitOnError)
@@ -143,7 +152,8 @@ func loopMain(args []string) int {
 	fs.IntVar(&m.loops, "loops", 10, "main loops to run")
 	fs.IntVar(&m.optionsPerNode, "options-per-node", 4, "GetOptions calls per node in a group per loop")
 	fs.IntVar(&m.targetsPerGroup, "targets-per-group", 3, "TargetSize calls per group per loop")
-	fs.IntVar(&m.forNodeUngrouped, "fornode-per-ungrouped", 4, "NodeGroupForNode calls per loop for a node in no group")
+	release := fs.String("ca", "1.36", "the CA minor release whose call pattern to replay: 1.36, 1.35 or 1.34")
+	fs.IntVar(&m.forNodeUngrouped, "fornode-per-ungrouped", -1, "NodeGroupForNode calls per loop for a node in no group (default: as -ca asks)")
 	fs.Float64Var(&m.nonAutoscaledShare, "non-autoscaled-share", 0, "share of all nodes that are in no group (0..0.9)")
 	fs.BoolVar(&m.priceExpander, "price-expander", false, "every loop evaluates a scale-up priced by the price expander")
 	fs.IntVar(&m.pendingPods, "pending-pods", 3, "pods the price expander prices per group (with -price-expander)")
@@ -151,11 +161,24 @@ func loopMain(args []string) int {
 	fs.IntVar(&m.unregistered, "unregistered", 0, "instances created before the first loop that never register")
 	fs.DurationVar(&m.scanInterval, "scan-interval", 10*time.Second, "simulated time per loop (drives the 2-minute instance refresh)")
 	_ = fs.Parse(args)
+	if m.forNodeUngrouped < 0 {
+		n, ok := forNodeUngroupedByCA[*release]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "loop: -ca %q: want 1.36, 1.35 or 1.34\n", *release)
+			return 2
+		}
+		m.forNodeUngrouped = n
+	}
 	if m.nonAutoscaledShare < 0 || m.nonAutoscaledShare > 0.9 || m.scanInterval <= 0 || m.loops < 1 {
 		fmt.Fprintln(os.Stderr, "loop: -non-autoscaled-share must be in 0..0.9, -scan-interval and -loops positive")
 		return 2
 	}
-	ca, err := caclient.Build(*cloudConfig, caclient.Generations[0])
+	gen, err := caclient.GenerationByName("1.35-1.36") // the client of CA 1.36.1, whose loop this replays
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loop:", err)
+		return 1
+	}
+	ca, err := caclient.Build(*cloudConfig, gen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loop:", err)
 		return 1
@@ -164,7 +187,7 @@ func loopMain(args []string) int {
 	r := &replay{
 		m: m, ca: ca, calls: &tally{setup: map[string]int{}},
 		cache:      &instancesCache{byGroup: map[string][]caclient.Instance{}},
-		registered: map[string]bool{},
+		registered: map[string]bool{}, hadNode: map[string]bool{},
 		defaults: caclient.Options{
 			ScaleDownUtilizationThreshold: 0.5, ScaleDownGpuUtilizationThreshold: 0.5,
 			ScaleDownUnneededTime: 10 * time.Minute, ScaleDownUnreadyTime: 20 * time.Minute, MaxNodeProvisionTime: 15 * time.Minute,
@@ -285,9 +308,7 @@ func (r *replay) loop(i int) ([]*caclient.NodeGroup, error) {
 	r.calls.add(i, "NodeGroups", 1)
 	if i == 0 {
 		r.ca.GPULabel()
-		r.ca.GetAvailableGPUTypes()
 		r.calls.add(i, "GPULabel", 1)
-		r.calls.add(i, "GetAvailableGPUTypes", 1)
 	}
 	if err := r.fetchMissing(i, groups); err != nil {
 		return nil, err
@@ -307,6 +328,7 @@ func (r *replay) loop(i int) ([]*caclient.NodeGroup, error) {
 		r.calls.add(i, "NodeGroupForNode", 1)
 		forNode[node] = g
 		usable[g.Id()] = true
+		r.hadNode[g.Id()] = true
 		if r.m.csiAware {
 			if err := r.template(i, g); err != nil {
 				return nil, err
@@ -314,7 +336,7 @@ func (r *replay) loop(i int) ([]*caclient.NodeGroup, error) {
 		}
 	}
 	for _, g := range groups {
-		if !usable[g.Id()] {
+		if !usable[g.Id()] && !r.hadNode[g.Id()] {
 			if err := r.template(i, g); err != nil {
 				return nil, err
 			}

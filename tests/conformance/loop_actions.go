@@ -18,6 +18,19 @@ import (
 // registered (cloudprovider.FakeNodeReasonAnnotation, value cloudprovider.FakeNodeUnregistered).
 const fakeNodeReason, fakeNodeUnregistered = "k8s.io/cluster-autoscaler/fake-node-reason", "unregistered"
 
+// stabilizationPod is the price expander's own pod, priced once per evaluation: 500m CPU, 500Mi
+// (expander/price/price.go:55, "stabilize").
+func stabilizationPod() *apiv1.Pod {
+	return &apiv1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "stabilize", Namespace: "default"},
+		Spec: apiv1.PodSpec{Containers: []apiv1.Container{{
+			Resources: apiv1.ResourceRequirements{Requests: apiv1.ResourceList{
+				apiv1.ResourceCPU: resource.MustParse("500m"), apiv1.ResourceMemory: resource.MustParse("500Mi"),
+			}},
+		}}},
+	}
+}
+
 // pendingPod is the pod a priced scale-up is for: 500m CPU, 1Gi.
 func pendingPod() *apiv1.Pod {
 	return &apiv1.Pod{
@@ -113,11 +126,15 @@ func (r *replay) checkDeleted(i int, g *caclient.NodeGroup, before int, fakes []
 	return nil
 }
 
-// price is the price expander on one scale-up: per group, its sanitized template node and each
-// pending pod, over the next hour.
+// price is the price expander on one scale-up: the stabilization pod once, then per group its
+// sanitized template node and each pending pod, over the next hour (expander/price/price.go:107-132).
 func (r *replay) price(i int, groups []*caclient.NodeGroup) error {
 	start := time.Now()
 	end := start.Add(time.Hour)
+	if _, err := r.ca.PodPrice(stabilizationPod(), start, end); err != nil && err != caclient.ErrNotImplemented {
+		return fmt.Errorf("PodPrice(stabilization pod): %w", err)
+	}
+	r.calls.add(i, "PricingPodPrice", 1)
 	for _, g := range groups {
 		name := fmt.Sprintf("template-node-for-%s-%d", g.Id(), r.rng.Int63())
 		node := &apiv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}}

@@ -182,6 +182,9 @@ func run(cfg *harnessConfig) int {
 	r := &Runner{}
 	s := &Suite{r: r, gen: gen, profile: cfg.profile, cfg: cfg}
 	fmt.Printf("client generation %s (wire schema %s)\n", gen.Name, gen.Schema)
+	for _, f := range gen.Added {
+		fmt.Printf("  also declared: %s.%s = %d (%s), from the release notes and review thread; the tag's source was not readable\n", f.Message, f.Name, f.Number, f.TypeName)
+	}
 	fmt.Printf("  UNIMPLEMENTED from optional RPCs: %s; deadline: %s; cloud-config read with %s\n",
 		map[bool]string{true: "ErrNotImplemented", false: "passed up raw"}[gen.MapsUnimplemented],
 		map[bool]string{true: "grpc_timeout (default 5s)", false: "fixed 5s"}[gen.ConfigTimeout], gen.ConfigDialect)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 
 from cloudprovider_grpc.grpcapi.server import ServerHandle
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME, options_to_pb
@@ -33,6 +34,7 @@ OPTIONS = {
         {"id": "plain", "min_size": 0, "max_size": 5, "initial_size": 1},
         {"id": "tuned", "min_size": 0, "max_size": 5, "options": {"scale_down_unneeded_time": 300.0}},
         {"id": "strict", "min_size": 0, "max_size": 5, "options": {"scale_down_utilization_threshold": 0.3}},
+        {"id": "slow", "min_size": 0, "max_size": 5, "options": {"max_node_startup_time": 1800.0}},
     ],
 }
 #: CA's own defaults in these requests (its flags): 0.5, 0.5, 10m, 20m, 15m
@@ -62,12 +64,24 @@ def defaults_of(generation: str) -> bytes:
         d.ignoreDaemonSetsUtilization = CA.ignore_daemonsets_utilization
     if generation in ("1.25-1.28", "1.29-1.32", "1.33-1.34.1", "1.34.2"):
         _legacy(d, provision=generation != "1.25-1.28")
-    if generation in ("1.34.2", "1.35+"):
+    if generation in ("1.34.2", "1.35-1.36", "1.37+"):
         _current(d)
-    return d.SerializeToString()
+    raw = d.SerializeToString()
+    if generation == "1.37+":
+        raw += startup(CA.max_node_startup_time)
+    return raw
 
 
-GENERATIONS = ("1.25-1.28", "1.29-1.32", "1.33-1.34.1", "1.34.2", "1.35+")
+def startup(seconds: int | float) -> bytes:
+    """Field 11 as CA 1.37 sends it: `google.protobuf.Duration maxNodeStartupDuration = 11` (the review
+    thread of kubernetes/autoscaler#10266)."""
+    body = duration_pb2.Duration(seconds=int(seconds)).SerializeToString()
+    return _tag(11, 2) + _varint(len(body)) + body
+
+
+GENERATIONS = ("1.25-1.28", "1.29-1.32", "1.33-1.34.1", "1.34.2", "1.35-1.36", "1.37+")
+#: the generations answered every override (1.25-1.28 and 1.35-1.36 would read one time as 0)
+ANSWERED = ("1.29-1.32", "1.33-1.34.1", "1.34.2", "1.37+")
 
 
 def _varint(n: int) -> bytes:
@@ -180,13 +194,15 @@ def test_ca_1_25_to_1_28_gets_no_options_for_any_group(
     assert "cluster-autoscaler 1.25 to 1.28" in warnings[0] and "would use 0" in warnings[0]
 
 
-@pytest.mark.parametrize("generation", GENERATIONS[1:])
+@pytest.mark.parametrize("generation", ANSWERED)
 def test_later_generations_get_overrides_and_nothing_for_a_group_without(
     generation: str, front: str, compiled_front: Path | None
 ) -> None:
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
         defaults = defaults_of(generation)
+        # CA 1.37 gets its startup time back in field 11, the group's own where it has one
+        tail = startup(CA.max_node_startup_time) if generation == "1.37+" else b""
         for _ in range(2):  # computed by Python, then (with the front) from its cache
             assert options(request("plain", defaults)) == b""
             body = options_body(options(request("tuned", defaults)))
@@ -194,15 +210,95 @@ def test_later_generations_get_overrides_and_nothing_for_a_group_without(
             # the legacy ones without a nil check, 1.35 and later only the current ones); 1.29-1.32
             # send no booleans
             sent = replace(CA, ignore_daemonsets_utilization=generation != "1.29-1.32")
-            assert body == options_to_pb(sent.merged({"scale_down_unneeded_time": 300.0})).SerializeToString()
+            expected = options_to_pb(sent.merged({"scale_down_unneeded_time": 300.0})).SerializeToString()
+            assert body == expected + tail
         assert status_of(options, request("nope", defaults)) == ("NOT_FOUND", "node group 'nope' not found")
+
+
+def test_ca_1_35_to_1_36_gets_no_options_for_any_group(
+    front: str, compiled_front: Path | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Their client drops the startup time of an answer and uses 0 (kubernetes/autoscaler#10245), so
+    booting nodes would count as unready at once: they keep CA's own defaults, with a warning."""
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    with server(front, compiled_front) as (_, ch):
+        options = raw_call(ch, "NodeGroupGetOptions")
+        for group in ("plain", "tuned", "slow", "tuned"):
+            assert options(request(group, defaults_of("1.35-1.36"))) == b"", group
+        assert status_of(options, request("nope", defaults_of("1.35-1.36")))[0] == "NOT_FOUND"
+    warnings = [r.getMessage() for r in caplog.records if "are not applied" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "'tuned'" in warnings[0] and "'plain'" not in warnings[0]
+    assert "cluster-autoscaler 1.35 and 1.36 cannot read a max node startup time" in warnings[0]
+
+
+def test_ca_1_37_gets_the_group_startup_time_in_field_11(front: str, compiled_front: Path | None) -> None:
+    """Field 11 as a Duration: the group's own value there (CA's where it has none); field 11 as a
+    varint (another numbering upstream) is echoed untouched and never read as a time."""
+    with server(front, compiled_front) as (_, ch):
+        options = raw_call(ch, "NodeGroupGetOptions")
+        sent = replace(CA, ignore_daemonsets_utilization=True)
+        known = options_to_pb(sent).SerializeToString()
+        for _ in range(2):
+            assert options_body(options(request("slow", defaults_of("1.37+")))) == known + startup(1800)
+            got = options_body(options(request("tuned", defaults_of("1.37+"))))
+            tuned = options_to_pb(sent.merged({"scale_down_unneeded_time": 300.0})).SerializeToString()
+            assert got == tuned + startup(CA.max_node_startup_time)
+            varint = _tag(11, 0) + _varint(1)
+            assert options_body(options(request("slow", defaults_of("1.35-1.36") + varint))) == known + varint
+            # a field 11 whose bytes are no Duration is echoed too
+            junk = _tag(11, 2) + _varint(2) + b"\xff\xff"
+            assert options_body(options(request("slow", defaults_of("1.35-1.36") + junk))) == known + junk
+            assert options(request("plain", defaults_of("1.37+"))) == b""
+
+
+def _negative(generation: str) -> bytes:
+    """`defaults` as `generation` sends them with `--scale-down-unneeded-time=-1m` (CA accepts negative
+    duration flags: cluster-autoscaler-1.36.1 config/flags/flags.go:84-89,129)."""
+    d = pb.NodeGroupAutoscalingOptions.FromString(defaults_of(generation))
+    if d.HasField("scaleDownUnneededDuration"):
+        d.scaleDownUnneededDuration.seconds = -60
+    if d.HasField("scaleDownUnneededTime"):
+        d.scaleDownUnneededTime.duration = -60 * NS
+    return d.SerializeToString()
+
+
+@pytest.mark.parametrize("generation", ["1.29-1.32", "1.34.2", "1.37+"])
+def test_unusable_defaults_get_the_answer_of_a_request_without_them(
+    generation: str, front: str, compiled_front: Path | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A negative, malformed or out-of-range duration in CA's defaults: OK, with the group's options
+    over our defaults (CA's flag defaults) or none, never an error that would stop CA's scale-down; one
+    warning names what CA sent."""
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    malformed = pb.NodeGroupAutoscalingOptions.FromString(defaults_of(generation))
+    malformed.MaxNodeProvisionDuration.nanos = -5  # seconds 900, nanos -5: signs differ
+    huge = pb.NodeGroupAutoscalingOptions.FromString(defaults_of(generation))
+    huge.scaleDownUnreadyDuration.seconds = 10**15
+    bad_startup = defaults_of(generation) + (startup(-30) if generation == "1.37+" else b"")
+    with server(front, compiled_front) as (_, ch):
+        options = raw_call(ch, "NodeGroupGetOptions")
+        tail = startup(AutoscalingOptions().max_node_startup_time) if generation == "1.37+" else b""
+        ours = AutoscalingOptions(scale_down_unneeded_time=300.0)
+        expected = options_to_pb(ours).SerializeToString() + tail
+        for defaults in (_negative(generation), malformed.SerializeToString(), huge.SerializeToString()):
+            for _ in range(2):
+                assert options(request("plain", defaults)) == b""
+                assert options_body(options(request("tuned", defaults))) == expected
+        if generation == "1.37+":
+            assert options_body(options(request("tuned", bad_startup))) == expected
+    warnings = [r.getMessage() for r in caplog.records if "cannot be used" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # one a minute
+    assert "defaults.scaleDownUnneeded" in warnings[0] and "-60s" in warnings[0]
+    assert "answered as a request without defaults" in warnings[0]
+    assert not [r for r in caplog.records if r.exc_info]
 
 
 def test_unknown_option_fields_come_back_unchanged(front: str, compiled_front: Path | None) -> None:
     """A CA newer than our schema (1.37 adds options we do not know) gets its own defaults back for
     them, byte for byte; requests differing only in those fields each get their own, also from the
     front's cache, and a group without overrides still gets no options at all."""
-    newer = {seed: defaults_of("1.35+") + unknown(seed) for seed in (1, 2)}
+    newer = {seed: defaults_of("1.35-1.36") + unknown(seed) for seed in (1, 2)}
     expected_known = options_to_pb(CA.merged({"scale_down_utilization_threshold": 0.3})).SerializeToString()
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
@@ -211,7 +307,7 @@ def test_unknown_option_fields_come_back_unchanged(front: str, compiled_front: P
             assert body == expected_known + unknown(seed), seed
             assert options(request("plain", newer[seed])) == b""
         # unknown fields of the request itself (not of its defaults) are not echoed
-        top = request("strict", defaults_of("1.35+")) + unknown(3)
+        top = request("strict", defaults_of("1.34.2")) + unknown(3)
         assert options_body(options(top)) == expected_known
 
 
@@ -256,7 +352,7 @@ def _reads(provider_id: str) -> list[tuple[str, bytes]]:
         ("NodeGroupTargetSize", pb.NodeGroupTargetSizeRequest(id="nope").SerializeToString()),
         ("NodeGroupNodes", pb.NodeGroupNodesRequest(id="plain").SerializeToString()),
         ("NodeGroupTemplateNodeInfo", pb.NodeGroupTemplateNodeInfoRequest(id="plain").SerializeToString()),
-        ("NodeGroupGetOptions", request("plain", defaults_of("1.35+"))),
+        ("NodeGroupGetOptions", request("plain", defaults_of("1.35-1.36"))),
         ("NodeGroupGetOptions", request("tuned", defaults_of("1.34.2"))),
         ("NodeGroupGetOptions", request("tuned", defaults_of("1.25-1.28"))),
     ]
@@ -300,7 +396,7 @@ def test_the_front_answers_every_generation_as_python_alone_does(compiled_front:
         for group in ("plain", "tuned", "strict", "nope")
         for g in GENERATIONS
         for extra in (b"", unknown(11))
-        if not (extra and g != "1.35+")
+        if not (extra and g != "1.35-1.36")
     ]
     with server("auto", compiled_front) as (_, front_ch), server("off", compiled_front) as (_, python_ch):
         ids = [

@@ -12,6 +12,9 @@ from cloudprovider_grpc.grpcapi.wire import (
     from_ca_before_1_29,
     options_from_pb,
     options_to_pb,
+    startup_bytes,
+    startup_field,
+    time_read_as_zero,
     unknown_fields,
 )
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
@@ -92,13 +95,38 @@ def test_the_withheld_overrides_warning_names_every_group_asked_since_the_last(
     caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
     clock = [100.0]
     warning = _OverridesWithheld(interval=60.0)
+    old = "cluster-autoscaler 1.25 to 1.28 cannot read a max node provision time"
     with mock.patch("cloudprovider_grpc.observability.logs.time.monotonic", lambda: clock[0]):
-        warning.note("a")
-        warning.note("b")
-        warning.note("c")
+        warning.note("a", old)
+        warning.note("b", old)
+        warning.note("c", old)
         clock[0] += 61
-        warning.note("a")
+        warning.note("a", old)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines
     assert "node groups 'a' are not applied" in lines[0] and "(0 more" in lines[0]
     assert "node groups 'a', 'b', 'c' are not applied" in lines[1] and "(2 more" in lines[1]
+
+
+def test_field_11_is_a_startup_time_only_as_a_duration() -> None:
+    duration = bytes.fromhex("5a 03 08 84 07")  # field 11, length-delimited: Duration{seconds: 900}
+    varint = bytes.fromhex("58 01")  # field 11 as a varint (a bool, say)
+    junk = bytes.fromhex("5a 02 ff ff")  # length-delimited, but no Duration
+    other = bytes.fromhex("c8 3e 05")
+    found, rest = startup_field(other + duration + varint)
+    assert found is not None and found.seconds == 900 and rest == other + varint
+    assert startup_field(varint + junk) == (None, varint + junk)
+    assert startup_bytes(900.0) == duration
+    assert startup_bytes(1.5) == bytes.fromhex("5a 08 08 01 10 80 ca b5 ee 01")
+
+
+def test_the_releases_that_would_read_a_time_as_0_are_told_by_their_defaults() -> None:
+    current = pb.NodeGroupAutoscalingOptions()
+    current.MaxNodeProvisionDuration.seconds = 900
+    assert "1.35 and 1.36" in (time_read_as_zero(current, b"") or "")
+    assert time_read_as_zero(current, bytes.fromhex("5a 03 08 84 07")) is None  # 1.37: field 11
+    assert time_read_as_zero(current, bytes.fromhex("58 01")) is None  # a newer CA: fields echoed
+    both = pb.NodeGroupAutoscalingOptions.FromString(current.SerializeToString())
+    both.MaxNodeProvisionTime.duration = 900 * 10**9
+    assert time_read_as_zero(both, b"") is None  # 1.34.2
+    assert "1.25 to 1.28" in (time_read_as_zero(pb.NodeGroupAutoscalingOptions(), b"") or "")

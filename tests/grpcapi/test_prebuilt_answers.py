@@ -27,6 +27,7 @@ def defaults(threshold: float, unneeded: int) -> pb.NodeGroupAutoscalingOptions:
     d = pb.NodeGroupAutoscalingOptions(scaleDownUtilizationThreshold=threshold)
     d.scaleDownUnneededDuration.seconds = unneeded
     d.MaxNodeProvisionDuration.seconds = 900
+    d.MaxNodeProvisionTime.duration = 900 * 10**9  # as CA 1.34.2 sends them: 1.35-1.36 get no options
     return d
 
 

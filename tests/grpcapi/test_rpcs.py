@@ -220,6 +220,11 @@ def test_template_and_options(env) -> None:
     defaults.scaleDownUnneededDuration.seconds = 600
     defaults.scaleDownUnreadyDuration.seconds = 1200
     defaults.MaxNodeProvisionDuration.seconds = 900
+    # CA 1.35-1.36 (fields 8-10 alone) get no options: they would read a max node startup time of 0
+    assert not s.NodeGroupGetOptions(
+        pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=defaults)
+    ).HasField("nodeGroupAutoscalingOptions")
+    defaults.MaxNodeProvisionTime.duration = 900 * 10**9  # as CA 1.34.2 sends them
     got = s.NodeGroupGetOptions(
         pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=defaults)
     ).nodeGroupAutoscalingOptions

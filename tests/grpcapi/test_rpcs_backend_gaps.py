@@ -111,8 +111,8 @@ class _BadTemplateDriver(_BareDriver):
 
 
 def test_an_invalid_template_is_unimplemented_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    """UNIMPLEMENTED, not INTERNAL: from CA 1.32 a group whose template is "not implemented" is
-    skipped, while any other error abandons the loop's template build for every group."""
+    """UNIMPLEMENTED, not INTERNAL: from CA 1.29.0 a group whose template is "not implemented" is
+    skipped, while any other error abandons the whole loop on 1.29.0-1.31.3, 1.32.0-1.32.2 and 1.33.0."""
     caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
     settings = Settings(address="127.0.0.1:0", metrics_address="")
     handle = start_server(settings, provider=MachineProvider(_BadTemplateDriver(), inline_workers=True))

@@ -36,7 +36,8 @@ GRPCURL = ("github.com/fullstorydev/grpcurl/cmd/grpcurl", "v1.9.3")
 
 #: the client's generations (name -> schema release), as `conformance generations` lists them
 GENERATIONS = {
-    "1.35+": "master",
+    "1.37+": "master",  # plus options field 11 (caclient/generation.go: startupDuration)
+    "1.35-1.36": "master",
     "1.34.2": "v1.34.2",
     "1.33-1.34.1": "v1.33.0",
     "1.29-1.32": "v1.29.0",

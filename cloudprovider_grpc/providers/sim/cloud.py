@@ -168,7 +168,13 @@ DEMO_GROUPS: list[dict[str, object]] = [
         "gpu": {"count": 1, "type": "nvidia-tesla-t4"},
         "taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}],
         "price_per_hour": 2.50,
-        "options": {"scale_down_unneeded_time": 300.0, "scale_down_utilization_threshold": 0.3},
+        # GPU machines install their drivers before they turn Ready: a longer startup window
+        # (served to CA 1.37 and later, which carry it)
+        "options": {
+            "scale_down_unneeded_time": 300.0,
+            "scale_down_utilization_threshold": 0.3,
+            "max_node_startup_time": 1200.0,
+        },
     },
 ]
 

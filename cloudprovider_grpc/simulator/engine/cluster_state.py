@@ -43,30 +43,38 @@ class ClusterStatePhase(EngineState):
         return not node.ready and t - node.registered < self._startup_time(node.group)
 
     def _startup_time(self, gid: str) -> float:
-        """MaxNodeStartupTime of a group: 15m, except that from CA 1.35 a group whose GetOptions
-        answers gets 0, because the externalgrpc client never fills that field from the answer
-        (kubernetes/autoscaler#10245): its booting nodes count as unready at once."""
+        """MaxNodeStartupTime of a group: 15m up to CA 1.34; on 1.35-1.36, 0 for a group whose
+        GetOptions answers options, because their externalgrpc client never fills that field from
+        the answer (kubernetes/autoscaler#10245): its booting nodes count as unready at once; from
+        1.37, the time the answer carries in options field 11."""
         if not gid or self.o.release() < (1, 35):
             return MAX_NODE_STARTUP_TIME
-        answers = self._answers_options.get(gid)
-        if answers is None:
-            try:
-                answers = self.client.options(gid, self._defaults()) is not None
-            except RpcError:
-                answers = False
-            self._answers_options[gid] = answers
-            if answers:
-                self.rec.line(
-                    f"Node group {gid} answers GetOptions: CA {self.o.version} reads its "
-                    "MaxNodeStartupTime as 0, so its booting nodes count as unready"
-                )
-                self.rec.decide(
-                    "startup-time-zero",
-                    group=gid,
-                    reason="GetOptions answers, and CA >= 1.35 takes MaxNodeStartupTime 0 from it",
-                    inputs={"version": self.o.version},
-                )
-        return 0.0 if answers else MAX_NODE_STARTUP_TIME
+        known = self._startup_times.get(gid)
+        if known is not None:
+            return known
+        try:
+            answer = self.client.options(gid, self._defaults())
+        except RpcError:
+            answer = None
+        if answer is None:
+            known = MAX_NODE_STARTUP_TIME
+        elif self.o.release() >= (1, 37):
+            sent = answer.max_node_startup_time
+            known = MAX_NODE_STARTUP_TIME if sent is None else sent
+        else:
+            known = 0.0
+            self.rec.line(
+                f"Node group {gid} answers GetOptions: CA {self.o.version} reads its "
+                "MaxNodeStartupTime as 0, so its booting nodes count as unready"
+            )
+            self.rec.decide(
+                "startup-time-zero",
+                group=gid,
+                reason="GetOptions answers, and CA 1.35-1.36 take MaxNodeStartupTime 0 from it",
+                inputs={"version": self.o.version},
+            )
+        self._startup_times[gid] = known
+        return known
 
     def _readiness(self, t: float) -> None:
         """Kubelets turn Ready `node_ready_delay` after registering, unless an event decides."""

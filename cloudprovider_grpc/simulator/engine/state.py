@@ -56,6 +56,7 @@ class EngineState:
         self.s = scenario
         self.o = scenario.autoscaler
         self.client = client
+        client.release = scenario.autoscaler.release()  # its GetOptions defaults as that CA sends them
         self.wclient = world_client
         self.clock = clock
         self.seed = seed
@@ -109,7 +110,7 @@ class EngineState:
         self._events_done: set[int] = set()
         self._initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
         self._healthy = True
-        self._answers_options: dict[str, bool] = {}  # per group, asked once (for the startup time)
+        self._startup_times: dict[str, float] = {}  # per group, asked once (MaxNodeStartupTime)
         self._options_seen: dict[str, GroupOptions] = {}  # the last NodeGroupGetOptions answer per group
         self._interpod = any(c.shape.interpod for c in self.world.controllers)
         for sn in scenario.static_nodes:

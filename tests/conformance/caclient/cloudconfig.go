@@ -50,6 +50,10 @@ type CloudConfig struct {
 	ClientKey  string        // path of the client certificate's key
 	ServerCA   string        // path of the authority the server's certificate must chain to
 	Deadline   time.Duration // grpc_timeout; zero when the file does not set it
+	// DeadlineSet: the file sets grpc_timeout, which CA 1.29 and later then use as given, zero or
+	// negative included (every call then fails at once): cluster-autoscaler-1.36.1
+	// externalgrpc_cloud_provider.go:413-418 falls back to 5 s only when the key is absent.
+	DeadlineSet bool
 }
 
 // v2File is the file's shape for DialectYAMLv2.
@@ -85,7 +89,7 @@ func ParseCloudConfig(raw []byte, dialect ConfigDialect) (*CloudConfig, error) {
 	}
 	c := &CloudConfig{Address: f.Address, ClientCert: f.Cert, ClientKey: f.Key, ServerCA: f.Cacert}
 	if f.GRPCTimeout != nil {
-		c.Deadline = f.GRPCTimeout.Duration
+		c.Deadline, c.DeadlineSet = f.GRPCTimeout.Duration, true
 	}
 	return c, nil
 }
@@ -109,7 +113,7 @@ func readCloudConfig(path string, dialect ConfigDialect) (*CloudConfig, error) {
 
 // Timeout is the per-call deadline for a newer client: grpc_timeout, else 5 s.
 func (c *CloudConfig) Timeout() time.Duration {
-	if c.Deadline > 0 {
+	if c.DeadlineSet || c.Deadline != 0 {
 		return c.Deadline
 	}
 	return fixedTimeout
@@ -126,7 +130,7 @@ func (c *CloudConfig) timeoutFor(gen Generation) time.Duration {
 // Marshal writes the settings back as a cloud-config file (every key a newer client reads).
 func (c *CloudConfig) Marshal() ([]byte, error) {
 	f := jsonFile{Address: c.Address, Cert: c.ClientCert, Key: c.ClientKey, Cacert: c.ServerCA}
-	if c.Deadline > 0 {
+	if c.DeadlineSet || c.Deadline != 0 {
 		f.GRPCTimeout = &metav1.Duration{Duration: c.Deadline}
 	}
 	return yaml.Marshal(&f)

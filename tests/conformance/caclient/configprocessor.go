@@ -45,6 +45,7 @@ var optionOf = map[string]func(Options) any{
 	"ScaleDownGpuUtilizationThreshold": func(o Options) any { return o.ScaleDownGpuUtilizationThreshold },
 	"MaxNodeProvisionTime":             func(o Options) any { return o.MaxNodeProvisionTime },
 	"IgnoreDaemonSetsUtilization":      func(o Options) any { return o.IgnoreDaemonSetsUtilization },
+	"MaxNodeStartupTime":               func(o Options) any { return o.MaxNodeStartupTime },
 }
 
 // DefaultOf is the value getter `name` yields from CA's defaults alone.

@@ -149,6 +149,12 @@ func (t *twinRecord) compare(p *CloudProvider, rpc, path string, plainReq, plain
 			t.note(rpc, problem)
 			return
 		}
+		if p.gen.LosesStartupTime && getMessage(plainResp, "nodeGroupAutoscalingOptions") == nil {
+			// fields this release never sends make the request a newer CA's (see LosesStartupTime):
+			// options may be answered to it, echoing them, where the plain request got none
+			t.note(rpc, "")
+			return
+		}
 	}
 	same := func(a, b *dynamicpb.Message) bool {
 		x, errA := proto.MarshalOptions{Deterministic: true}.Marshal(a)

@@ -29,6 +29,9 @@ type Generation struct {
 	Name string
 	// Schema is the release whose externalgrpc.proto the generation speaks (schemas/<Schema>.json).
 	Schema string
+	// Added are fields the generation declares beyond its Schema file: what a release's notes and
+	// review threads show of a proto whose source is not readable here.
+	Added []AddedField
 	// MapsUnimplemented: UNIMPLEMENTED from PricingNodePrice, PricingPodPrice,
 	// NodeGroupTemplateNodeInfo and NodeGroupGetOptions becomes cloudprovider.ErrNotImplemented, which
 	// CA treats as "the provider has no opinion". Before 1.29.0 the client returns the raw status
@@ -43,27 +46,56 @@ type Generation struct {
 	// on `yaml` tags), DialectJSONTags from 1.29 (sigs.k8s.io/yaml: YAML turned into JSON, then
 	// decoded on `json` tags), per the imports of externalgrpc_cloud_provider.go at those tags.
 	ConfigDialect ConfigDialect
+	// LosesStartupTime: the release has a per-group max node startup time (cluster-autoscaler-1.35.0
+	// config/autoscaling_options.go:54) that its client never fills from an answer, so it reads 0
+	// whenever options are answered (cluster-autoscaler-1.36.1 externalgrpc_node_group.go:319-327;
+	// kubernetes/autoscaler#10245). A server can tell it only by its defaults: the Duration fields
+	// alone, and no field the release does not declare; the same request with such fields is a newer
+	// CA's and may be answered options.
+	LosesStartupTime bool
 	// ConfigGetters are the per-group getters of CA's node-group config processor that read an
 	// option this client transports, each of which calls NodeGroup.GetOptions
 	// (processors/nodegroupconfig/node_group_config_processor.go: four at cluster-autoscaler-1.25.0
-	// and -1.26.0, GetMaxNodeProvisionTime added by -1.27.8, GetIgnoreDaemonSetsUtilization by
-	// -1.28.0; 1.35.0 adds GetMaxNodeStartupTime, of the same shape, for an option the client does
-	// not carry). The 1.25-1.28 generation runs the six of 1.28: every one behaves alike.
+	// to -1.27.0, whose options have no provision time at all (-1.26.8 config/autoscaling_options.go:
+	// 35-47); GetMaxNodeProvisionTime added by -1.27.1, GetIgnoreDaemonSetsUtilization by -1.28.0;
+	// 1.35.0 adds GetMaxNodeStartupTime, of the same shape, for an option the client carries only
+	// from 1.37). The 1.25-1.28 generation runs the six of 1.28: every one behaves alike.
 	ConfigGetters []string
+}
+
+// AddedField is one field declared beyond a schema file: Number of message Message (relative to the
+// package), named Name, a singular message of type TypeName.
+type AddedField struct {
+	Message, Name, TypeName string
+	Number                  int32
+}
+
+// startupDuration is CA 1.37.0's per-group max node startup time. Its release notes list "External
+// gRPC: add maxNodeStartupDuration and allowNonAtomicScaleUpToMax ... preserves MaxNodeStartupTime
+// returned by NodeGroupGetOptions" (kubernetes/autoscaler#10266, fixing #10245); the PR's review
+// thread shows `google.protobuf.Duration maxNodeStartupDuration = 11;` after MaxNodeProvisionDuration
+// = 10. The source at the cluster-autoscaler-1.37.0 tag was not readable here, so the number is the
+// review thread's; allowNonAtomicScaleUpToMax (a bool) is left out, its number appearing in no text
+// we could read. The client sends CA's --max-node-startup-time (15m) there and reads it back, as the
+// release notes say 1.37 does.
+var startupDuration = AddedField{
+	Message: "NodeGroupAutoscalingOptions", Name: "maxNodeStartupDuration", TypeName: "google.protobuf.Duration", Number: 11,
 }
 
 // The config processor's getters, by the release that added them.
 var (
 	gettersSince125 = []string{"ScaleDownUnneededTime", "ScaleDownUnreadyTime", "ScaleDownUtilizationThreshold", "ScaleDownGpuUtilizationThreshold"}
 	gettersSince128 = append(append([]string(nil), gettersSince125...), "MaxNodeProvisionTime", "IgnoreDaemonSetsUtilization")
+	gettersSince137 = append(append([]string(nil), gettersSince128...), "MaxNodeStartupTime")
 )
 
 // Generations, newest first. The boundaries are where the client changes on the wire or in what it
 // does with an answer: 1.29.0 (options field 5, the UNIMPLEMENTED mapping, grpc_timeout and the
 // JSON-tag config reader), 1.33.0 (options fields 6-7), 1.34.2 (old and new fields both declared),
-// 1.35.0 (new fields only).
+// 1.35.0 (new fields only), 1.37.0 (options field 11, the max node startup time).
 var Generations = []Generation{
-	{Name: "1.35+", Schema: "master", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
+	{Name: "1.37+", Schema: "master", Added: []AddedField{startupDuration}, MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince137},
+	{Name: "1.35-1.36", Schema: "master", LosesStartupTime: true, MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
 	{Name: "1.34.2", Schema: "v1.34.2", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
 	{Name: "1.33-1.34.1", Schema: "v1.33.0", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},
 	{Name: "1.29-1.32", Schema: "v1.29.0", MapsUnimplemented: true, ConfigTimeout: true, ConfigDialect: DialectJSONTags, ConfigGetters: gettersSince128},

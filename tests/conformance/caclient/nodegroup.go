@@ -61,6 +61,9 @@ type Options struct {
 	MaxNodeProvisionTime             time.Duration
 	ZeroOrMaxNodeScaling             bool
 	IgnoreDaemonSetsUtilization      bool
+	// MaxNodeStartupTime travels only where the generation declares maxNodeStartupDuration (1.37+);
+	// elsewhere it is never sent and reads as 0, as CA 1.35-1.36's client leaves it.
+	MaxNodeStartupTime time.Duration
 }
 
 // ErrWouldPanic marks an answer on which the generation's CA dereferences a nil pointer: releases
@@ -234,6 +237,7 @@ var optionDurations = []struct {
 	{"scaleDownUnneededDuration", "scaleDownUnneededTime", func(o *Options) *time.Duration { return &o.ScaleDownUnneededTime }},
 	{"scaleDownUnreadyDuration", "scaleDownUnreadyTime", func(o *Options) *time.Duration { return &o.ScaleDownUnreadyTime }},
 	{"MaxNodeProvisionDuration", "MaxNodeProvisionTime", func(o *Options) *time.Duration { return &o.MaxNodeProvisionTime }},
+	{"maxNodeStartupDuration", "", func(o *Options) *time.Duration { return &o.MaxNodeStartupTime }}, // no legacy field
 }
 
 // readDuration reads one option duration the way the generation does: the current field when

@@ -55,7 +55,7 @@ func Build(cloudConfigPath string, gen Generation) (*CloudProvider, error) {
 
 // New wraps an open connection.
 func New(conn *grpc.ClientConn, timeout time.Duration, gen Generation) (*CloudProvider, error) {
-	schema, err := LoadSchema(gen.Schema)
+	schema, err := LoadSchema(gen.Schema, gen.Added...)
 	if err != nil {
 		return nil, err
 	}

@@ -88,8 +88,8 @@ var protoLabels = map[string]descriptorpb.FieldDescriptorProto_Label{
 //go:embed schemas/*.json
 var schemaFiles embed.FS
 
-// LoadSchema builds the descriptors of schemas/<release>.json.
-func LoadSchema(release string) (*Schema, error) {
+// LoadSchema builds the descriptors of schemas/<release>.json, with the `added` fields declared too.
+func LoadSchema(release string, added ...AddedField) (*Schema, error) {
 	raw, err := schemaFiles.ReadFile("schemas/" + release + ".json")
 	if err != nil {
 		return nil, err
@@ -97,6 +97,20 @@ func LoadSchema(release string) (*Schema, error) {
 	var g goldenSchema
 	if err := json.Unmarshal(raw, &g); err != nil {
 		return nil, fmt.Errorf("%s.json: %w", release, err)
+	}
+	for _, f := range added {
+		full := g.Package + "." + f.Message
+		m, ok := g.Messages[full]
+		if !ok {
+			return nil, fmt.Errorf("%s.json: no message %s for the added field %s", release, full, f.Name)
+		}
+		for _, have := range m.Fields {
+			if have.Number == f.Number || have.Name == f.Name {
+				return nil, fmt.Errorf("%s.json: %s already declares %s = %d", release, full, have.Name, have.Number)
+			}
+		}
+		m.Fields = append(m.Fields, goldenField{Label: "optional", Name: f.Name, Number: f.Number, Type: "message", TypeName: f.TypeName})
+		g.Messages[full] = m
 	}
 	files := new(protoregistry.Files)
 	var deps []string
