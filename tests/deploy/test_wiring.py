@@ -1,8 +1,8 @@
 """The wiring between a layout's objects: pinned images run as the Dockerfile's user,
 cluster-autoscaler on externalgrpc with flags its release defines, its cloud-config address leading
-to our --address (loopback for the sidecar; Service, port, mutual TLS and SANs for the standalone),
-the NetworkPolicy admitting only cluster-autoscaler, locked-down pods and probes on the metrics
-port."""
+to our --address (for the sidecar a unix socket in a volume only CA's container and ours mount; for
+the standalone Service, port, mutual TLS and SANs), the NetworkPolicy admitting only
+cluster-autoscaler, locked-down pods and probes on the metrics port."""
 
 from __future__ import annotations
 
@@ -96,17 +96,42 @@ def test_cluster_autoscaler_args_are_flags_it_defines(layout: str) -> None:
 
 
 @pytest.mark.parametrize("layout", SIDECARS)
-def test_sidecar_dials_our_loopback_port(layout: str) -> None:
+def test_sidecar_dials_our_socket_in_a_volume_only_the_two_containers_mount(layout: str) -> None:
+    """CA dials a unix socket (as its externalgrpc client takes `unix:///PATH`) in an emptyDir that
+    CA's container and ours mount, and no other container of the pod does."""
     objects = rendered(layout)
     _, config, _ = ca_cloud_config(objects)
-    assert config["address"] == "127.0.0.1:8086"
-    assert not {"cert", "key", "cacert"} & set(config), "loopback needs no TLS"
+    assert config["address"].startswith("unix:///"), config["address"]
+    assert not {"cert", "key", "cacert"} & set(config), "a socket only the two containers see needs no TLS"
     assert flag_value(our_args(objects), "--address") == config["address"], (
         "server must listen where CA dials"
     )
-    ours = container(our_workload(objects), OUR_CONTAINER)
+    socket_dir = config["address"].removeprefix("unix://").rpartition("/")[0]
+    workload = our_workload(objects)
+    assert workload is find(objects, "Deployment", CA_DEPLOYMENT)
+    ours = container(workload, OUR_CONTAINER)
     assert ours.get("restartPolicy") == "Always", "runs as a native sidecar"
-    assert our_workload(objects) is find(objects, "Deployment", CA_DEPLOYMENT)
+    pod = pod_spec(workload) or {}
+    mounting = {
+        c["name"]: m["name"]
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]
+        for m in c.get("volumeMounts") or []
+        if m["mountPath"] == socket_dir
+    }
+    assert set(mounting) == {OUR_CONTAINER, CA_CONTAINER}, mounting
+    (volume_name,) = set(mounting.values())
+    (volume,) = [v for v in pod["volumes"] if v["name"] == volume_name]
+    assert "emptyDir" in volume, volume
+    assert not any(
+        m["name"] == volume_name
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]
+        if c["name"] not in mounting
+        for m in c.get("volumeMounts") or []
+    )
+    # the socket is 0660 in a directory the pod's fsGroup owns: every container of the pod has that
+    # group, so CA's user may connect whatever its uid (only the mount keeps the others out)
+    assert isinstance(pod["securityContext"].get("fsGroup"), int), pod["securityContext"]
+    assert flag_value(our_args(objects), "--socket-mode") in (None, "0660", "0600")
 
 
 @pytest.mark.parametrize("layout", STANDALONES)
