@@ -7,11 +7,12 @@ cluster-autoscaler, locked-down pods and probes on the metrics port."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.deploy_support import ca_flags, dockerfile
-from tests.deploy_support.layouts import NAMESPACE, ROOT
+from tests.deploy_support.layouts import NAMESPACE, OFFICIAL_CHART, OFFICIAL_VALUES, ROOT
 from tests.deploy_support.pods import ContainerView, container, find, flag_value, pod_containers, pod_spec
 from tests.deploy_support.rendered import (
     CA_CONTAINER,
@@ -29,6 +30,7 @@ from tests.deploy_support.rendered import (
     rendered,
     split_host_port,
 )
+from tests.deploy_support.tools import helm_template, helm_template_error
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -132,6 +134,30 @@ def test_sidecar_dials_our_socket_in_a_volume_only_the_two_containers_mount(layo
     # group, so CA's user may connect whatever its uid (only the mount keeps the others out)
     assert isinstance(pod["securityContext"].get("fsGroup"), int), pod["securityContext"]
     assert flag_value(our_args(objects), "--socket-mode") in (None, "0660", "0600")
+
+
+def test_the_official_chart_refuses_host_network_with_a_plaintext_loopback_address(tmp_path: Path) -> None:
+    """With hostNetwork: true the pod shares the node's loopback: our sidecar values render with the
+    socket, and with a loopback TCP address only when CA's cloud-config has TLS."""
+    values = OFFICIAL_VALUES / "sim.yaml"
+    text = values.read_text()
+    socket_line = re.compile(r"^(\s+)address: unix://\S+$", re.M)
+    assert socket_line.search(text)
+    on_host = ["hostNetwork=true"]
+    pod = find(
+        helm_template(OFFICIAL_CHART, release="ca", namespace=NAMESPACE, values=[values], set_values=on_host),
+        "Deployment",
+        CA_DEPLOYMENT,
+    )
+    assert (pod_spec(pod) or {}).get("hostNetwork") is True
+    tcp = tmp_path / "tcp.yaml"
+    tcp.write_text(socket_line.sub(r"\1address: 127.0.0.1:8086", text, count=1))
+    refused = helm_template_error(OFFICIAL_CHART, values=[tcp], set_values=on_host)
+    assert "hostNetwork: true with the plaintext loopback address 127.0.0.1:8086" in refused, refused
+    helm_template(OFFICIAL_CHART, release="ca", namespace=NAMESPACE, values=[tcp])  # without hostNetwork
+    tls = tmp_path / "tls.yaml"
+    tls.write_text(socket_line.sub(r"\1address: 127.0.0.1:8086\n\1cacert: /certs/ca.crt", text, count=1))
+    helm_template(OFFICIAL_CHART, release="ca", namespace=NAMESPACE, values=[tls], set_values=on_host)
 
 
 @pytest.mark.parametrize("layout", STANDALONES)
