@@ -30,7 +30,8 @@ from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
 from tests.support.certs import Pki, write_pki
-from tests.support.front import gone, serve
+from tests.support.front import children, gone, serve
+from tests.support.ports import free_port
 from tests.support.servers import stub
 from tests.support.waits import poll
 
@@ -288,3 +289,46 @@ def test_a_read_only_directory_is_one_line_and_exit_2(sock_dir: Path) -> None:
         f"cloudprovider-grpc: invalid configuration: address: the socket's directory {sock_dir} is not "
         "writable by this process"
     ], result.stderr
+
+
+def listening_tcp_ports(pids: list[int]) -> set[int]:
+    """The TCP ports the processes `pids` listen on, from /proc (IPv4 and IPv6)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except FileNotFoundError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rpartition(":")[2], 16))
+    return ports
+
+
+def test_the_pods_other_containers_reach_no_grpc_port(front: str, sock_dir: Path) -> None:
+    """Containers of one pod share its network, not its volumes: a server on a socket listens on no
+    TCP port but the metrics one (which answers no gRPC), so a process without the socket's volume
+    has nothing to call."""
+    metrics = free_port()
+    path = sock_dir / "grpc.sock"
+    proc = serve("--address", f"unix://{path}", "--metrics-address", f"127.0.0.1:{metrics}", "--front", front)
+    try:
+        with unix_channel(path) as ch:
+            poll(lambda: proc.poll() is not None or serving(ch), 30, "the server to serve on the socket")
+        assert proc.poll() is None, proc.communicate()
+        pids = [proc.pid, *children(proc.pid)]
+        assert len(pids) == (2 if front == "on" else 1), pids
+        assert listening_tcp_ports(pids) == {metrics}
+        with grpc.insecure_channel(f"127.0.0.1:{metrics}") as tcp:
+            with pytest.raises(grpc.RpcError) as info:
+                stub(tcp).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
