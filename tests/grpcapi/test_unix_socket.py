@@ -23,7 +23,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
-from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.config.settings import Settings, load_settings
+from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.core.unixsocket import MAX_SOCKET_PATH
 from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
@@ -332,3 +333,21 @@ def test_the_pods_other_containers_reach_no_grpc_port(front: str, sock_dir: Path
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"socket_mode": "0999"}, "is not an octal file mode"),
+        ({"socket_mode": "0400"}, "leaves the server's own user unable to use its socket"),
+        ({"leader_elect": {"enabled": True}}, "give a TCP address with --leader-elect"),
+        ({"address": "unix://host/grpc.sock"}, "names a host ('host')"),
+    ],
+)
+def test_settings_a_socket_cannot_take(overrides: dict[str, object], says: str) -> None:
+    """A mode the server could not use its socket with; leader election, whose hand-over needs the
+    other replicas' TCP ports; an address with a host part, which grpc-go's unix resolver refuses."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, {"address": "unix:///tmp/grpc.sock", **overrides})
+    assert says in str(info.value)
+    assert "\n" not in str(info.value)
