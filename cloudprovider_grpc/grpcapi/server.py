@@ -317,6 +317,8 @@ def _start_metrics_port(
         if handle.front is not None:
             handle.front.kill()
             handle.front.close()
+        if handle.unix_socket is not None:
+            unixsocket.remove(handle.unix_socket, handle.socket_inode)
         raise ServerStartError(
             f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
         ) from None

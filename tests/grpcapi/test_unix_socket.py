@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from cloudprovider_grpc.config.settings import Settings, load_settings
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.core.unixsocket import MAX_SOCKET_PATH
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
+from cloudprovider_grpc.grpcapi.server import ServerHandle, ServerStartError, start_server
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
@@ -351,3 +351,20 @@ def test_settings_a_socket_cannot_take(overrides: dict[str, object], says: str) 
         load_settings(None, {"address": "unix:///tmp/grpc.sock", **overrides})
     assert says in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_start_that_fails_later_leaves_no_socket(front: str, sock_dir: Path) -> None:
+    """The metrics port taken: the server does not start, and the socket it had bound is gone."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    path = sock_dir / "grpc.sock"
+    settings = Settings(
+        address=f"unix://{path}", metrics_address=f"127.0.0.1:{taken.getsockname()[1]}", front=front
+    )
+    try:
+        with pytest.raises(ServerStartError, match="cannot listen on metrics address"):
+            start_server(settings, provider=build_provider("sim", ProviderContext(inline_workers=True)))
+    finally:
+        taken.close()
+    assert not os.path.lexists(path)
