@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.realnode import official_chart
 from tests.support import conformance, gotools
 from tests.support.backends import BACKENDS, BackendUnderTest
 from tests.support.certs import write_pki
@@ -350,3 +351,48 @@ def _healthy(port: int) -> bool:
             return resp.status == 200
     except OSError:
         return False
+
+
+@pytest.mark.integration
+def test_the_standin_runs_cas_loops_over_the_socket() -> None:
+    """The realnode tier's cluster-autoscaler stand-in dials through the same client: given the
+    sidecar's cloud-config (`address: unix:///PATH`), its loops are answered over the socket."""
+    if gotools.go_binary() is None:
+        if gotools.in_ci():
+            pytest.fail("the stand-in cannot be built in CI: no Go toolchain")
+        pytest.skip("no Go toolchain to build the cluster-autoscaler stand-in")
+    binary = official_chart.standin_binary()
+    directory = Path(tempfile.mkdtemp(prefix="cpg-standin-", dir="/tmp"))  # a socket path's 107 bytes
+    try:
+        socket_path = directory / "grpc.sock"
+        metrics = free_port()
+        server = serve("--address", f"unix://{socket_path}", "--metrics-address", f"127.0.0.1:{metrics}")
+        config = directory / "cloud-config"
+        config.write_text(f"address: unix://{socket_path}\ngrpc_timeout: 2s\n")
+        health = f"127.0.0.1:{free_port()}"
+        args = ["--cloud-provider=externalgrpc", f"--cloud-config={config}", "--scan-interval=200ms"]
+        try:
+            poll(lambda: server.poll() is not None or _healthy(metrics), 60, "the server on the socket")
+            assert server.poll() is None, server.communicate()
+        except BaseException:
+            server.kill()
+            server.communicate()
+            raise
+        standin = subprocess.Popen(
+            [str(binary), *args, f"--address={health}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        try:
+            report = poll(
+                lambda: (got := official_chart.standin_report(health)) and got["loops"] >= 3 and got,
+                30,
+                "three loops of the stand-in",
+            )
+            assert report["last_ok"] and not report["failed"], report
+            assert report["calls"]["NodeGroups"] >= 3 and report["calls"]["Refresh"] >= 3, report
+        finally:
+            standin.terminate()
+            standin.communicate(timeout=10)
+            server.send_signal(signal.SIGTERM)
+            server.communicate(timeout=30)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
