@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy_support import ca_flags, dockerfile
-from tests.deploy_support.layouts import NAMESPACE, OFFICIAL_CHART, OFFICIAL_VALUES, ROOT
+from tests.deploy_support.layouts import NAMESPACE, OFFICIAL_CHART, ROOT, official_values_files
 from tests.deploy_support.pods import ContainerView, container, find, flag_value, pod_containers, pod_spec
 from tests.deploy_support.rendered import (
     CA_CONTAINER,
@@ -136,10 +136,13 @@ def test_sidecar_dials_our_socket_in_a_volume_only_the_two_containers_mount(layo
     assert flag_value(our_args(objects), "--socket-mode") in (None, "0660", "0600")
 
 
-def test_the_official_chart_refuses_host_network_with_a_plaintext_loopback_address(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cloud", list(official_values_files()))
+def test_the_official_chart_refuses_host_network_with_a_plaintext_loopback_address(
+    cloud: str, tmp_path: Path
+) -> None:
     """With hostNetwork: true the pod shares the node's loopback: our sidecar values render with the
     socket, and with a loopback TCP address only when CA's cloud-config has TLS."""
-    values = OFFICIAL_VALUES / "sim.yaml"
+    values = official_values_files()[cloud]
     text = values.read_text()
     socket_line = re.compile(r"^(\s+)address: unix://\S+$", re.M)
     assert socket_line.search(text)
