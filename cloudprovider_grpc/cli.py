@@ -90,7 +90,14 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML config file (env CLOUDPROVIDER_GRPC_CONFIG)")
     p.add_argument("--provider", help="backend: sim (default), cherry, vultr, exoscale, alicloud, spc")
     p.add_argument(
-        "--address", help="gRPC listen address HOST:PORT (default 127.0.0.1:8086; :8086 = all interfaces)"
+        "--address",
+        help="gRPC listen address HOST:PORT (default 127.0.0.1:8086; :8086 = all interfaces), or a unix "
+        "socket unix:///PATH (its directory must exist)",
+    )
+    p.add_argument(
+        "--socket-mode",
+        metavar="MODE",
+        help="octal permissions of the unix socket of --address unix:///PATH (default 0660)",
     )
     p.add_argument(
         "--allow-plaintext",
@@ -219,6 +226,7 @@ def _settings(args: argparse.Namespace) -> Any:
         "provider": flag("provider") if args.command != "emulate" else args.cloud,
         "address": args.address if args.command != "emulate" else None,
         "metrics_address": flag("metrics_address"),
+        "socket_mode": flag("socket_mode"),
         "allow_plaintext": flag("allow_plaintext"),
         "nodes": flag("nodes"),
         "cloud_config": flag("cloud_config"),

@@ -26,15 +26,23 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.realnode import official_chart
 from tests.support import conformance, gotools
 from tests.support.backends import BACKENDS, BackendUnderTest
+from tests.support.certs import write_pki
+from tests.support.front import serve
+from tests.support.ports import free_port
 from tests.support.probes import start_server
+from tests.support.waits import poll
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "tests" / "conformance" / "run.sh"
@@ -291,3 +299,109 @@ def test_options_getters_fall_back_to_defaults_from_1_29(generation: str) -> Non
     for answer in ("UNIMPLEMENTED", "empty"):
         assert len(outcomes[answer]) >= 6
         assert all(o == "default" for o in outcomes[answer].values()), (answer, outcomes)
+
+
+# ---------------------------------------------------------------- over a unix socket
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "mtls"])
+def test_every_generation_dials_a_unix_socket_as_ca_does(tls: bool) -> None:
+    """The sidecar's address, `unix:///PATH` in CA's cloud-config, dialled at every generation as
+    CA's constructor does: the host part `unix` (net.SplitHostPort) is the TLS server name, the whole
+    address goes to grpc.Dial, whose unix resolver connects to the socket."""
+    client = _client()
+    directory = Path(tempfile.mkdtemp(prefix="cpg-conf-", dir="/tmp"))  # a socket path's 107 bytes
+    try:
+        socket_path = directory / "grpc.sock"
+        metrics = free_port()
+        args = ["--address", f"unix://{socket_path}", "--metrics-address", f"127.0.0.1:{metrics}"]
+        config = f"address: unix://{socket_path}\ngrpc_timeout: 5s\n"
+        if tls:
+            pki = write_pki(directory / "pki", server_names=("unix",))
+            args += [
+                "--tls-cert",
+                str(pki.server_cert),
+                "--tls-key",
+                str(pki.server_key),
+                "--tls-ca",
+                str(pki.ca),
+            ]
+            config += f"cert: {pki.client_cert}\nkey: {pki.client_key}\ncacert: {pki.ca}\n"
+        cloud_config = directory / "cloud-config.yaml"
+        cloud_config.write_text(config)
+        server = serve(*args)
+        try:
+            poll(lambda: server.poll() is not None or _healthy(metrics), 60, "the server on the socket")
+            assert server.poll() is None, server.communicate()
+            for generation in conformance.GENERATIONS:
+                proc = subprocess.run(
+                    [str(client), "run", "-generation", generation, "-cloud-config", str(cloud_config),
+                     "-metrics", f"http://127.0.0.1:{metrics}/metrics", "-profile", "sim",
+                     "-only", "mtls,groups,templates,pricing"],
+                    capture_output=True, text=True, timeout=120, check=False,
+                )  # fmt: skip
+                assert proc.returncode == 0, f"{generation}:\n{proc.stdout}{proc.stderr}"
+                if tls:
+                    assert "mTLS handshake, ServerName = host of address" in proc.stdout, proc.stdout
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.communicate(timeout=30)
+        assert not socket_path.exists()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.integration
+def test_the_standin_runs_cas_loops_over_the_socket() -> None:
+    """The realnode tier's cluster-autoscaler stand-in dials through the same client: given the
+    sidecar's cloud-config (`address: unix:///PATH`), its loops are answered over the socket."""
+    if gotools.go_binary() is None:
+        if gotools.in_ci():
+            pytest.fail("the stand-in cannot be built in CI: no Go toolchain")
+        pytest.skip("no Go toolchain to build the cluster-autoscaler stand-in")
+    binary = official_chart.standin_binary()
+    directory = Path(tempfile.mkdtemp(prefix="cpg-standin-", dir="/tmp"))  # a socket path's 107 bytes
+    try:
+        socket_path = directory / "grpc.sock"
+        metrics = free_port()
+        server = serve("--address", f"unix://{socket_path}", "--metrics-address", f"127.0.0.1:{metrics}")
+        config = directory / "cloud-config"
+        config.write_text(f"address: unix://{socket_path}\ngrpc_timeout: 2s\n")
+        health = f"127.0.0.1:{free_port()}"
+        args = ["--cloud-provider=externalgrpc", f"--cloud-config={config}", "--scan-interval=200ms"]
+        try:
+            poll(lambda: server.poll() is not None or _healthy(metrics), 60, "the server on the socket")
+            assert server.poll() is None, server.communicate()
+        except BaseException:
+            server.kill()
+            server.communicate()
+            raise
+        standin = subprocess.Popen(
+            [str(binary), *args, f"--address={health}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        try:
+            report = poll(
+                lambda: (got := official_chart.standin_report(health)) and got["loops"] >= 3 and got,
+                30,
+                "three loops of the stand-in",
+            )
+            assert report["last_ok"] and not report["failed"], report
+            assert report["calls"]["NodeGroups"] >= 3 and report["calls"]["Refresh"] >= 3, report
+        finally:
+            standin.terminate()
+            standin.communicate(timeout=10)
+            server.send_signal(signal.SIGTERM)
+            server.communicate(timeout=30)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

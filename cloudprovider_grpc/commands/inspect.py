@@ -83,8 +83,8 @@ def _add_client_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--server",
         default="127.0.0.1:8086",
-        metavar="HOST:PORT",
-        help="the server's gRPC address (default 127.0.0.1:8086)",
+        metavar="ADDRESS",
+        help="the server's gRPC address, HOST:PORT or unix:///PATH (default 127.0.0.1:8086)",
     )
     p.add_argument("--tls-ca", type=Path, help="CA bundle that signed the server's certificate: enables TLS")
     p.add_argument("--tls-cert", type=Path, help="client certificate (PEM), for a server with mutual TLS")

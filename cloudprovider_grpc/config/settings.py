@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from cloudprovider_grpc.config.pydantic_errors import problems
 from cloudprovider_grpc.config.secrets import register_environment
+from cloudprovider_grpc.core import unixsocket
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
 from cloudprovider_grpc.tls.files import TLSFileError, TLSFiles, load_tls_files
@@ -201,6 +202,8 @@ class Settings(BaseSettings):
     #: loopback by default: the gRPC port creates and deletes machines, so serving it beyond the host
     #: in plaintext must be asked for (`allow_plaintext`); manifests give their addresses explicitly
     address: str = "127.0.0.1:8086"
+    #: the socket file's mode when `address` is a unix socket (core/unixsocket.py); octal text or int
+    socket_mode: int = unixsocket.DEFAULT_MODE
     metrics_address: str = "127.0.0.1:8087"
     allow_plaintext: bool = False
     nodes: list[str] = Field(default_factory=list)
@@ -267,10 +270,36 @@ class Settings(BaseSettings):
     def _address(cls, v: str, info: Any) -> str:
         if v == "" and info.field_name == "metrics_address":
             return v  # metrics and /healthz disabled
+        if info.field_name == "address" and unixsocket.is_unix(v):
+            unixsocket.socket_path(v)  # a ValueError names what CA could not dial
+            return v
         m = _ADDRESS_RE.match(v)
         if not m or not 0 <= int(m.group("port")) <= 65535:
-            raise ValueError(f"{v!r} is not HOST:PORT (e.g. :8086, 127.0.0.1:8086, [::1]:8086)")
+            examples = ":8086, 127.0.0.1:8086, [::1]:8086"
+            if info.field_name == "address":
+                examples += f", {unixsocket.EXAMPLE}"
+            raise ValueError(f"{v!r} is not HOST:PORT (e.g. {examples})")
         return v
+
+    @field_validator("socket_mode", mode="before")
+    @classmethod
+    def _socket_mode(cls, v: Any) -> int:
+        """Octal text as chmod takes it ("0660", "660", "0o600"), or an int."""
+        if isinstance(v, str):
+            text = v.strip().lower().removeprefix("0o")
+            if not re.fullmatch(r"[0-7]{1,4}", text):
+                raise ValueError(f"{v!r} is not an octal file mode (e.g. 0660)")
+            v = int(text, 8)
+        if not isinstance(v, int) or not 0 <= v <= 0o777:
+            raise ValueError(f"{v!r} is not a file mode between 0000 and 0777")
+        if not v & 0o600 == 0o600:
+            raise ValueError(f"{v:04o} leaves the server's own user unable to use its socket (needs 06xx)")
+        return v
+
+    @property
+    def unix_socket(self) -> Path | None:
+        """The socket's path when the gRPC address is a unix socket, else None."""
+        return unixsocket.socket_path(self.address) if unixsocket.is_unix(self.address) else None
 
     @model_validator(mode="after")
     def _dry_run_alone(self) -> Settings:
@@ -281,7 +310,19 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _socket_alone(self) -> Settings:
+        if self.unix_socket is not None and self.leader_elect.enabled:
+            raise ConfigError(
+                "address",
+                "a unix socket is reachable from this pod only, and leader election hands calls over "
+                "to the other replicas' gRPC ports: give a TCP address with --leader-elect",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _plaintext_beyond_loopback(self) -> Settings:
+        if self.unix_socket is not None:
+            return self  # only processes that see the socket file, within its mode, can call
         if not self.tls.enabled and not is_loopback(self.address) and not self.allow_plaintext:
             raise ConfigError(
                 "address",

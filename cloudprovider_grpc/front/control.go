@@ -20,6 +20,8 @@ type command struct {
 
 	// start
 	Listen      string             `json:"listen"`       // public address, as Go's net.Listen takes it
+	Network     string             `json:"network"`      // tcp, or unix (Listen is then the socket's path)
+	SocketMode  uint32             `json:"socket_mode"`  // unix: the socket file's permission bits
 	Backend     string             `json:"backend"`      // unix socket path of the Python gRPC server (streams)
 	Link        string             `json:"link"`         // unix socket path of Python's link (unary calls)
 	LinkMethods []string           `json:"link_methods"` // full method names served on the link, by index

@@ -123,14 +123,18 @@ func main() {
 		base := &tls.Config{GetConfigForClient: c.forHandshake, MinVersion: tls.VersionTLS12}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(base)))
 	}
-	lis, err := net.Listen("tcp", start.Listen)
+	lis, err := listen(start.Network, start.Listen, os.FileMode(start.SocketMode))
 	if err != nil {
 		ctl.send(event{Ev: "error", Kind: "listen", Message: err.Error()})
 		os.Exit(1)
 	}
 	server := grpc.NewServer(opts...)
 	go func() { _ = server.Serve(lis) }()
-	ctl.send(event{Ev: "ready", Port: lis.Addr().(*net.TCPAddr).Port})
+	port := 0 // a unix socket has none
+	if a, ok := lis.Addr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
+	ctl.send(event{Ev: "ready", Port: port})
 
 	for {
 		cmd := ctl.read()

@@ -5,11 +5,11 @@ temporary directory (mode 0700), the link for the unary calls (link.py) and its 
 streaming ones, and stays the authority for every answer. Over the front's stdin and
 stdout, as JSON lines:
 
-- Python -> front: `start` (addresses, the private directory, counters file, cacheable methods, the
-  link's methods in index order, memory bounds, the TLS file paths), `version` (the provider's state
-  version after every change, pushed from whichever thread made it), `closing` (shutdown began:
-  forward everything, so Python's gate answers UNAVAILABLE exactly as before) and `stop` (the grace
-  left).
+- Python -> front: `start` (addresses, the public one TCP or a unix socket with its mode, the
+  private directory, counters file, cacheable methods, the link's methods in index order, memory
+  bounds, the TLS file paths), `version` (the provider's state version after every change, pushed
+  from whichever thread made it), `closing` (shutdown began: forward everything, so Python's gate
+  answers UNAVAILABLE exactly as before) and `stop` (the grace left).
 - front -> Python: `ready` (the bound port) or `error`, `log` (logged here through the logger
   `cloudprovider_grpc.front`, so format and secret redaction are unchanged), `backend` (the front
   lost or regained its connection to Python's sockets) and `stopped`.
@@ -68,6 +68,7 @@ class FrontProcess:
         binary: Path,
         *,
         listen: str,
+        socket_mode: int | None = None,
         backend: Path,
         counters: FrontCounters,
         cacheable: list[str],
@@ -100,6 +101,9 @@ class FrontProcess:
         start: dict[str, Any] = {
             "op": "start",
             "listen": listen,
+            # a unix socket's path is listened on with this mode (socket.go); TCP otherwise
+            "network": "unix" if socket_mode is not None else "tcp",
+            "socket_mode": socket_mode or 0,
             "backend": str(backend),
             "counters": str(counters.path),
             "methods": cacheable,
@@ -209,7 +213,7 @@ class FrontProcess:
                 continue
             kind = event.get("ev")
             if kind == "ready":
-                self._outcome["port"] = event["port"]
+                self._outcome["port"] = event.get("port", 0)  # none for a unix socket
                 self._ready.set()
             elif kind == "error":
                 self._outcome.update(kind=event.get("kind", "front"), message=event.get("message", ""))

@@ -26,6 +26,7 @@ from pathlib import Path
 import grpc
 
 from cloudprovider_grpc.config.settings import Settings
+from cloudprovider_grpc.core import unixsocket
 from cloudprovider_grpc.core.errors import ConfigError, ServerStartError
 from cloudprovider_grpc.front import binary as front_binary_mod
 from cloudprovider_grpc.front.counters import FrontCounters
@@ -42,8 +43,8 @@ log = logging.getLogger("cloudprovider_grpc.grpcapi.server")
 #: restarts of a dead front allowed within RESTART_WINDOW seconds; one more and the server exits 1
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
-#: the longest unix socket path Linux accepts (sun_path holds 108 bytes with the terminating NUL)
-MAX_SOCKET_PATH = 107
+#: the longest unix socket path Linux accepts
+MAX_SOCKET_PATH = unixsocket.MAX_SOCKET_PATH
 #: pause before a restart after the first (doubling): a front that dies at once is not spun
 RESTART_BACKOFF = 0.1
 
@@ -87,9 +88,10 @@ class FrontLink:
         return process
 
     def wait_ready(self, host: str) -> int:
-        """The bound port; later restarts bind the same one."""
+        """The bound port (0 for a unix socket); later restarts bind the same one."""
         port = self.process.wait_ready()
-        self.listen = f"{host}:{port}"
+        if port:
+            self.listen = f"{host}:{port}"
         return port
 
     # ------------------------------------------------------------- what the server sends
@@ -155,7 +157,7 @@ class FrontLink:
             try:
                 process = self._start(self.listen)
                 process.wait_ready()
-            except (FrontStartError, OSError) as exc:
+            except (FrontStartError, OSError, ConfigError, ServerStartError) as exc:
                 log.error("restarting the compiled front failed (attempt %d): %s", attempt, exc)
                 delay = max(delay * 2, RESTART_BACKOFF)
                 continue
@@ -232,10 +234,15 @@ def start_front(
             ) from None
         counters = FrontCounters(directory / "counters", CACHEABLE, metrics._LATENCY_BUCKETS)
 
+        unix = settings.unix_socket
+
         def spawn(listen: str) -> FrontProcess:
+            if unix is not None:
+                unixsocket.clear_stale(unix)  # the socket of a front that died
             return FrontProcess(
                 binary,
                 listen=listen,
+                socket_mode=settings.socket_mode if unix is not None else None,
                 backend=socket_path,
                 counters=counters,
                 cacheable=[f"/{SERVICE_NAME}/{name}" for name in CACHEABLE],
@@ -250,7 +257,9 @@ def start_front(
                 tls_paths=tls_paths,
             )
 
-        link = FrontLink(spawn, settings.address, directory, counters, link_server)
+        link = FrontLink(
+            spawn, str(unix) if unix is not None else settings.address, directory, counters, link_server
+        )
     except OSError as exc:
         if link_server is not None:
             link_server.close()

@@ -9,6 +9,7 @@ benchmarks/rpc_latency.py and the README).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -23,6 +24,7 @@ from typing import Any
 import grpc
 
 from cloudprovider_grpc.config.settings import Settings, is_loopback
+from cloudprovider_grpc.core import unixsocket
 from cloudprovider_grpc.core.errors import ServerStartError
 from cloudprovider_grpc.front.link import unary_calls
 from cloudprovider_grpc.front.supervisor import FrontLink, front_binary, start_front
@@ -50,7 +52,9 @@ QUIET_BEFORE_CLOSE = 0.2
 
 
 def _grpc_address(address: str) -> str:
-    """':8086' (Go style, all interfaces) -> '[::]:8086'."""
+    """':8086' (Go style, all interfaces) -> '[::]:8086'; a unix socket as grpcio binds it."""
+    if unixsocket.is_unix(address):
+        return f"unix:{unixsocket.socket_path(address)}"
     return f"[::]{address}" if address.startswith(":") else address
 
 
@@ -79,6 +83,9 @@ class ServerHandle:
     relay: HandOverRelay | None = None
     #: `--kube-status`: what writes the status ConfigMap and the Events, or None
     reporter: Any = None
+    #: the public port as a unix socket: its path and the inode bound (removed at shutdown), or None
+    unix_socket: Path | None = None
+    socket_inode: int | None = None
     #: set when a part failed for good (see fail): the process then exits with status 1
     failed: threading.Event = field(default_factory=threading.Event)
     _stopping: bool = False
@@ -87,6 +94,9 @@ class ServerHandle:
 
     @property
     def address(self) -> str:
+        """Where a client dials the public port: HOST:PORT, or `unix:PATH` for a socket."""
+        if self.unix_socket is not None:
+            return f"unix:{self.unix_socket}"
         host = self.host if self.host not in ("", "[::]", "0.0.0.0") else "127.0.0.1"
         return f"{host}:{self.port}"
 
@@ -138,6 +148,8 @@ class ServerHandle:
             self.front.stop(remaining)
             remaining = max(deadline - time.monotonic(), 0.0)
         self.server.stop(remaining).wait(remaining)
+        if self.unix_socket is not None:
+            unixsocket.remove(self.unix_socket, self.socket_inode)
         if self.relay is not None:
             self.relay.close()  # the forwarded calls finished with the port's last calls
         if self.front is not None:
@@ -202,6 +214,9 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     address = _grpc_address(settings.address)
     link, port = _open_public_port(binary, settings, server, handlers, standard, address)
     handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
+    if settings.unix_socket is not None:
+        handle.unix_socket = settings.unix_socket
+        handle.socket_inode = unixsocket.inode(settings.unix_socket)
     _attach_front(handle, link, relay)
 
     def status_now() -> dict[str, Any]:
@@ -249,6 +264,8 @@ def _open_public_port(
     """The compiled front on the public port when there is one, else Python's own gRPC port; returns
     the front's link (or None) and the bound port. `handlers` are ours by method name, `standard`
     the health and reflection services' by full name."""
+    if settings.unix_socket is not None:
+        unixsocket.claim(settings.unix_socket)
     if binary is None:
         return None, _listen(server, settings, address)
     # every unary method goes over the front's link, the streaming ones over gRPC
@@ -259,15 +276,19 @@ def _open_public_port(
 def _listen(server: grpc.Server, settings: Settings, address: str) -> int:
     """Python serving the public port itself (no compiled front): bind it, with TLS (reloaded
     certificates) when configured; returns the bound port."""
+    mode = settings.socket_mode if settings.unix_socket is not None else None
     try:
-        if settings.tls.enabled:
-            port = server.add_secure_port(address, CertReloader(settings.tls).credentials())
-        else:
-            port = server.add_insecure_port(address)
+        with unixsocket.created_with(mode) if mode is not None else contextlib.nullcontext():
+            if settings.tls.enabled:
+                port = server.add_secure_port(address, CertReloader(settings.tls).credentials())
+            else:
+                port = server.add_insecure_port(address)
     except RuntimeError as exc:
         raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
     if not port:
         raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
+    if settings.unix_socket is not None and mode is not None:
+        settings.unix_socket.chmod(mode)  # exactly the mode asked, whatever umask the process had
     return port
 
 
@@ -296,6 +317,8 @@ def _start_metrics_port(
         if handle.front is not None:
             handle.front.kill()
             handle.front.close()
+        if handle.unix_socket is not None:
+            unixsocket.remove(handle.unix_socket, handle.socket_inode)
         raise ServerStartError(
             f"cannot listen on metrics address {settings.metrics_address}: {exc.strerror}"
         ) from None
@@ -334,10 +357,16 @@ def _log_started(handle: ServerHandle, settings: Settings, address: str) -> None
         if handle.metrics_server is not None
         else "metrics disabled"
     )
+    where = (
+        handle.address if handle.unix_socket is not None else f"{address.rpartition(':')[0]}:{handle.port}"
+    )
+    security = "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext"
+    if handle.unix_socket is not None:
+        security += f", socket mode {settings.socket_mode:04o}"
     log.info(
         "serving externalgrpc on %s (%s), %s, provider %s%s with %d node groups, front: %s",
-        f"{address.rpartition(':')[0]}:{handle.port}",
-        "mTLS" if settings.tls.ca else "TLS" if settings.tls.enabled else "plaintext",
+        where,
+        security,
         metrics_at,
         handle.provider.name,
         " (emulated cloud)" if settings.emulate else "",
@@ -349,7 +378,7 @@ def _log_started(handle: ServerHandle, settings: Settings, address: str) -> None
             "dry run: the cloud is listed and never written; each write CA asks for is logged, "
             "counted in cloudprovider_grpc_dry_run_writes_total, and refused"
         )
-    if not settings.tls.enabled and not is_loopback(settings.address):
+    if not settings.tls.enabled and settings.unix_socket is None and not is_loopback(settings.address):
         log.warning(
             "gRPC on %s is plaintext and reachable beyond this host (--allow-plaintext): anyone who can "
             "reach it can create and delete machines; use TLS or a loopback address",

@@ -1,8 +1,8 @@
 """Our container's command, run as the pod would: `check-config` accepts each layout's arguments
 with the files and environment the pod would have (and refuses a broken one, or a cherry pod
 without the bootstrap Secret its cloudinit needs, in one line naming what is wrong), and
-the server started that way answers cluster-autoscaler as its cloud-config says: over loopback for
-the sidecar, over mutual TLS for the standalone layouts."""
+the server started that way answers cluster-autoscaler as its cloud-config says: over its unix
+socket for the sidecar, over mutual TLS for the standalone layouts."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import pytest
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.deploy_support import issuer
-from tests.deploy_support.pods import ContainerView, config_data, container
+from tests.deploy_support.pods import ContainerView, config_data, container, flag_value
 from tests.deploy_support.rendered import (
     LAYOUTS,
     OUR_CONTAINER,
@@ -126,21 +126,31 @@ def test_check_config_rejects_broken_layout_args(
 
 @dataclass
 class ServerRun:
-    """A server started by running_server(): its ports, and its log once it has stopped."""
+    """A server started by running_server(): where it serves gRPC, its metrics port, and its log once
+    it has stopped."""
 
-    grpc_port: int
+    grpc_address: str
     metrics_port: int
     output: str = ""
 
+    @property
+    def grpc_port(self) -> int:
+        return split_host_port(self.grpc_address)[1]
+
 
 @contextlib.contextmanager
-def running_server(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[ServerRun]:
-    """`cloudprovider-grpc serve` with the layout's args, on free loopback ports; SIGTERM at the end."""
-    run_ = ServerRun(free_port(), free_port())
-    args = [
-        *args,
-        *("--address", f"127.0.0.1:{run_.grpc_port}", "--metrics-address", f"127.0.0.1:{run_.metrics_port}"),
-    ]
+def running_server(
+    args: list[str], env: dict[str, str], cwd: Path, *, own_address: bool = False
+) -> Iterator[ServerRun]:
+    """`cloudprovider-grpc serve` with the layout's args on a free loopback metrics port, and a free
+    loopback gRPC port unless `own_address` (the layout's, e.g. a socket in its volume); SIGTERM at
+    the end."""
+    address = flag_value(args, "--address") if own_address else f"127.0.0.1:{free_port()}"
+    assert address, "the layout gives no --address"
+    run_ = ServerRun(address, free_port())
+    args = [*args, "--metrics-address", f"127.0.0.1:{run_.metrics_port}"]
+    if not own_address:
+        args += ["--address", run_.grpc_address]
     proc = subprocess.Popen(
         [*CLI, *args], env=pod_env(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -173,23 +183,28 @@ def probe_paths(objects: Objects) -> set[str]:
 
 
 @pytest.mark.parametrize("layout", ["sidecar", "helm-sim"])
-def test_sidecar_serves_cluster_autoscaler_over_loopback(layout: str, tmp_path: Path) -> None:
-    """Start our container's command as the pod would, then call it as CA's cloud-config says."""
+def test_sidecar_serves_cluster_autoscaler_over_its_socket(layout: str, tmp_path: Path) -> None:
+    """Start our container's command as the pod would, then call it as CA's cloud-config says: over
+    the unix socket in the volume both containers mount; the socket is gone after SIGTERM."""
     objects = rendered(layout)
     mat, _ = materialize_ours(objects, tmp_path / "pod", [])
     _, config, _ = ca_cloud_config(objects)
-    assert split_host_port(config["address"])[0] == "127.0.0.1"
-    with running_server(mat.args, mat.env, tmp_path) as server:
+    assert config["address"].startswith("unix:///")
+    socket = Path(config["address"].removeprefix("unix://"))
+    local = mat.mounts[str(socket.parent)] / socket.name  # the emptyDir, materialized
+    with running_server(mat.args, mat.env, tmp_path, own_address=True) as server:
+        assert server.grpc_address == f"unix://{local}"
         for path in probe_paths(objects):
             with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}{path}", timeout=5) as resp:
                 assert resp.status == 200, path
-        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        with grpc.insecure_channel(server.grpc_address) as channel:
             groups = pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
         assert groups.nodeGroups, "the sim backend serves its demo groups"
-    # The log line the deployment guide tells the reader to look for (the port is the test's).
+    assert not os.path.lexists(local)
+    # The log line the deployment guide tells the reader to look for (the path is the test's).
     promised = re.search(r"our log says\s+`([^`]+)`", " ".join(deploying_section().split()))
     assert promised, "docs/deploying.md no longer says what our log shows"
-    assert promised.group(1).replace(":8086", f":{server.grpc_port}") in server.output, server.output
+    assert promised.group(1).replace(str(socket), str(local)) in server.output, server.output
 
 
 @pytest.mark.parametrize("layout", ["standalone", "chart-sim"])

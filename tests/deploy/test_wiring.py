@@ -1,17 +1,18 @@
 """The wiring between a layout's objects: pinned images run as the Dockerfile's user,
 cluster-autoscaler on externalgrpc with flags its release defines, its cloud-config address leading
-to our --address (loopback for the sidecar; Service, port, mutual TLS and SANs for the standalone),
-the NetworkPolicy admitting only cluster-autoscaler, locked-down pods and probes on the metrics
-port."""
+to our --address (for the sidecar a unix socket in a volume only CA's container and ours mount; for
+the standalone Service, port, mutual TLS and SANs), the NetworkPolicy admitting only
+cluster-autoscaler, locked-down pods and probes on the metrics port."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.deploy_support import ca_flags, dockerfile
-from tests.deploy_support.layouts import NAMESPACE, ROOT
+from tests.deploy_support.layouts import NAMESPACE, OFFICIAL_CHART, ROOT, official_values_files
 from tests.deploy_support.pods import ContainerView, container, find, flag_value, pod_containers, pod_spec
 from tests.deploy_support.rendered import (
     CA_CONTAINER,
@@ -29,6 +30,7 @@ from tests.deploy_support.rendered import (
     rendered,
     split_host_port,
 )
+from tests.deploy_support.tools import helm_template, helm_template_error
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -96,17 +98,69 @@ def test_cluster_autoscaler_args_are_flags_it_defines(layout: str) -> None:
 
 
 @pytest.mark.parametrize("layout", SIDECARS)
-def test_sidecar_dials_our_loopback_port(layout: str) -> None:
+def test_sidecar_dials_our_socket_in_a_volume_only_the_two_containers_mount(layout: str) -> None:
+    """CA dials a unix socket (as its externalgrpc client takes `unix:///PATH`) in an emptyDir that
+    CA's container and ours mount, and no other container of the pod does."""
     objects = rendered(layout)
     _, config, _ = ca_cloud_config(objects)
-    assert config["address"] == "127.0.0.1:8086"
-    assert not {"cert", "key", "cacert"} & set(config), "loopback needs no TLS"
+    assert config["address"].startswith("unix:///"), config["address"]
+    assert not {"cert", "key", "cacert"} & set(config), "a socket only the two containers see needs no TLS"
     assert flag_value(our_args(objects), "--address") == config["address"], (
         "server must listen where CA dials"
     )
-    ours = container(our_workload(objects), OUR_CONTAINER)
+    socket_dir = config["address"].removeprefix("unix://").rpartition("/")[0]
+    workload = our_workload(objects)
+    assert workload is find(objects, "Deployment", CA_DEPLOYMENT)
+    ours = container(workload, OUR_CONTAINER)
     assert ours.get("restartPolicy") == "Always", "runs as a native sidecar"
-    assert our_workload(objects) is find(objects, "Deployment", CA_DEPLOYMENT)
+    pod = pod_spec(workload) or {}
+    mounting = {
+        c["name"]: m["name"]
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]
+        for m in c.get("volumeMounts") or []
+        if m["mountPath"] == socket_dir
+    }
+    assert set(mounting) == {OUR_CONTAINER, CA_CONTAINER}, mounting
+    (volume_name,) = set(mounting.values())
+    (volume,) = [v for v in pod["volumes"] if v["name"] == volume_name]
+    assert "emptyDir" in volume, volume
+    assert not any(
+        m["name"] == volume_name
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]
+        if c["name"] not in mounting
+        for m in c.get("volumeMounts") or []
+    )
+    # the socket is 0660 in a directory the pod's fsGroup owns: every container of the pod has that
+    # group, so CA's user may connect whatever its uid (only the mount keeps the others out)
+    assert isinstance(pod["securityContext"].get("fsGroup"), int), pod["securityContext"]
+    assert flag_value(our_args(objects), "--socket-mode") in (None, "0660", "0600")
+
+
+@pytest.mark.parametrize("cloud", list(official_values_files()))
+def test_the_official_chart_refuses_host_network_with_a_plaintext_loopback_address(
+    cloud: str, tmp_path: Path
+) -> None:
+    """With hostNetwork: true the pod shares the node's loopback: our sidecar values render with the
+    socket, and with a loopback TCP address only when CA's cloud-config has TLS."""
+    values = official_values_files()[cloud]
+    text = values.read_text()
+    socket_line = re.compile(r"^(\s+)address: unix://\S+$", re.M)
+    assert socket_line.search(text)
+    on_host = ["hostNetwork=true"]
+    pod = find(
+        helm_template(OFFICIAL_CHART, release="ca", namespace=NAMESPACE, values=[values], set_values=on_host),
+        "Deployment",
+        CA_DEPLOYMENT,
+    )
+    assert (pod_spec(pod) or {}).get("hostNetwork") is True
+    tcp = tmp_path / "tcp.yaml"
+    tcp.write_text(socket_line.sub(r"\1address: 127.0.0.1:8086", text, count=1))
+    refused = helm_template_error(OFFICIAL_CHART, values=[tcp], set_values=on_host)
+    assert "hostNetwork: true with the plaintext loopback address 127.0.0.1:8086" in refused, refused
+    helm_template(OFFICIAL_CHART, release="ca", namespace=NAMESPACE, values=[tcp])  # without hostNetwork
+    tls = tmp_path / "tls.yaml"
+    tls.write_text(socket_line.sub(r"\1address: 127.0.0.1:8086\n\1cacert: /certs/ca.crt", text, count=1))
+    helm_template(OFFICIAL_CHART, release="ca", namespace=NAMESPACE, values=[tls], set_values=on_host)
 
 
 @pytest.mark.parametrize("layout", STANDALONES)

@@ -199,9 +199,12 @@ class ContainerView:
         for arg in self.args:
             flag, eq, value = arg.partition("=")
             candidate = value if eq else arg
+            # a unix socket's address (unix:///PATH) lives in its volume as much as a file's path
+            scheme = "unix://" if candidate.startswith("unix:///") else ""
+            candidate = candidate.removeprefix(scheme)
             hit = self.mount_path_of(candidate) if candidate.startswith("/") else None
             if hit:
-                mapped = str(mounts[hit[0]["mountPath"]] / hit[1])
+                mapped = scheme + str(mounts[hit[0]["mountPath"]] / hit[1])
                 arg = f"{flag}={mapped}" if eq else mapped
             args.append(arg)
         # Paths under a mount, in arguments (above) and in environment values, point into the root.

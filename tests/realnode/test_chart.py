@@ -228,8 +228,8 @@ def step_second_release_on_an_emulated_cloud(first: Release, work: Path) -> None
 def step_official_chart_with_the_sidecar(first: Release, built: images.Built, work: Path) -> None:
     """The official cluster-autoscaler chart with deploy/helm/cluster-autoscaler/sim.yaml: the pod
     Ready with both containers (our server as a native sidecar, restartPolicy Always, and the CA
-    stand-in), the stand-in's loops answered (its own count and health check) and our server's
-    metrics counting the calls it served."""
+    stand-in), the stand-in's loops answered over the unix socket both mount (its own count and
+    health check) and our server's metrics counting the calls it served."""
     node = first.node
     started = time.monotonic()
     standin = official_chart.standin_image(built.podman)
@@ -240,6 +240,19 @@ def step_official_chart_with_the_sidecar(first: Release, built: images.Built, wo
     )
     sidecar = next(c for c in ca.pod["spec"]["initContainers"] if c["name"] == "cloudprovider-grpc")
     assert sidecar.get("restartPolicy") == "Always", f"ca chart: not a native sidecar: {sidecar}"
+    # our server listens on a unix socket only (no gRPC port), in the emptyDir CA's container and
+    # ours alone mount: the stand-in's calls counted below went through it
+    address = sidecar["args"][sidecar["args"].index("--address") + 1]
+    assert address.startswith("unix:///"), f"ca chart: the sidecar listens on {address}"
+    socket_dir = address.removeprefix("unix://").rpartition("/")[0]
+    spec = ca.pod["spec"]
+    mounting = {
+        c["name"]
+        for c in [*spec["initContainers"], *spec["containers"]]
+        for m in c.get("volumeMounts") or []
+        if m["mountPath"] == socket_dir
+    }
+    assert mounting == {"cloudprovider-grpc", "cluster-autoscaler"}, f"ca chart: {socket_dir} in {mounting}"
     poll(lambda: (ca.calls() or {}).get("loops", 0) >= 3, 60, "ca chart: three loops of the stand-in")
     calls = ca.calls() or {}
     health = ca.get(8085, "/health-check")

@@ -123,13 +123,13 @@ class Pki:
         return getattr(self, name if name != "ca" else "ca").read_bytes()
 
 
-def write_pki(directory: Path, server_cn: str = "localhost") -> Pki:
+def write_pki(directory: Path, server_cn: str = "localhost", server_names: Sequence[str] = ()) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca = make_ca("cloudprovider-grpc test CA")
     rogue_ca = make_ca("some other CA")
     files: dict[str, bytes] = {"ca.crt": pem(ca[1])}
     for stem, (key, cert) in {
-        "server": issue(ca, server_cn, server=True),
+        "server": issue(ca, server_cn, server=True, names=server_names),
         "client": issue(ca, "cluster-autoscaler", server=False),
         "rogue": issue(rogue_ca, "cluster-autoscaler", server=False),
     }.items():

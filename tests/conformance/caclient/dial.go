@@ -13,11 +13,13 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
 )
 
 // pemFiles are the three files mutual TLS needs, loaded together so one error names the one missing.
@@ -73,7 +75,9 @@ func (c *CloudConfig) Credentials() (credentials.TransportCredentials, error) {
 }
 
 // Dial opens the connection with the cloud-config's transport, or with `override` when it is set.
-// The address goes to the dialer unresolved (the passthrough resolver, grpc.Dial's default).
+// CA hands the whole address to grpc.Dial (externalgrpc_cloud_provider.go:409 at
+// cluster-autoscaler-1.36.1, and the same call since 1.25.0), so the target is what grpc.Dial makes
+// of it: see dialTarget.
 func (c *CloudConfig) Dial(override credentials.TransportCredentials) (*grpc.ClientConn, error) {
 	transport := override
 	if transport == nil {
@@ -82,9 +86,21 @@ func (c *CloudConfig) Dial(override credentials.TransportCredentials) (*grpc.Cli
 			return nil, err
 		}
 	}
-	conn, err := grpc.NewClient("passthrough:///"+c.Address, grpc.WithTransportCredentials(transport))
+	conn, err := grpc.NewClient(dialTarget(c.Address), grpc.WithTransportCredentials(transport))
 	if err != nil {
 		return nil, fmt.Errorf("no gRPC channel to %s: %w", c.Address, err)
 	}
 	return conn, nil
+}
+
+// dialTarget is the target grpc.Dial resolves `address` as: an address whose scheme names a
+// registered resolver goes to that resolver as it is (`unix:///PATH` and `unix:/PATH` to grpc-go's
+// built-in unix resolver), any other goes to the dialer unresolved (passthrough, grpc.Dial's default
+// scheme; grpc-go clientconn.go parseTargetAndFindResolver, v1.81.1). With TLS the server name stays
+// the host part net.SplitHostPort gives (Credentials): for a unix socket, the literal `unix`.
+func dialTarget(address string) string {
+	if u, err := url.Parse(address); err == nil && u.Scheme != "" && resolver.Get(u.Scheme) != nil {
+		return address
+	}
+	return "passthrough:///" + address
 }
