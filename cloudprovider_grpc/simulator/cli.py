@@ -181,6 +181,9 @@ def run_cli(args: argparse.Namespace) -> int:
     sources.append(args.replay is not None)
     if sum(sources) != 1:
         return _fail("give one of SCENARIO.yaml, --from-dump FILE, --from-cluster and --replay DIR")
+    problem = out_problem(args.out)
+    if problem:
+        return _fail(problem)
     try:
         data, notes, twin = _base(args)
         from cloudprovider_grpc.simulator import whatif
@@ -209,8 +212,16 @@ def run_cli(args: argparse.Namespace) -> int:
 
         echo = None if args.quiet else (lambda line: print(line, flush=True))
         report = run(
-            scenario, server=server, seed=args.seed, provider=provider, emulate=args.emulate, echo=echo
+            scenario,
+            server=server,
+            seed=args.seed,
+            provider=provider,
+            emulate=args.emulate,
+            echo=echo,
+            pace=False if args.no_pace else None,
         )
+    except ScenarioError as exc:  # found once the node groups are known, e.g. a --drain-group
+        return _fail(str(exc))
     except ConfigError as exc:
         backend = provider or scenario.provider
         hint = ""
@@ -234,6 +245,22 @@ def run_cli(args: argparse.Namespace) -> int:
         f"{s['nodes_removed']} removed, max {s['max_pending_pods']} pending pods{cost}"
     )
     return 0
+
+
+def out_problem(out: Path) -> str:
+    """Why the reports could not be written into `out`, or "": checked (by creating it and a
+    probe file) before a simulation that may run for minutes, not after."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: exists and is not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        return f"--out {out}: cannot write there: {exc.strerror or exc}"
+    return ""
 
 
 def _money(cost: dict[str, Any]) -> str:

@@ -391,6 +391,23 @@ class Recorder:
             self.writer.write({"t": self.now(), **record})
 
 
+def _warn_once_if_unverified(api_client: Any) -> None:
+    """With `insecure-skip-tls-verify` in the kubeconfig, say so once, and silence urllib3's
+    `InsecureRequestWarning`, which would otherwise repeat for the requests of every watch thread."""
+    import warnings
+
+    import urllib3
+
+    if api_client.configuration.verify_ssl:
+        return
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    log.warning(
+        "the kubeconfig turns TLS verification off (insecure-skip-tls-verify): the apiserver %s "
+        "is not authenticated",
+        api_client.configuration.host,
+    )
+
+
 def record_cluster(
     directory: Path, kubeconfig: str | None, context: str | None, duration: float | None
 ) -> tuple[Recorder, str]:
@@ -403,6 +420,7 @@ def record_cluster(
         api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
     except Exception as exc:  # the client raises ConfigException, FileNotFoundError, ...
         raise SnapshotError(f"cannot load the kubeconfig: {exc}") from None
+    _warn_once_if_unverified(api_client)
     recorder = Recorder(api_client, directory)
     try:
         reason = recorder.run(duration)
