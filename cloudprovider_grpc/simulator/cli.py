@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cloudprovider_grpc.simulator.ca_account import CADecision
 
 EPILOG = """\
 examples:
@@ -185,7 +189,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if problem:
         return _fail(problem)
     try:
-        data, notes, twin = _base(args)
+        data, notes, twin, account = _base(args)
         from cloudprovider_grpc.simulator import whatif
 
         whatif.apply(data, scales=args.scale, add=args.add_workload, drain=args.drain_group, sets=args.set)
@@ -207,7 +211,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
     try:
         if variants:
-            return _compare(args, variants, notes, server, provider)
+            return _compare(args, variants, notes, server, provider, account)
         from cloudprovider_grpc.simulator.runner import run
 
         echo = None if args.quiet else (lambda line: print(line, flush=True))
@@ -234,10 +238,14 @@ def run_cli(args: argparse.Namespace) -> int:
     except ExecutorError as exc:
         return _fail(str(exc), 1)
     report.notes = [*notes, *report.notes]
+    if account is not None:
+        report.agreement = account.against(report, scenario.autoscaler.scan_interval)
     for note in report.write(args.out):
         print(note)
     for note in report.notes:
         print(f"note: {note}")
+    if report.agreement is not None:
+        print(report.agreement["line"])
     s = report.summary
     cost = f", estimated cost {_money(report.cost)}" if report.cost else ", cost unavailable (no pricing)"
     print(
@@ -267,11 +275,16 @@ def _money(cost: dict[str, Any]) -> str:
     return f"{cost['total']:.2f} {cost.get('unit', '')}".rstrip()
 
 
-def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
-    """The scenario mapping before edits, the notes about it, and whether it is a `sim` twin."""
+def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool, CAAccount | None]:
+    """The scenario mapping before edits, the notes about it, whether it is a `sim` twin, and
+    what the real cluster-autoscaler decided meanwhile (a replay whose recording or `--ca-log`
+    holds it)."""
     import yaml
 
     from cloudprovider_grpc.simulator.scenario import ScenarioError
+
+    if args.ca_log is not None and args.replay is None:
+        raise ScenarioError("--ca-log FILE goes with --replay DIR (the recording it is aligned to)")
 
     if args.scenario is not None:
         try:
@@ -289,8 +302,8 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
 
             options, notes = parse_flags(read_flag_text(args.autoscaler_flags))
             data.setdefault("autoscaler", {}).update(options)
-            return data, notes, False
-        return data, [], False
+            return data, notes, False, None
+        return data, [], False, None
     from cloudprovider_grpc.simulator.flags import read_flag_text
     from cloudprovider_grpc.simulator.snapshot import build_scenario, load_dump, read_cluster
 
@@ -330,9 +343,40 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
                 duration=args.duration or "2h",
                 flags=flags,
             )
+        account = None
+        if recording is not None:
+            account = CAAccount.of(recording, snap.groups_of_nodes, args.ca_log)
     if cloud and args.server is None:
         snap.scenario["cloud"] = cloud
-    return snap.scenario, snap.notes, args.server is not None
+    return snap.scenario, snap.notes, args.server is not None, account
+
+
+@dataclass
+class CAAccount:
+    """What the real cluster-autoscaler decided during a recording, and where that was read."""
+
+    decisions: list[CADecision]
+    source: str
+
+    @classmethod
+    def of(cls, recording: Any, groups: dict[str, str | None], ca_log: Path | None) -> CAAccount | None:
+        from cloudprovider_grpc.simulator.scenario import ScenarioError
+
+        if ca_log is not None:
+            try:
+                text = ca_log.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise ScenarioError(f"--ca-log {ca_log}: cannot read: {exc.strerror}") from None
+            return cls(recording.ca_decisions(groups, text), f"cluster-autoscaler's log {ca_log.name}")
+        if not recording.has_ca_account():
+            return None
+        return cls(recording.ca_decisions(groups), "cluster-autoscaler's Events in the recording")
+
+    def against(self, report: Any, window: float) -> dict[str, Any]:
+        """The agreement of a run's decisions with CA's, as report.json holds it."""
+        from cloudprovider_grpc.simulator.agreement import agree
+
+        return agree(self.decisions, report.decisions, window, self.source).to_dict()
 
 
 class group_source:
@@ -441,14 +485,19 @@ def _compare(
     notes: list[str],
     server: str | None,
     provider: str | None,
+    account: CAAccount | None,
 ) -> int:
     from cloudprovider_grpc.simulator.compare import Job, run_jobs, table
+    from cloudprovider_grpc.simulator.scenario import parse_scenario
 
     if server is not None:
         return _fail("--compare runs in-process backends only (a running server holds one cluster)")
     jobs = [Job(name, data, args.seed, provider, args.emulate, notes) for name, data in variants]
     results = run_jobs(jobs, args.executor, args.workers)
     args.out.mkdir(parents=True, exist_ok=True)
+    for (_, data), result in zip(variants, results, strict=True):
+        if account is not None:
+            result.agreement = account.against(result, parse_scenario(data).autoscaler.scan_interval)
     for job, result in zip(jobs, results, strict=True):
         for note in result.write(args.out / job.name):
             print(note)
@@ -457,4 +506,6 @@ def _compare(
     for note in compare_report.write(args.out, [j.name for j in jobs], results):
         print(note)
     print(table(jobs, results))
+    if results and results[0].agreement is not None:  # the baseline's: what every variant reads against
+        print(f"baseline {results[0].agreement['line']}")
     return 0

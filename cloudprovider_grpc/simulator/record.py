@@ -37,6 +37,10 @@ from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Header, Writer
 
 log = logging.getLogger(__name__)
 
+#: the component CA's Events name as their source (cluster-autoscaler/main.go's event recorder)
+CA_COMPONENT = "cluster-autoscaler"
+#: CA's status ConfigMap (clusterstate/utils/status.go at cluster-autoscaler-1.36.1, data key "status")
+CA_STATUS_CONFIGMAP = "cluster-autoscaler-status"
 #: server-side timeout of one watch request; the thread then watches again from where it was
 WATCH_SECONDS = 60
 #: pause before watching again after an error other than 410 Gone
@@ -51,6 +55,14 @@ class Kind:
     api: str
     method: str
     watched: bool = True
+    #: a field selector for the list and the watch (e.g. only CA's own Events)
+    selector: str = ""
+    #: in snapshot.json (CA's account is not part of the cluster it starts from)
+    in_snapshot: bool = True
+    #: a kind the recorder may be refused (no RBAC for Events): recorded without it, with a warning
+    optional: bool = False
+    #: an update carries every field, not only the changed ones (an Event's repeat is read alone)
+    whole: bool = False
 
 
 #: every kind read, in listing order; `watched` ones are also watched (the rest: snapshot only)
@@ -65,6 +77,27 @@ KINDS = (
     Kind("PodDisruptionBudget", "policy/v1", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
     Kind("PriorityClass", "scheduling.k8s.io/v1", "SchedulingV1Api", "list_priority_class", False),
     Kind("ConfigMap", "v1", "CoreV1Api", "list_config_map_for_all_namespaces", False),
+    # CA's own account of its decisions (see ca_account.py): the Events it emits, and its status
+    # ConfigMap (CA's --status-config-map-name default, in CA's namespace)
+    Kind(
+        "Event",
+        "v1",
+        "CoreV1Api",
+        "list_event_for_all_namespaces",
+        selector=f"source={CA_COMPONENT}",
+        in_snapshot=False,
+        optional=True,
+        whole=True,
+    ),
+    Kind(
+        "CAStatus",
+        "v1",
+        "CoreV1Api",
+        "list_config_map_for_all_namespaces",
+        selector=f"metadata.name={CA_STATUS_CONFIGMAP}",
+        in_snapshot=False,
+        optional=True,
+    ),
 )
 
 
@@ -137,8 +170,41 @@ def compact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     if kind == "PodDisruptionBudget":
         return {"spec": dict(spec)}
     if kind == "Node":
-        return {}
+        # what maps a node CA removes to its node group (NodeGroupForNode) when the replay reads
+        # CA's account; nothing of a node is replayed
+        out: dict[str, Any] = {}
+        if spec.get("providerID"):
+            out["providerID"] = str(spec["providerID"])
+        if meta.get("labels"):
+            out["labels"] = dict(meta["labels"])
+        return out
+    if kind == "Event":
+        return _event_fields(obj)
+    if kind == "CAStatus":
+        return {"status": str((obj.get("data") or {}).get("status") or "")}
     return None
+
+
+def _event_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An Event's reason, message and time (its newest), and how many times it happened (the
+    apiserver's event aggregation counts repeats of one message on one object)."""
+    series = obj.get("series") or {}
+    when = (
+        series.get("lastObservedTime")
+        or obj.get("lastTimestamp")
+        or obj.get("eventTime")
+        or obj.get("firstTimestamp")
+        or meta_of(obj).get("creationTimestamp")
+    )
+    involved = obj.get("involvedObject") or {}
+    return {
+        "reason": str(obj.get("reason") or ""),
+        "message": str(obj.get("message") or ""),
+        "type": str(obj.get("type") or ""),
+        "count": int(series.get("count") or obj.get("count") or 1),
+        "time": str(when or ""),
+        "object": f"{involved.get('kind', '')}/{involved.get('namespace', '')}/{involved.get('name', '')}",
+    }
 
 
 def _digest(value: Any) -> str:
@@ -209,10 +275,14 @@ class Recorder:
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` (as the API serializes it) and the list's resourceVersion."""
-        resp = self._call(kind)(_preload_content=False)
+        resp = self._call(kind)(_preload_content=False, **self._selector(kind))
         data = json.loads(resp.data)
         items = [_strip(i, kind) for i in data.get("items") or []]
         return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    @staticmethod
+    def _selector(kind: Kind) -> dict[str, Any]:
+        return {"field_selector": kind.selector} if kind.selector else {}
 
     # ------------------------------------------------------------------ start/stop
     def start(self, threads: bool = True) -> None:
@@ -223,14 +293,26 @@ class Recorder:
         self.t0 = self.clock()
         started = datetime.now(UTC)
         objects: list[dict[str, Any]] = []
+        kinds = []
         for kind in KINDS:
             try:
                 items, rv = self.list(kind)
             except ApiException as exc:
+                if kind.optional and exc.status in (401, 403, 404):
+                    log.warning(
+                        "cannot list %s (%s %s): recording without cluster-autoscaler's %s",
+                        kind.name,
+                        exc.status,
+                        exc.reason,
+                        "Events" if kind.name == "Event" else "status ConfigMap",
+                    )
+                    continue
                 raise SnapshotError(f"cannot list {kind.name}: {exc.status} {exc.reason}") from None
             except Exception as exc:  # urllib3 errors: one line, no traceback
                 raise SnapshotError(f"cannot list {kind.name}: {exc}") from None
-            objects.extend(items)
+            kinds.append(kind)
+            if kind.in_snapshot:
+                objects.extend(items)
             if kind.watched:
                 self.versions[kind.name] = rv
                 self.known[kind.name] = {}
@@ -241,9 +323,9 @@ class Recorder:
         self.directory.mkdir(parents=True, exist_ok=True)
         snapshot = {"apiVersion": "v1", "kind": "List", "items": objects}
         (self.directory / SNAPSHOT).write_text(json.dumps(snapshot, separators=(",", ":")), encoding="utf-8")
-        watched = [k.name for k in KINDS if k.watched]
+        watched = [k.name for k in kinds if k.watched]
         self.writer = Writer(self.directory, Header(started, watched))
-        for kind in KINDS if threads else ():
+        for kind in kinds if threads else ():
             if kind.watched:
                 t = threading.Thread(target=self._watch, args=(kind,), name=f"watch-{kind.name}", daemon=True)
                 self._threads.append(t)
@@ -312,6 +394,7 @@ class Recorder:
                 self._call(kind),
                 resource_version=self.versions[kind.name],
                 allow_watch_bookmarks=True,
+                **self._selector(kind),
                 timeout_seconds=self.watch_seconds,
                 _request_timeout=self.watch_seconds + 10,
             ):
@@ -378,6 +461,8 @@ class Recorder:
                 changed["template"] = fields["template"]
             if not changed:
                 return
+            if kind.whole:
+                changed = dict(fields)
             self._write({"op": "update", **head, **changed})
         self.known[kind.name][uid] = new
 
