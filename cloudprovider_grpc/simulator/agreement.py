@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cloudprovider_grpc.simulator.ca_account import KINDS, CADecision
@@ -125,3 +126,29 @@ def agree(ca: Iterable[CADecision], simulated: Iterable[Any], window: float, sou
         if i not in taken:
             out.rows.append({"outcome": "extra", "ca": None, "simulated": _sim(s), "offset": None})
     return out
+
+
+@dataclass
+class CAAccount:
+    """What the real cluster-autoscaler decided during a recording, and where that was read."""
+
+    decisions: list[CADecision]
+    source: str
+
+    @classmethod
+    def of(cls, recording: Any, groups: dict[str, str | None], ca_log: Path | None) -> CAAccount | None:
+        from cloudprovider_grpc.simulator.scenario import ScenarioError
+
+        if ca_log is not None:
+            try:
+                text = ca_log.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise ScenarioError(f"--ca-log {ca_log}: cannot read: {exc.strerror}") from None
+            return cls(recording.ca_decisions(groups, text), f"cluster-autoscaler's log {ca_log.name}")
+        if not recording.has_ca_account():
+            return None
+        return cls(recording.ca_decisions(groups), "cluster-autoscaler's Events in the recording")
+
+    def against(self, report: Any, window: float) -> dict[str, Any]:
+        """The agreement of a run's decisions with CA's, as report.json holds it."""
+        return agree(self.decisions, report.decisions, window, self.source).to_dict()

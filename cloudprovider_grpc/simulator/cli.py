@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cloudprovider_grpc.simulator.ca_account import CADecision
+    from cloudprovider_grpc.simulator.agreement import CAAccount
 
 EPILOG = """\
 examples:
@@ -49,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="the output of `kubectl get nodes,pods,daemonsets,pdb,priorityclasses,configmaps -A -o json`",
+    )
+    src.add_argument(
+        "--from-snapshotz",
+        type=Path,
+        metavar="FILE",
+        help="cluster-autoscaler's debugging snapshot (the JSON it serves at /snapshotz with "
+        "--debugging-snapshot-enabled): its nodes, their pods and the pods it held unscheduled",
     )
     src.add_argument("--from-cluster", action="store_true", help="read the same objects from a live cluster")
     src.add_argument(
@@ -182,9 +188,9 @@ def run_cli(args: argparse.Namespace) -> int:
 
         return record(args, _fail)
     sources = [args.scenario is not None, args.from_dump is not None, bool(args.from_cluster)]
-    sources.append(args.replay is not None)
+    sources += [args.replay is not None, args.from_snapshotz is not None]
     if sum(sources) != 1:
-        return _fail("give one of SCENARIO.yaml, --from-dump FILE, --from-cluster and --replay DIR")
+        return _fail("give one of SCENARIO.yaml, --from-dump, --from-snapshotz, --from-cluster and --replay")
     problem = out_problem(args.out)
     if problem:
         return _fail(problem)
@@ -310,7 +316,13 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool, CA
     if args.server is None and args.provider is None:
         raise ScenarioError("a cluster snapshot needs its node groups: give --server or --provider")
     recording = None
-    if args.replay is not None:
+    templates: list[str] = []
+    dump_notes: list[str] = []
+    if args.from_snapshotz is not None:
+        from cloudprovider_grpc.simulator.snapshotz import load_snapshotz
+
+        objects, dump_notes, templates = load_snapshotz(args.from_snapshotz)
+    elif args.replay is not None:
         from cloudprovider_grpc.simulator.replay import load_recording
 
         recording = load_recording(args.replay)
@@ -343,40 +355,21 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool, CA
                 duration=args.duration or "2h",
                 flags=flags,
             )
+        snap.notes = [*dump_notes, *snap.notes]
+        missing = sorted(set(templates) - {g.id for g in client.node_groups()})
+        if missing:
+            snap.notes.append(
+                f"cluster-autoscaler's snapshot has template nodes for group(s) the node groups here "
+                f"lack: {', '.join(missing)}"
+            )
         account = None
         if recording is not None:
-            account = CAAccount.of(recording, snap.groups_of_nodes, args.ca_log)
+            from cloudprovider_grpc.simulator import agreement
+
+            account = agreement.CAAccount.of(recording, snap.groups_of_nodes, args.ca_log)
     if cloud and args.server is None:
         snap.scenario["cloud"] = cloud
     return snap.scenario, snap.notes, args.server is not None, account
-
-
-@dataclass
-class CAAccount:
-    """What the real cluster-autoscaler decided during a recording, and where that was read."""
-
-    decisions: list[CADecision]
-    source: str
-
-    @classmethod
-    def of(cls, recording: Any, groups: dict[str, str | None], ca_log: Path | None) -> CAAccount | None:
-        from cloudprovider_grpc.simulator.scenario import ScenarioError
-
-        if ca_log is not None:
-            try:
-                text = ca_log.read_text(encoding="utf-8", errors="replace")
-            except OSError as exc:
-                raise ScenarioError(f"--ca-log {ca_log}: cannot read: {exc.strerror}") from None
-            return cls(recording.ca_decisions(groups, text), f"cluster-autoscaler's log {ca_log.name}")
-        if not recording.has_ca_account():
-            return None
-        return cls(recording.ca_decisions(groups), "cluster-autoscaler's Events in the recording")
-
-    def against(self, report: Any, window: float) -> dict[str, Any]:
-        """The agreement of a run's decisions with CA's, as report.json holds it."""
-        from cloudprovider_grpc.simulator.agreement import agree
-
-        return agree(self.decisions, report.decisions, window, self.source).to_dict()
 
 
 class group_source:
@@ -416,7 +409,7 @@ class group_source:
 def _validate(data: dict[str, Any], args: argparse.Namespace) -> Any:
     from cloudprovider_grpc.simulator.scenario import parse_scenario
 
-    source = str(args.scenario or args.from_dump or args.replay or "the cluster")
+    source = str(args.scenario or args.from_dump or args.from_snapshotz or args.replay or "the cluster")
     return parse_scenario(data, source)
 
 
