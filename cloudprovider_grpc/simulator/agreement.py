@@ -134,21 +134,28 @@ class CAAccount:
 
     decisions: list[CADecision]
     source: str
+    #: CA's target size per group over time, from its status ConfigMap (`status_targets`)
+    targets: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, recording: Any, groups: dict[str, str | None], ca_log: Path | None) -> CAAccount | None:
         from cloudprovider_grpc.simulator.scenario import ScenarioError
 
+        targets = recording.ca_targets()
         if ca_log is not None:
             try:
                 text = ca_log.read_text(encoding="utf-8", errors="replace")
             except OSError as exc:
                 raise ScenarioError(f"--ca-log {ca_log}: cannot read: {exc.strerror}") from None
-            return cls(recording.ca_decisions(groups, text), f"cluster-autoscaler's log {ca_log.name}")
+            source = f"cluster-autoscaler's log {ca_log.name}"
+            return cls(recording.ca_decisions(groups, text), source, targets)
         if not recording.has_ca_account():
             return None
-        return cls(recording.ca_decisions(groups), "cluster-autoscaler's Events in the recording")
+        return cls(recording.ca_decisions(groups), "cluster-autoscaler's Events in the recording", targets)
 
     def against(self, report: Any, window: float) -> dict[str, Any]:
         """The agreement of a run's decisions with CA's, as report.json holds it."""
-        return agree(self.decisions, report.decisions, window, self.source).to_dict()
+        out = agree(self.decisions, report.decisions, window, self.source).to_dict()
+        if self.targets:
+            out["ca_targets"] = self.targets
+        return out

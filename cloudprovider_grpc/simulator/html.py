@@ -97,7 +97,9 @@ def render(data: dict[str, Any]) -> str:
     )
     view = {k: data.get(k) for k in ("timeline", "decisions", "start_time")}
     # the real cluster-autoscaler's decisions, drawn on the same panels (a replay with its account)
-    view["ca_decisions"] = [r["ca"] for r in (data.get("agreement") or {}).get("rows", []) if r.get("ca")]
+    agreement = data.get("agreement") or {}
+    view["ca_decisions"] = [r["ca"] for r in agreement.get("rows", []) if r.get("ca")]
+    view["ca_targets"] = agreement.get("ca_targets", [])
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{title}</title><style>{_asset('report_page.css')}</style></head><body>"

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc.simulator.ca_account import CADecision, from_events, from_klog
+from cloudprovider_grpc.simulator.ca_account import CADecision, from_events, from_klog, status_targets
 from cloudprovider_grpc.simulator.client import CAClient, RpcError
 from cloudprovider_grpc.simulator.cluster_objects import ObjectConverter, SnapshotError, label_name, meta_of
 from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Log, LogError, read
@@ -219,6 +219,10 @@ class Recording:
         """Whether the recorder watched CA's Events (a recording from before it did, or without
         the RBAC to list Events, has no account of CA's own)."""
         return "Event" in self.log.header.kinds
+
+    def ca_targets(self) -> list[dict[str, Any]]:
+        """CA's target size per node group over the recording, from its status ConfigMap."""
+        return status_targets(self.log.records, self.log.header.started)
 
     def ca_decisions(self, groups: Mapping[str, str | None], ca_log: str | None = None) -> list[CADecision]:
         """CA's decisions over the recording: from `ca_log` (CA's klog output) when given, else

@@ -222,7 +222,9 @@ def agreement_table(data: Mapping[str, Any]) -> str:
     return (
         '<h2 id="agreement-heading">agreement with cluster-autoscaler</h2>'
         f'<p class="agreement">{html.escape(str(a.get("line", "")))}; CA\'s decisions read from '
-        f"{html.escape(str(a.get('source', '')))}, drawn as hollow markers on the panels above</p>"
+        f"{html.escape(str(a.get('source', '')))}, drawn as hollow markers on the panels above"
+        + (", with CA's target size from its status ConfigMap as a solid line" if a.get("ca_targets") else "")
+        + "</p>"
         '<table id="agreement" class="decisions"><thead><tr>'
         + "".join(f"<th>{html.escape(h)}</th>" for h in head)
         + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"

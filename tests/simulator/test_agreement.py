@@ -87,6 +87,20 @@ def _recording(directory: Path, with_events: bool = True) -> Path:
                 "object": "ConfigMap/kube-system/cluster-autoscaler-status",
             }
         )
+    if with_events:  # CA's status ConfigMap (YAML, as since 1.30) after its scale-up
+        status = "time: 2026-11-28 03:00:05.300000000 +0000 UTC\nautoscalerStatus: Running\nnodeGroups:\n"
+        status += "- name: general\n  health:\n    status: Healthy\n    cloudProviderTarget: 2\n"
+        w.write(
+            {
+                "t": 5.4,
+                "op": "update",
+                "kind": "CAStatus",
+                "ns": "kube-system",
+                "name": "s",
+                "uid": "s",
+                "status": status,
+            }
+        )
     w.close(20.0, "duration")
     return directory
 
@@ -122,6 +136,8 @@ def test_a_replay_shows_its_agreement_with_the_events_ca_emitted(tmp_path: Path,
     page = (out / "report.html").read_text()
     assert 'id="agreement"' in page and page.count('data-outcome="matched"') == 3
     assert '"ca_decisions":[' in page  # drawn on the panels by the page's script
+    targets = json.loads((out / "report.json").read_text())["agreement"]["ca_targets"]
+    assert targets == [{"t": 5.3, "targets": {"general": 2}}]
 
 
 def test_a_longer_unneeded_time_shows_the_removals_late(tmp_path: Path, capsys) -> None:
