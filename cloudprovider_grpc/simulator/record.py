@@ -9,7 +9,9 @@ a `relist` marker: no change is lost, and none is written twice. Other errors (a
 connection, an apiserver restart) resume the watch from the last version seen after a short pause.
 
 Only what a replay uses is written (see `eventlog`): replica counts and templates of
-controllers, Jobs starting and finishing, bare pods, DaemonSets, PDBs, nodes coming and going.
+controllers, Jobs starting and finishing, bare pods, DaemonSets, PDBs, nodes coming and going, and
+cluster-autoscaler's own account: its Events and its status ConfigMap (listed with field
+selectors, so only CA's; a recorder refused them records without, with a warning).
 Each object's last written state is kept, so an update that changes nothing replayed (a status
 heartbeat, a pod of a Deployment turning Ready) writes nothing.
 
