@@ -16,11 +16,13 @@ Each object's last written state is kept, so an update that changes nothing repl
 heartbeat, a pod of a Deployment turning Ready) writes nothing.
 
 The recording stops after `--for` or on SIGINT/SIGTERM; either way the log gets its `end` line
-and is closed, and the watch threads (daemons) are abandoned mid-request.
+and is closed, the watches' sockets are shut and their threads joined (for a few seconds at most:
+they are daemons).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -47,6 +49,8 @@ CA_STATUS_CONFIGMAP = "cluster-autoscaler-status"
 WATCH_SECONDS = 60
 #: pause before watching again after an error other than 410 Gone
 RETRY_SECONDS = 2.0
+#: how long `stop()` waits for the watch threads (one still connecting finishes its request)
+STOP_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -268,6 +272,8 @@ class Recorder:
         self.versions: dict[str, str | None] = {}
         self.relists: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
+        self._streams: dict[str, Any] = {}  # kind -> the watch response streaming now
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ listing
     def _call(self, kind: Kind) -> Callable[..., Any]:
@@ -337,10 +343,19 @@ class Recorder:
         return round(self.clock() - self.t0, 3)
 
     def stop(self, reason: str) -> None:
-        """End the log (idempotent): its `end` line, then close. The watches stop on their own."""
+        """End the log (idempotent): its `end` line, then close; then end the watches (their
+        sockets shut) and wait a little for their threads."""
         self.stopped.set()
         if self.writer is not None:
             self.writer.close(self.now(), reason)
+        with self._lock:
+            streams = list(self._streams.values())
+        for resp in streams:
+            with contextlib.suppress(Exception):  # already closed by its thread
+                resp.shutdown()
+        deadline = time.monotonic() + STOP_SECONDS
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def run(self, duration: float | None, on_signal: bool = True) -> str:
         """Record until `duration` seconds pass or SIGINT/SIGTERM (`on_signal`, main thread only);
@@ -378,9 +393,13 @@ class Recorder:
 
     def watch_once(self, kind: Kind) -> None:
         """One round of a kind's watch thread: list again if the version is gone, then one watch
-        request, until the server ends it (`watch_seconds`), `410 Gone`, an error, or stop."""
-        from kubernetes import watch
+        request, until the server ends it (`watch_seconds`), `410 Gone`, an error, or stop.
+
+        The request's response is kept while it streams, so that `stop()` can shut its socket and
+        the thread ends at once instead of being abandoned mid-request (a process exiting under
+        a thread inside a TLS connection can abort)."""
         from kubernetes.client.exceptions import ApiException
+        from kubernetes.watch.watch import iter_resp_lines
 
         if self.versions.get(kind.name) is None:
             try:
@@ -390,20 +409,27 @@ class Recorder:
                     log.warning("listing %s failed, retrying: %s", kind.name, getattr(exc, "reason", exc))
                     self.stopped.wait(RETRY_SECONDS)
                 return
-        w = watch.Watch()
+        resp = None
         try:
-            for event in w.stream(
-                self._call(kind),
+            resp = self._call(kind)(
+                watch=True,
+                _preload_content=False,
                 resource_version=self.versions[kind.name],
                 allow_watch_bookmarks=True,
-                **self._selector(kind),
                 timeout_seconds=self.watch_seconds,
                 _request_timeout=self.watch_seconds + 10,
-            ):
+                **self._selector(kind),
+            )
+            with self._lock:
+                self._streams[kind.name] = resp
+            if self.stopped.is_set():  # stopped while connecting: stop() did not see this one
+                return
+            for line in iter_resp_lines(resp):
                 if self.stopped.is_set():
-                    w.stop()
                     break
-                self.on_event(kind, event["type"], event["raw_object"])
+                if line:
+                    event = json.loads(line)
+                    self.on_event(kind, str(event.get("type")), event.get("object") or {})
         except ApiException as exc:
             if exc.status == 410:
                 # the version is older than the apiserver's watch window: list again
@@ -416,6 +442,11 @@ class Recorder:
             if not self.stopped.is_set():
                 log.warning("watching %s interrupted, resuming: %s", kind.name, exc)
                 self.stopped.wait(RETRY_SECONDS)
+        finally:
+            if resp is not None:
+                with self._lock:
+                    self._streams.pop(kind.name, None)
+                resp.close()
 
     def on_event(self, kind: Kind, type_: str, obj: Mapping[str, Any]) -> None:
         """One watch event: remember its resourceVersion, write the change it makes, if any."""
