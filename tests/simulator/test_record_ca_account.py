@@ -227,3 +227,47 @@ def test_an_unverified_tls_connection_is_said_once(control_plane, tmp_path: Path
     assert "InsecureRequestWarning" not in done.stderr
     said = [line for line in done.stderr.splitlines() if "TLS verification" in line]
     assert len(said) == 1 and control_plane.url in said[0], done.stderr
+
+
+def test_without_rbac_for_events_the_recording_is_made_without_cas_account(
+    control_plane, tmp_path: Path
+) -> None:
+    """An identity that may read the cluster but not its Events: one warning, and a recording whose
+    header says CA's account is not in it (its replay shows no agreement)."""
+    plane = control_plane
+    ns = plane.namespace("norbac")
+    kubeconfig = plane.token_kubeconfig(ns, "recorder")
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"{ns}-reader"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes", "pods", "configmaps"], "verbs": ["list", "watch"]},
+            {
+                "apiGroups": ["apps"],
+                "resources": ["deployments", "replicasets", "statefulsets", "daemonsets"],
+                "verbs": ["list", "watch"],
+            },
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list"]},
+        ],
+    }
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(role))
+    plane.kubectl(
+        "create",
+        "clusterrolebinding",
+        f"{ns}-reader",
+        f"--clusterrole={ns}-reader",
+        f"--serviceaccount={ns}:recorder",
+    )
+    rec = tmp_path / "rec"
+    cmd = [sys.executable, "-m", "cloudprovider_grpc", "simulate", "--record", str(rec), "--from-cluster"]
+    done = subprocess.run(
+        [*cmd, "--kubeconfig", str(kubeconfig), "--for", "1s"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "cannot list Event" in line]
+    assert len(warned) == 1 and "403" in warned[0] and "cluster-autoscaler's Events" in warned[0], done.stderr
+    kinds = read(rec).header.kinds
+    assert "Event" not in kinds and "CAStatus" in kinds and "Deployment" in kinds
