@@ -15,7 +15,10 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cloudprovider_grpc.simulator.agreement import CAAccount
 
 EPILOG = """\
 examples:
@@ -45,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="the output of `kubectl get nodes,pods,daemonsets,pdb,priorityclasses,configmaps -A -o json`",
+    )
+    src.add_argument(
+        "--from-snapshotz",
+        type=Path,
+        metavar="FILE",
+        help="cluster-autoscaler's debugging snapshot (the JSON it serves at /snapshotz with "
+        "--debugging-snapshot-enabled): its nodes, their pods and the pods it held unscheduled",
     )
     src.add_argument("--from-cluster", action="store_true", help="read the same objects from a live cluster")
     src.add_argument(
@@ -178,11 +188,14 @@ def run_cli(args: argparse.Namespace) -> int:
 
         return record(args, _fail)
     sources = [args.scenario is not None, args.from_dump is not None, bool(args.from_cluster)]
-    sources.append(args.replay is not None)
+    sources += [args.replay is not None, args.from_snapshotz is not None]
     if sum(sources) != 1:
-        return _fail("give one of SCENARIO.yaml, --from-dump FILE, --from-cluster and --replay DIR")
+        return _fail("give one of SCENARIO.yaml, --from-dump, --from-snapshotz, --from-cluster and --replay")
+    problem = out_problem(args.out)
+    if problem:
+        return _fail(problem)
     try:
-        data, notes, twin = _base(args)
+        data, notes, twin, account = _base(args)
         from cloudprovider_grpc.simulator import whatif
 
         whatif.apply(data, scales=args.scale, add=args.add_workload, drain=args.drain_group, sets=args.set)
@@ -204,13 +217,21 @@ def run_cli(args: argparse.Namespace) -> int:
 
     try:
         if variants:
-            return _compare(args, variants, notes, server, provider)
+            return _compare(args, variants, notes, server, provider, account)
         from cloudprovider_grpc.simulator.runner import run
 
         echo = None if args.quiet else (lambda line: print(line, flush=True))
         report = run(
-            scenario, server=server, seed=args.seed, provider=provider, emulate=args.emulate, echo=echo
+            scenario,
+            server=server,
+            seed=args.seed,
+            provider=provider,
+            emulate=args.emulate,
+            echo=echo,
+            pace=False if args.no_pace else None,
         )
+    except ScenarioError as exc:  # found once the node groups are known, e.g. a --drain-group
+        return _fail(str(exc))
     except ConfigError as exc:
         backend = provider or scenario.provider
         hint = ""
@@ -223,10 +244,14 @@ def run_cli(args: argparse.Namespace) -> int:
     except ExecutorError as exc:
         return _fail(str(exc), 1)
     report.notes = [*notes, *report.notes]
+    if account is not None:
+        report.agreement = account.against(report, scenario.autoscaler.scan_interval)
     for note in report.write(args.out):
         print(note)
     for note in report.notes:
         print(f"note: {note}")
+    if report.agreement is not None:
+        print(report.agreement["line"])
     s = report.summary
     cost = f", estimated cost {_money(report.cost)}" if report.cost else ", cost unavailable (no pricing)"
     print(
@@ -236,15 +261,36 @@ def run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def out_problem(out: Path) -> str:
+    """Why the reports could not be written into `out`, or "": checked (by creating it and a
+    probe file) before a simulation that may run for minutes, not after."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: exists and is not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        return f"--out {out}: cannot write there: {exc.strerror or exc}"
+    return ""
+
+
 def _money(cost: dict[str, Any]) -> str:
     return f"{cost['total']:.2f} {cost.get('unit', '')}".rstrip()
 
 
-def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
-    """The scenario mapping before edits, the notes about it, and whether it is a `sim` twin."""
+def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool, CAAccount | None]:
+    """The scenario mapping before edits, the notes about it, whether it is a `sim` twin, and
+    what the real cluster-autoscaler decided meanwhile (a replay whose recording or `--ca-log`
+    holds it)."""
     import yaml
 
     from cloudprovider_grpc.simulator.scenario import ScenarioError
+
+    if args.ca_log is not None and args.replay is None:
+        raise ScenarioError("--ca-log FILE goes with --replay DIR (the recording it is aligned to)")
 
     if args.scenario is not None:
         try:
@@ -262,15 +308,21 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
 
             options, notes = parse_flags(read_flag_text(args.autoscaler_flags))
             data.setdefault("autoscaler", {}).update(options)
-            return data, notes, False
-        return data, [], False
+            return data, notes, False, None
+        return data, [], False, None
     from cloudprovider_grpc.simulator.flags import read_flag_text
     from cloudprovider_grpc.simulator.snapshot import build_scenario, load_dump, read_cluster
 
     if args.server is None and args.provider is None:
         raise ScenarioError("a cluster snapshot needs its node groups: give --server or --provider")
     recording = None
-    if args.replay is not None:
+    templates: list[str] = []
+    dump_notes: list[str] = []
+    if args.from_snapshotz is not None:
+        from cloudprovider_grpc.simulator.snapshotz import load_snapshotz
+
+        objects, dump_notes, templates = load_snapshotz(args.from_snapshotz)
+    elif args.replay is not None:
         from cloudprovider_grpc.simulator.replay import load_recording
 
         recording = load_recording(args.replay)
@@ -303,9 +355,21 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool]:
                 duration=args.duration or "2h",
                 flags=flags,
             )
+        snap.notes = [*dump_notes, *snap.notes]
+        missing = sorted(set(templates) - {g.id for g in client.node_groups()})
+        if missing:
+            snap.notes.append(
+                f"cluster-autoscaler's snapshot has template nodes for group(s) the node groups here "
+                f"lack: {', '.join(missing)}"
+            )
+        account = None
+        if recording is not None:
+            from cloudprovider_grpc.simulator import agreement
+
+            account = agreement.CAAccount.of(recording, snap.groups_of_nodes, args.ca_log)
     if cloud and args.server is None:
         snap.scenario["cloud"] = cloud
-    return snap.scenario, snap.notes, args.server is not None
+    return snap.scenario, snap.notes, args.server is not None, account
 
 
 class group_source:
@@ -345,7 +409,7 @@ class group_source:
 def _validate(data: dict[str, Any], args: argparse.Namespace) -> Any:
     from cloudprovider_grpc.simulator.scenario import parse_scenario
 
-    source = str(args.scenario or args.from_dump or args.replay or "the cluster")
+    source = str(args.scenario or args.from_dump or args.from_snapshotz or args.replay or "the cluster")
     return parse_scenario(data, source)
 
 
@@ -414,14 +478,19 @@ def _compare(
     notes: list[str],
     server: str | None,
     provider: str | None,
+    account: CAAccount | None,
 ) -> int:
     from cloudprovider_grpc.simulator.compare import Job, run_jobs, table
+    from cloudprovider_grpc.simulator.scenario import parse_scenario
 
     if server is not None:
         return _fail("--compare runs in-process backends only (a running server holds one cluster)")
     jobs = [Job(name, data, args.seed, provider, args.emulate, notes) for name, data in variants]
     results = run_jobs(jobs, args.executor, args.workers)
     args.out.mkdir(parents=True, exist_ok=True)
+    for (_, data), result in zip(variants, results, strict=True):
+        if account is not None:
+            result.agreement = account.against(result, parse_scenario(data).autoscaler.scan_interval)
     for job, result in zip(jobs, results, strict=True):
         for note in result.write(args.out / job.name):
             print(note)
@@ -430,4 +499,6 @@ def _compare(
     for note in compare_report.write(args.out, [j.name for j in jobs], results):
         print(note)
     print(table(jobs, results))
+    if results and results[0].agreement is not None:  # the baseline's: what every variant reads against
+        print(f"baseline {results[0].agreement['line']}")
     return 0

@@ -109,13 +109,21 @@ COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
 ]
 
 
+def _matched(r: Report) -> str:
+    a = r.agreement
+    return f"{a['counts']['matched']}/{a['ca_decisions']}" if a else "n/a"
+
+
 def table(jobs: Sequence[Job], reports: Sequence[Report]) -> str:
     """The comparison as a plain-text table, one row per variant."""
     units = sorted({str(r.cost.get("unit", "")) for r in reports if r.cost})
-    header = ["variant", *(name for name, _ in COLUMNS)]
+    columns = list(COLUMNS)
+    if any(r.agreement for r in reports):  # a replay with CA's own account
+        columns.append(("matched CA", _matched))
+    header = ["variant", *(name for name, _ in columns)]
     if units:  # the cost's unit once, in its heading
         header[2] = f"cost ({', '.join(units)})"
-    rows = [[j.name, *(f(r) for _, f in COLUMNS)] for j, r in zip(jobs, reports, strict=True)]
+    rows = [[j.name, *(f(r) for _, f in columns)] for j, r in zip(jobs, reports, strict=True)]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
 
     def line(cells: list[str]) -> str:

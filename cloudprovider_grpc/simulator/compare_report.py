@@ -181,13 +181,19 @@ def render(names: Sequence[str], reports: Sequence[Report]) -> str:
         "max", "max pending pods", "scale-ups (+nodes)", "scale-downs", "failed scale-ups",
     ]  # fmt: skip
     body = []
-    for name, f in zip(names, rows, strict=True):
+    # over a recording with CA's own account: how each variant agrees with what CA really did
+    agreed = any(r.agreement for r in reports)
+    if agreed:
+        head.append("matched CA's decisions")
+    for name, f, r in zip(names, rows, reports, strict=True):
         cells = [
             name, f["final_nodes"], f["peak_nodes"], f"{f['node_hours']:.2f}",
             "n/a" if f["cost"] is None else f"{f['cost']:.2f}", _fmt_s(f["pending_p50_s"]),
             _fmt_s(f["pending_p99_s"]), _fmt_s(f["pending_max_s"]), f["max_pending_pods"],
             f"{f['scale_ups']} (+{f['nodes_added']})", f["scale_downs"], f["failed_scale_ups"],
         ]  # fmt: skip
+        if agreed:
+            cells.append(_matched(r.agreement))
         cls = ' class="baseline"' if name == BASELINE else ""
         body.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     first = reports[0]
@@ -202,11 +208,22 @@ def render(names: Sequence[str], reports: Sequence[Report]) -> str:
         f'<div class="sub">{sub}</div><table id="variants"><thead><tr>'
         + "".join(f"<th>{html.escape(h)}</th>" for h in head)
         + f"</tr></thead><tbody>{''.join(body)}</tbody></table>"
-        "<h2>nodes in the cluster over time</h2>"
+        + (
+            f'<p class="agreement">{html.escape(BASELINE)}: {html.escape(first.agreement["line"])}</p>'
+            if first.agreement
+            else ""
+        )
+        + "<h2>nodes in the cluster over time</h2>"
         + _chart(names, reports)
         + _diff_section(names, reports)
         + "</body></html>\n"
     )
+
+
+def _matched(agreement: dict[str, Any] | None) -> str:
+    if not agreement:
+        return "n/a"
+    return f"{agreement['counts']['matched']} of {agreement['ca_decisions']}"
 
 
 def write(out: Path, names: Sequence[str], reports: Sequence[Report]) -> list[str]:

@@ -34,7 +34,12 @@ Fields per kind:
 | Pod (no controller, or one not watched) | `template` (labels, annotations, spec), `done`, `owner` |
 | DaemonSet | `template` |
 | PodDisruptionBudget | `spec` |
-| Node | none (nodes are recorded, not replayed) |
+| Node | `providerID`, `labels` (recorded, not replayed: they name the group of a node CA removed) |
+| Event (from `cluster-autoscaler`) | `reason`, `message`, `type`, `count`, `time`, `object` (all, always) |
+| CAStatus (CA's `cluster-autoscaler-status` ConfigMap) | `status` |
+
+Event and CAStatus are cluster-autoscaler's own account (ca_account.py); a log whose header lists
+neither was recorded without it and replays without the agreement.
 
 A reader of a newer `version` refuses the log rather than misreading it.
 """

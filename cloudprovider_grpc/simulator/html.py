@@ -4,7 +4,9 @@ The page carries the report's timeline and decisions as JSON and draws them with
 of its own into SVG: one panel per node group (ready and unready nodes, CA's target size, min and
 max size, each decision as a marker whose tooltip gives CA's reason, back-offs as shaded spans),
 a pending-pods panel with each workload's start and end, and a summary with the cost in its unit.
-Hovering a panel shows the values at that moment. Below the panels, the same facts without a
+Hovering a panel shows the values at that moment. A replay with the real cluster-autoscaler's
+own account also shows CA's decisions on the panels (hollow markers along the top) and the
+agreement table (agreement.py). Below the panels, the same facts without a
 pointer: a table of every decision (filterable in the page) and the values at every change
 (report_tables.py).
 """
@@ -16,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc.simulator.report_tables import changes_table, decision_table
+from cloudprovider_grpc.simulator.report_tables import agreement_table, changes_table, decision_table
 
 #: decision kinds drawn as markers: kind -> (shape, colour)
 MARKS = {
@@ -94,12 +96,17 @@ def render(data: dict[str, Any]) -> str:
         f"expander {data.get('options', {}).get('expander', '')}"
     )
     view = {k: data.get(k) for k in ("timeline", "decisions", "start_time")}
+    # the real cluster-autoscaler's decisions, drawn on the same panels (a replay with its account)
+    agreement = data.get("agreement") or {}
+    view["ca_decisions"] = [r["ca"] for r in agreement.get("rows", []) if r.get("ca")]
+    view["ca_targets"] = agreement.get("ca_targets", [])
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{title}</title><style>{_asset('report_page.css')}</style></head><body>"
         f'<h1>{title}</h1><div class="sub">{sub}</div><table>{table}</table>'
         + (f'<h2>notes</h2><ul class="notes">{notes}</ul>' if notes else "")
         + f'{_LEGEND}<div id="panels"></div><div class="tip" id="tip"></div>'
+        + agreement_table(data)
         + decision_table(data)
         + changes_table(data)
         + _json_script("report-data", view)

@@ -9,16 +9,20 @@ a `relist` marker: no change is lost, and none is written twice. Other errors (a
 connection, an apiserver restart) resume the watch from the last version seen after a short pause.
 
 Only what a replay uses is written (see `eventlog`): replica counts and templates of
-controllers, Jobs starting and finishing, bare pods, DaemonSets, PDBs, nodes coming and going.
+controllers, Jobs starting and finishing, bare pods, DaemonSets, PDBs, nodes coming and going, and
+cluster-autoscaler's own account: its Events and its status ConfigMap (listed with field
+selectors, so only CA's; a recorder refused them records without, with a warning).
 Each object's last written state is kept, so an update that changes nothing replayed (a status
 heartbeat, a pod of a Deployment turning Ready) writes nothing.
 
 The recording stops after `--for` or on SIGINT/SIGTERM; either way the log gets its `end` line
-and is closed, and the watch threads (daemons) are abandoned mid-request.
+and is closed, the watches' sockets are shut and their threads joined (for a few seconds at most:
+they are daemons).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -37,10 +41,16 @@ from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Header, Writer
 
 log = logging.getLogger(__name__)
 
+#: the component CA's Events name as their source (cluster-autoscaler/main.go's event recorder)
+CA_COMPONENT = "cluster-autoscaler"
+#: CA's status ConfigMap (clusterstate/utils/status.go at cluster-autoscaler-1.36.1, data key "status")
+CA_STATUS_CONFIGMAP = "cluster-autoscaler-status"
 #: server-side timeout of one watch request; the thread then watches again from where it was
 WATCH_SECONDS = 60
 #: pause before watching again after an error other than 410 Gone
 RETRY_SECONDS = 2.0
+#: how long `stop()` waits for the watch threads (one still connecting finishes its request)
+STOP_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,14 @@ class Kind:
     api: str
     method: str
     watched: bool = True
+    #: a field selector for the list and the watch (e.g. only CA's own Events)
+    selector: str = ""
+    #: in snapshot.json (CA's account is not part of the cluster it starts from)
+    in_snapshot: bool = True
+    #: a kind the recorder may be refused (no RBAC for Events): recorded without it, with a warning
+    optional: bool = False
+    #: an update carries every field, not only the changed ones (an Event's repeat is read alone)
+    whole: bool = False
 
 
 #: every kind read, in listing order; `watched` ones are also watched (the rest: snapshot only)
@@ -65,6 +83,27 @@ KINDS = (
     Kind("PodDisruptionBudget", "policy/v1", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
     Kind("PriorityClass", "scheduling.k8s.io/v1", "SchedulingV1Api", "list_priority_class", False),
     Kind("ConfigMap", "v1", "CoreV1Api", "list_config_map_for_all_namespaces", False),
+    # CA's own account of its decisions (see ca_account.py): the Events it emits, and its status
+    # ConfigMap (CA's --status-config-map-name default, in CA's namespace)
+    Kind(
+        "Event",
+        "v1",
+        "CoreV1Api",
+        "list_event_for_all_namespaces",
+        selector=f"source={CA_COMPONENT}",
+        in_snapshot=False,
+        optional=True,
+        whole=True,
+    ),
+    Kind(
+        "CAStatus",
+        "v1",
+        "CoreV1Api",
+        "list_config_map_for_all_namespaces",
+        selector=f"metadata.name={CA_STATUS_CONFIGMAP}",
+        in_snapshot=False,
+        optional=True,
+    ),
 )
 
 
@@ -137,8 +176,41 @@ def compact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     if kind == "PodDisruptionBudget":
         return {"spec": dict(spec)}
     if kind == "Node":
-        return {}
+        # what maps a node CA removes to its node group (NodeGroupForNode) when the replay reads
+        # CA's account; nothing of a node is replayed
+        out: dict[str, Any] = {}
+        if spec.get("providerID"):
+            out["providerID"] = str(spec["providerID"])
+        if meta.get("labels"):
+            out["labels"] = dict(meta["labels"])
+        return out
+    if kind == "Event":
+        return _event_fields(obj)
+    if kind == "CAStatus":
+        return {"status": str((obj.get("data") or {}).get("status") or "")}
     return None
+
+
+def _event_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An Event's reason, message and time (its newest), and how many times it happened (the
+    apiserver's event aggregation counts repeats of one message on one object)."""
+    series = obj.get("series") or {}
+    when = (
+        series.get("lastObservedTime")
+        or obj.get("lastTimestamp")
+        or obj.get("eventTime")
+        or obj.get("firstTimestamp")
+        or meta_of(obj).get("creationTimestamp")
+    )
+    involved = obj.get("involvedObject") or {}
+    return {
+        "reason": str(obj.get("reason") or ""),
+        "message": str(obj.get("message") or ""),
+        "type": str(obj.get("type") or ""),
+        "count": int(series.get("count") or obj.get("count") or 1),
+        "time": str(when or ""),
+        "object": f"{involved.get('kind', '')}/{involved.get('namespace', '')}/{involved.get('name', '')}",
+    }
 
 
 def _digest(value: Any) -> str:
@@ -200,6 +272,8 @@ class Recorder:
         self.versions: dict[str, str | None] = {}
         self.relists: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
+        self._streams: dict[str, Any] = {}  # kind -> the watch response streaming now
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ listing
     def _call(self, kind: Kind) -> Callable[..., Any]:
@@ -209,10 +283,14 @@ class Recorder:
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` (as the API serializes it) and the list's resourceVersion."""
-        resp = self._call(kind)(_preload_content=False)
+        resp = self._call(kind)(_preload_content=False, **self._selector(kind))
         data = json.loads(resp.data)
         items = [_strip(i, kind) for i in data.get("items") or []]
         return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    @staticmethod
+    def _selector(kind: Kind) -> dict[str, Any]:
+        return {"field_selector": kind.selector} if kind.selector else {}
 
     # ------------------------------------------------------------------ start/stop
     def start(self, threads: bool = True) -> None:
@@ -223,14 +301,26 @@ class Recorder:
         self.t0 = self.clock()
         started = datetime.now(UTC)
         objects: list[dict[str, Any]] = []
+        kinds = []
         for kind in KINDS:
             try:
                 items, rv = self.list(kind)
             except ApiException as exc:
+                if kind.optional and exc.status in (401, 403, 404):
+                    log.warning(
+                        "cannot list %s (%s %s): recording without cluster-autoscaler's %s",
+                        kind.name,
+                        exc.status,
+                        exc.reason,
+                        "Events" if kind.name == "Event" else "status ConfigMap",
+                    )
+                    continue
                 raise SnapshotError(f"cannot list {kind.name}: {exc.status} {exc.reason}") from None
             except Exception as exc:  # urllib3 errors: one line, no traceback
                 raise SnapshotError(f"cannot list {kind.name}: {exc}") from None
-            objects.extend(items)
+            kinds.append(kind)
+            if kind.in_snapshot:
+                objects.extend(items)
             if kind.watched:
                 self.versions[kind.name] = rv
                 self.known[kind.name] = {}
@@ -241,9 +331,9 @@ class Recorder:
         self.directory.mkdir(parents=True, exist_ok=True)
         snapshot = {"apiVersion": "v1", "kind": "List", "items": objects}
         (self.directory / SNAPSHOT).write_text(json.dumps(snapshot, separators=(",", ":")), encoding="utf-8")
-        watched = [k.name for k in KINDS if k.watched]
+        watched = [k.name for k in kinds if k.watched]
         self.writer = Writer(self.directory, Header(started, watched))
-        for kind in KINDS if threads else ():
+        for kind in kinds if threads else ():
             if kind.watched:
                 t = threading.Thread(target=self._watch, args=(kind,), name=f"watch-{kind.name}", daemon=True)
                 self._threads.append(t)
@@ -253,10 +343,19 @@ class Recorder:
         return round(self.clock() - self.t0, 3)
 
     def stop(self, reason: str) -> None:
-        """End the log (idempotent): its `end` line, then close. The watches stop on their own."""
+        """End the log (idempotent): its `end` line, then close; then end the watches (their
+        sockets shut) and wait a little for their threads."""
         self.stopped.set()
         if self.writer is not None:
             self.writer.close(self.now(), reason)
+        with self._lock:
+            streams = list(self._streams.values())
+        for resp in streams:
+            with contextlib.suppress(Exception):  # already closed by its thread
+                resp.shutdown()
+        deadline = time.monotonic() + STOP_SECONDS
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def run(self, duration: float | None, on_signal: bool = True) -> str:
         """Record until `duration` seconds pass or SIGINT/SIGTERM (`on_signal`, main thread only);
@@ -294,9 +393,13 @@ class Recorder:
 
     def watch_once(self, kind: Kind) -> None:
         """One round of a kind's watch thread: list again if the version is gone, then one watch
-        request, until the server ends it (`watch_seconds`), `410 Gone`, an error, or stop."""
-        from kubernetes import watch
+        request, until the server ends it (`watch_seconds`), `410 Gone`, an error, or stop.
+
+        The request's response is kept while it streams, so that `stop()` can shut its socket and
+        the thread ends at once instead of being abandoned mid-request (a process exiting under
+        a thread inside a TLS connection can abort)."""
         from kubernetes.client.exceptions import ApiException
+        from kubernetes.watch.watch import iter_resp_lines
 
         if self.versions.get(kind.name) is None:
             try:
@@ -306,19 +409,27 @@ class Recorder:
                     log.warning("listing %s failed, retrying: %s", kind.name, getattr(exc, "reason", exc))
                     self.stopped.wait(RETRY_SECONDS)
                 return
-        w = watch.Watch()
+        resp = None
         try:
-            for event in w.stream(
-                self._call(kind),
+            resp = self._call(kind)(
+                watch=True,
+                _preload_content=False,
                 resource_version=self.versions[kind.name],
                 allow_watch_bookmarks=True,
                 timeout_seconds=self.watch_seconds,
                 _request_timeout=self.watch_seconds + 10,
-            ):
+                **self._selector(kind),
+            )
+            with self._lock:
+                self._streams[kind.name] = resp
+            if self.stopped.is_set():  # stopped while connecting: stop() did not see this one
+                return
+            for line in iter_resp_lines(resp):
                 if self.stopped.is_set():
-                    w.stop()
                     break
-                self.on_event(kind, event["type"], event["raw_object"])
+                if line:
+                    event = json.loads(line)
+                    self.on_event(kind, str(event.get("type")), event.get("object") or {})
         except ApiException as exc:
             if exc.status == 410:
                 # the version is older than the apiserver's watch window: list again
@@ -331,6 +442,11 @@ class Recorder:
             if not self.stopped.is_set():
                 log.warning("watching %s interrupted, resuming: %s", kind.name, exc)
                 self.stopped.wait(RETRY_SECONDS)
+        finally:
+            if resp is not None:
+                with self._lock:
+                    self._streams.pop(kind.name, None)
+                resp.close()
 
     def on_event(self, kind: Kind, type_: str, obj: Mapping[str, Any]) -> None:
         """One watch event: remember its resourceVersion, write the change it makes, if any."""
@@ -378,6 +494,8 @@ class Recorder:
                 changed["template"] = fields["template"]
             if not changed:
                 return
+            if kind.whole:
+                changed = dict(fields)
             self._write({"op": "update", **head, **changed})
         self.known[kind.name][uid] = new
 
@@ -389,6 +507,23 @@ class Recorder:
     def _write(self, record: dict[str, Any]) -> None:
         if self.writer is not None:
             self.writer.write({"t": self.now(), **record})
+
+
+def _warn_once_if_unverified(api_client: Any) -> None:
+    """With `insecure-skip-tls-verify` in the kubeconfig, say so once, and silence urllib3's
+    `InsecureRequestWarning`, which would otherwise repeat for the requests of every watch thread."""
+    import warnings
+
+    import urllib3
+
+    if api_client.configuration.verify_ssl:
+        return
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    log.warning(
+        "the kubeconfig turns TLS verification off (insecure-skip-tls-verify): the apiserver %s "
+        "is not authenticated",
+        api_client.configuration.host,
+    )
 
 
 def record_cluster(
@@ -403,6 +538,7 @@ def record_cluster(
         api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
     except Exception as exc:  # the client raises ConfigException, FileNotFoundError, ...
         raise SnapshotError(f"cannot load the kubeconfig: {exc}") from None
+    _warn_once_if_unverified(api_client)
     recorder = Recorder(api_client, directory)
     try:
         reason = recorder.run(duration)

@@ -28,11 +28,13 @@ each (the scenario's DaemonSets and budgets do not vary over time), and so does 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudprovider_grpc.simulator.client import CAClient
+from cloudprovider_grpc.simulator.ca_account import CADecision, from_events, from_klog, status_targets
+from cloudprovider_grpc.simulator.client import CAClient, RpcError
 from cloudprovider_grpc.simulator.cluster_objects import ObjectConverter, SnapshotError, label_name, meta_of
 from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Log, LogError, read
 from cloudprovider_grpc.simulator.record import compact
@@ -197,7 +199,42 @@ class Recording:
                 f"the event log ends without its end line (cut short): replayed up to {self.log.length:g}s"
             )
         snap.notes = [*snap.notes, *notes]
+        self._groups_of_added_nodes(client, snap.groups_of_nodes)
         return snap
+
+    def _groups_of_added_nodes(self, client: CAClient, groups: dict[str, str | None]) -> None:
+        """Add the node groups of the nodes that joined during the recording (NodeGroupForNode on
+        their recorded providerID and labels): CA's account names the nodes it removes."""
+        for r in self.log.records:
+            name = str(r.get("name"))
+            if r.get("kind") != "Node" or r.get("op") != "add" or name in groups:
+                continue
+            try:
+                g = client.node_group_for_node(name, str(r.get("providerID") or ""), r.get("labels") or {})
+            except RpcError:
+                g = None
+            groups[name] = g.id if g is not None else None
+
+    def has_ca_account(self) -> bool:
+        """Whether the recorder watched CA's Events (a recording from before it did, or without
+        the RBAC to list Events, has no account of CA's own)."""
+        return "Event" in self.log.header.kinds
+
+    def ca_targets(self) -> list[dict[str, Any]]:
+        """CA's target size per node group over the recording, from its status ConfigMap."""
+        return status_targets(self.log.records, self.log.header.started)
+
+    def ca_decisions(self, groups: Mapping[str, str | None], ca_log: str | None = None) -> list[CADecision]:
+        """CA's decisions over the recording: from `ca_log` (CA's klog output) when given, else
+        from the Events the recorder saw."""
+        started = self.log.header.started
+
+        def group_of(node: str) -> str:
+            return groups.get(node) or ""
+
+        if ca_log is not None:
+            return from_klog(ca_log, started, group_of)
+        return from_events(self.log.records, started, group_of)
 
 
 def _unique(name: str, ns: str, used: set[str]) -> str:

@@ -33,7 +33,15 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="simulate a recording: its snapshot, then its workload changes at their recorded times "
-        "(node groups from --provider or --server, as with --from-dump)",
+        "(node groups from --provider or --server, as with --from-dump); when the recording holds "
+        "cluster-autoscaler's Events, the report shows how the simulation agrees with them",
+    )
+    group.add_argument(
+        "--ca-log",
+        type=Path,
+        metavar="FILE",
+        help="with --replay: cluster-autoscaler's own log over the recording (its klog output, e.g. "
+        "`kubectl logs`), read for its decisions instead of its Events",
     )
 
 

@@ -46,6 +46,8 @@ class Report:
     summary: dict[str, Any] = field(default_factory=dict)
     #: what a scenario built from a cluster could not carry over, and model caveats of this run
     notes: list[str] = field(default_factory=list)
+    #: how the decisions agree with the real cluster-autoscaler's over a recording (agreement.py)
+    agreement: dict[str, Any] | None = None
 
     def of_kind(self, kind: str) -> list[Decision]:
         return [d for d in self.decisions if d.kind == kind]
@@ -64,6 +66,7 @@ class Report:
             "cost": self.cost,
             "log": self.log,
             **({"notes": self.notes} if self.notes else {}),
+            **({"agreement": self.agreement} if self.agreement is not None else {}),
         }
 
     def to_json(self) -> str:

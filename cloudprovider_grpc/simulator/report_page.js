@@ -68,6 +68,13 @@ for(const g of groups){
     const what=d.kind+(d.delta?` ${d.delta>0?"+":""}${d.delta}`:"")+(d.node?" "+d.node:"");
     m.addEventListener("mousemove",ev=>show(ev,`<b>${esc(what)}</b> at ${hmm(d.t)} (loop ${d.loop})<br>${esc(d.reason)}`));
     m.addEventListener("mouseleave",hide);}
+  {let d="",last=null;for(const s of R.ca_targets||[]){const v=s.targets[g];if(v===undefined)continue;const x=xs(Math.max(0,Math.min(s.t,end)));
+    d+=last===null?`M${x},${y(v)}`:`H${x}V${y(v)}`;last=v;}
+   if(last!==null)el("path",{d:d+`H${xs(end)}`,fill:"none",stroke:"#111","stroke-width":1.2,class:"ca-target"},svg);}
+  for(const d of R.ca_decisions||[]){if((d.group&&d.group!==g)||!MARKS[d.kind])continue;const colour=MARKS[d.kind][1];
+    const m=el("circle",{cx:xs(d.t),cy:14,r:5,fill:"none",stroke:colour,"stroke-width":2,class:"ca-decision"},svg);
+    m.addEventListener("mousemove",ev=>show(ev,`<b>cluster-autoscaler</b> at ${hmm(d.t)}<br>${esc(d.text)}`));
+    m.addEventListener("mouseleave",hide);}
 }
 {const div=document.createElement("div");div.className="panel";root.appendChild(div);
  const h=document.createElement("h2");h.textContent="pending pods, workloads starting and ending";div.appendChild(h);

@@ -188,3 +188,44 @@ def changes_table(data: Mapping[str, Any]) -> str:
         f'<table class="values"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}</tbody></table>'
         "</details>"
     )
+
+
+def _one(d: Mapping[str, Any] | None, names: Mapping[str, str]) -> tuple[str, str]:
+    """A decision of either side as (time, what) cells."""
+    if not d:
+        return "", ""
+    gid = str(d.get("group") or "")
+    what = _action(d) + (f" in {names.get(gid, gid)}" if gid else "")
+    return stamp(float(d.get("t", 0))), what
+
+
+def agreement_table(data: Mapping[str, Any]) -> str:
+    """The agreement with the real cluster-autoscaler (agreement.py): its line, then one row per
+    CA decision with the simulation's counterpart, and the simulation's extra decisions."""
+    a = data.get("agreement")
+    if not a:
+        return ""
+    names = group_names(data)
+    rows = []
+    for r in a.get("rows") or []:
+        ca_t, ca_what = _one(r.get("ca"), names)
+        sim_t, sim_what = _one(r.get("simulated"), names)
+        offset = r.get("offset")
+        by = "" if offset is None else f"{offset:+g}s"
+        cells = [r["outcome"], ca_t, ca_what, sim_t, sim_what, by]
+        rows.append(
+            f'<tr data-outcome="{html.escape(r["outcome"])}">'
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+            + "</tr>"
+        )
+    head = ["outcome", "CA's time", "CA decided", "simulated time", "the simulation decided", "offset"]
+    return (
+        '<h2 id="agreement-heading">agreement with cluster-autoscaler</h2>'
+        f'<p class="agreement">{html.escape(str(a.get("line", "")))}; CA\'s decisions read from '
+        f"{html.escape(str(a.get('source', '')))}, drawn as hollow markers on the panels above"
+        + (", with CA's target size from its status ConfigMap as a solid line" if a.get("ca_targets") else "")
+        + "</p>"
+        '<table id="agreement" class="decisions"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )

@@ -190,3 +190,24 @@ def test_the_docs_screenshots_show_the_current_pages(
         f"docs/images/{image} shows another page ({committed}); "
         "rerun with REGENERATE_DOCS_IMAGES=1 and commit the new picture"
     )
+
+
+def test_cas_own_decisions_are_drawn_beside_the_simulations(browser, tmp_path) -> None:
+    """A replay with cluster-autoscaler's account: CA's decisions as hollow markers and its target
+    size as a line on the group's panel, and the agreement table, in the rendered page."""
+    import yaml
+
+    from tests.simulator.recordings import CA_CLOUD, with_ca_account
+
+    rec = with_ca_account(tmp_path / "rec")
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(yaml.safe_dump(CA_CLOUD))
+    args = ["simulate", "--replay", str(rec), "--provider", "sim", "--cloud", str(cloud), "--duration", "40m"]
+    assert main([*args, "--quiet", "--out", str(tmp_path / "out")]) == 0
+    dom = _open(browser, tmp_path / "out" / "report.html", "--dump-dom")
+    assert _console(dom) == []
+    panel = dom.stdout.split('data-group="general"', 1)[1].split("</svg>", 1)[0]
+    assert panel.count('class="ca-decision"') == 3
+    assert panel.count('class="ca-target"') == 1
+    table = dom.stdout.split('id="agreement"', 1)[1].split("</table>", 1)[0]
+    assert table.count('data-outcome="matched"') == 3

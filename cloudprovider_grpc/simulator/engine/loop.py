@@ -26,6 +26,7 @@ from cloudprovider_grpc.simulator.engine.cluster_state import ClusterStatePhase
 from cloudprovider_grpc.simulator.engine.scale_down.phase import ScaleDownPhase
 from cloudprovider_grpc.simulator.engine.scale_up.phase import ScaleUpPhase
 from cloudprovider_grpc.simulator.report import Report
+from cloudprovider_grpc.simulator.scenario import ScenarioError
 
 _NAMED = re.compile(r"\b(?:pool|nodepool|group)\s+([^\s(),]+)")
 
@@ -92,6 +93,16 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
             self.client.cleanup()
         return self._report()
 
+    def _check_event_groups(self) -> None:
+        """A node event (a `--drain-group`) naming no node group would otherwise do nothing,
+        silently: the groups are known only once the server answered, so this runs in loop 0."""
+        unknown = sorted({ev.group for ev in self._events if ev.group} - set(self._group_ids))
+        if unknown:
+            raise ScenarioError(
+                f"node_events (--drain-group): no node group {', '.join(map(repr, unknown))} "
+                f"(node groups: {', '.join(self._group_ids) or 'none'})"
+            )
+
     def run_once(self, t: float) -> None:
         w = self.world
         w.apply_controllers(t)
@@ -104,6 +115,8 @@ class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
             return
         groups = self._override(self.client.node_groups())
         self._group_ids = [g.id for g in groups]
+        if not self._initialized:
+            self._check_event_groups()
         for g in groups:
             self._bounds[g.id] = {"min_size": g.min_size, "max_size": g.max_size}
             name = display_name(g.id, g.debug)
