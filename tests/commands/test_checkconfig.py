@@ -93,6 +93,26 @@ def test_a_revoked_credential_fails_the_check() -> None:
             c.stop()
 
 
+@pytest.mark.parametrize("name", ["alicloud", "exoscale", "spc", "vultr"])
+def test_a_nodes_spec_naming_no_group_fails_with_a_suggestion(name: str, tmp_path: Path) -> None:
+    """A typo in `--nodes` on a cloud whose groups are discovered: exit 1 with the nearest group
+    (a misspelt name) or the list of them (a name near none), each line printed once."""
+    c = CLOUDS[name][0](tmp_path)
+    try:
+        gid = next(iter(c.groups))
+        out = check(c, c.env, "--nodes", f"1:3:{gid}x")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "configuration OK" not in out.stdout
+        assert f"--nodes 1:3:{gid}x names no node group the {name} API lists" in out.stderr, out.stderr
+        assert "did you mean" in out.stderr, out.stderr
+        far = check(c, c.env, "--nodes", "1:3:zzzzzz")
+        assert far.returncode == 1 and "did you mean one of " in far.stderr, far.stderr
+        lines = [ln for ln in (far.stdout + far.stderr).splitlines() if ln.strip()]
+        assert len(lines) == len(set(lines)), lines  # no warning printed twice
+    finally:
+        c.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 # Validation before the API: every problem at once, and the key a typo meant
 

@@ -16,6 +16,7 @@ from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
+from cloudprovider_grpc.providers.driver import DriverBase
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
 from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig, load_config
 from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
@@ -96,22 +97,19 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
     return emulator
 
 
-def check_config(ctx: ProviderContext) -> list[str]:
+def check_config(ctx: ProviderContext, driver: DriverBase) -> list[str]:
     """Read-only checks against the API for `check-config`: the groups that would be managed and
     every max size beyond what the `instance` quota leaves. Returns report lines (warnings start
     with "warning:", failures with "error:"); a cloud that cannot be reached is a failure line,
-    not raised."""
-    config = load_config(ctx)
-    client = make_client(config)
-    driver = ExoscaleDriver(config, client)
+    not raised. `driver` is the one `check-config` refreshed: listing again through it logs
+    nothing it already logged."""
+    assert isinstance(driver, ExoscaleDriver)
     lines: list[str] = []
     try:
-        quota = client.get_quota("instance")
+        quota = driver.client.get_quota("instance")
         pools = driver.list_pools()
     except CloudError as err:
         return [f"error: exoscale API check failed: {err.message}"]
-    finally:
-        driver.close()
     limit, usage = quota.get("limit"), quota.get("usage")
     if not isinstance(limit, int) or not isinstance(usage, int):
         return ["error: exoscale get-quota answered no limit/usage"]
