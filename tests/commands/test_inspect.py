@@ -138,3 +138,37 @@ def test_mutual_tls(capsys: pytest.CaptureFixture[str], pki: Pki) -> None:
         assert code == inspect_cli.EXIT_USAGE and "--tls-ca" in err
         code, _, err = cli(capsys, handle, "groups", "--tls-ca", str(Path(pki.dir) / "missing.crt"))
         assert code == inspect_cli.EXIT_USAGE and "missing.crt" in err
+
+
+@pytest.mark.parametrize(("cloud", "name"), [("vultr", "general"), ("exoscale", "workers")])
+def test_a_group_is_addressed_by_the_clouds_name_as_well_as_its_id(
+    cloud: str, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Vultr and Exoscale groups are UUIDs; the pool's name (what `groups` shows in its debug
+    column and the status page next to the id) works in every command, the id still does, and a
+    name no group carries is NOT_FOUND as before."""
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
+    from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+
+    provider = build_provider(cloud, ProviderContext(emulate=True, inline_workers=True))
+    provider.refresh()
+    handle = start_server(
+        Settings(address="127.0.0.1:0", metrics_address="127.0.0.1:0", front="off"), provider=provider
+    )
+    try:
+        groups = cli_json(capsys, handle, "groups")
+        (gid,) = [g["id"] for g in groups if f" {name} " in g["debug"]]  # type: ignore[index,union-attr]
+        assert gid != name
+        before = next(g["targetSize"] for g in groups if g["id"] == gid)  # type: ignore[index,union-attr]
+        result = cli_json(capsys, handle, "scale", name, "+2")
+        assert result["targetSize"] == before + 2, result  # type: ignore[index,call-overload]
+        after = {g["id"]: g["targetSize"] for g in cli_json(capsys, handle, "groups")}  # type: ignore[union-attr]
+        assert after[gid] == before + 2
+        nodes = cli_json(capsys, handle, "nodes", name)
+        assert len(nodes) == before + 2  # type: ignore[arg-type]
+        assert cli_json(capsys, handle, "nodes", gid) == nodes
+        code, _, err = cli(capsys, handle, "scale", f"{name}-typo", "+1")
+        assert code == inspect_cli.EXIT_NOT_FOUND and "NOT_FOUND" in err, err
+    finally:
+        handle.stop(grace=1)
