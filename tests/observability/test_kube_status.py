@@ -95,7 +95,7 @@ def test_a_failing_scale_up_records_events_and_names_the_backoff_in_the_status_c
         pool1 = poll(backoff, 30, "the back-off of pool1 in the status ConfigMap")
         # CA's names for the same concepts (clusterstate/api/types.go), ours beside them
         assert pool1["scaleUp"]["backoffInfo"]["errorCode"] == "StockOut"
-        assert "out of stock" in pool1["scaleUp"]["backoffInfo"]["errorMessage"]
+        assert "OUT_OF_STOCK" in pool1["scaleUp"]["backoffInfo"]["errorMessage"]
         assert pool1["health"]["status"] == "Unhealthy"
         assert pool1["lastCloudError"]["code"] == "OUT_OF_STOCK"
         assert pool1["instances"]["failed"] == 1
