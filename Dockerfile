@@ -39,7 +39,7 @@ COPY cloudprovider_grpc ./cloudprovider_grpc
 # Same package spec as the README's setup command 1; tests/deploy/test_dockerfile.py keeps the two in step.
 # Dependencies are pinned to compatible ranges in pyproject.toml, which is the single place to
 # change them; `pip install` compiles the installed modules to bytecode here, at build time.
-RUN /opt/venv/bin/pip install . \
+RUN /opt/venv/bin/pip install '.[otel]' \
     && /opt/venv/bin/cloudprovider-grpc --help > /dev/null
 
 
