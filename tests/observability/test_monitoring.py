@@ -280,3 +280,20 @@ def test_kustomize_component_ships_the_same_rules_and_dashboard() -> None:
     cm = only(objects, "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["cloudprovider-grpc.json"]) == dashboard()
+
+
+@pytest.mark.integration
+def test_a_server_without_leader_election_raises_no_leader_alert() -> None:
+    """A plain `serve` exports the leader gauges (0, and NaN for the renew age, as the Metrics
+    table says); the chart without leader election ships no alert that 0 would raise."""
+    with sim_server() as handle:
+        text = scrape(handle)
+    assert "\ncloudprovider_grpc_leader 0.0\n" in text
+    assert "\ncloudprovider_grpc_leader_last_renew_age_seconds NaN\n" in text
+    single = only(
+        render_ours("prometheusRule.enabled=true", "leaderElection.enabled=false", "replicas=1"),
+        "PrometheusRule",
+    )
+    alerts = {r["alert"] for g in single["spec"]["groups"] for r in g["rules"]}
+    assert "CloudProviderGrpcNoLeader" not in alerts and "CloudProviderGrpcDown" in alerts
+    assert "CloudProviderGrpcNoLeader" in rules()
