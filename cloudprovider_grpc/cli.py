@@ -284,6 +284,9 @@ def cmd_emulate(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: done.set())
     emulator = module.build_emulator(settings.provider_context(), args.address, args.state)
     print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
+    accepts = getattr(module, "EMULATOR_CREDENTIALS", "")
+    if accepts:  # the emulator's own demo credentials, never a cloud's: the user needs them to connect
+        print(f"{args.cloud} API emulator accepts {accepts}", flush=True)
     done.wait()
     emulator.stop()
     return 0

@@ -43,7 +43,10 @@ def _scale_up(group: dict[str, Any]) -> dict[str, Any]:
     if backoff:
         return {
             "status": "Backoff",
-            "backoffInfo": {"errorCode": backoff.get("reason", ""), "errorMessage": backoff.get("message", "")},
+            "backoffInfo": {
+                "errorCode": backoff.get("reason", ""),
+                "errorMessage": backoff.get("message", ""),
+            },
             "backoffUntil": backoff.get("until", ""),
         }
     creating = group.get("instances", {}).get("creating", 0)

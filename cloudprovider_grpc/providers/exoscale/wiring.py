@@ -18,11 +18,24 @@ from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
 from cloudprovider_grpc.providers.driver import DriverBase
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
-from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig, load_config
+from cloudprovider_grpc.providers.exoscale.config import (
+    EMULATOR_KEY,
+    EMULATOR_SECRET,
+    ExoscaleConfig,
+    load_config,
+)
 from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
-__all__ = ["build_driver", "build_emulator", "check_config", "make_client"]
+__all__ = ["EMULATOR_CREDENTIALS", "build_driver", "build_emulator", "check_config", "make_client"]
+
+
+#: what the standalone emulator accepts when the environment names no key (printed at its start:
+#: a user must not read the source to learn it; these are the emulator's, never a cloud's)
+EMULATOR_CREDENTIALS = (
+    f"EXOSCALE_API_KEY={EMULATOR_KEY} EXOSCALE_API_SECRET={EMULATOR_SECRET} "
+    "(or the key and secret set in the environment)"
+)
 
 
 def make_client(
