@@ -95,6 +95,18 @@ def test_the_file_is_decoded_as_go_decodes_it(tmp_path: Path) -> None:
     assert info.value.problem == "empty cluster ID was supplied"
 
 
+def test_a_misspelt_file_key_is_named_in_the_error_it_causes(tmp_path: Path) -> None:
+    """`clusterid` for `cluster_id`: the one error line names the empty cluster id and the ignored
+    key with the key it meant, not just the first."""
+    cc = tmp_path / "cc.json"
+    cc.write_text('{"clusterid": "%s", "token": "k"}' % CLUSTER)
+    with pytest.raises(ConfigError) as info:
+        load_config(ProviderContext(cloud_config=cc))
+    line = str(info.value)
+    assert "empty cluster ID was supplied" in line
+    assert "ignoring unknown key 'clusterid'; did you mean 'cluster_id'?" in line, line
+
+
 def test_min_zero_is_reported_and_treated_as_one() -> None:
     ctx = ProviderContext(cloud_config=CLOUD_CONFIG, nodes=(NodesSpec(0, 5, "general"),))
     cfg = load_config(ctx)
