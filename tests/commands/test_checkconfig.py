@@ -152,6 +152,8 @@ def test_every_missing_input_is_reported_at_once(
         ("leader_elect:\n  lease_duraton: 15s\n", "leader_elect.lease_duraton", "lease_duration"),
         ("sim:\n  groupz: []\n", "sim.groupz", "groups"),
         ("exoscale:\n  sks-clustr: x\n", "exoscale.sks-clustr", "sks-cluster"),
+        ("alicloud:\n  remove-polcy: x\n", "alicloud.remove-polcy", "remove-policy"),
+        ("alicloud:\n  emulator:\n    pending-secnds: 1\n", "alicloud.emulator.pending-secnds", "pending-seconds"),
     ],
 )
 def test_an_unknown_key_names_the_nearest_known_one(
@@ -159,7 +161,7 @@ def test_an_unknown_key_names_the_nearest_known_one(
 ) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(yaml_text)
-    provider = yaml_text.split(":")[0] if yaml_text.startswith(("sim", "exoscale")) else "sim"
+    provider = yaml_text.split(":")[0] if yaml_text.startswith(("sim", "exoscale", "alicloud")) else "sim"
     line = invalid(capsys, "--config", str(config), "--provider", provider, "--emulate")
     assert f"{where}" in line and f"did you mean {meant!r}?" in line, line
 
