@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cloudprovider_grpc.grpcapi.memory import limit_malloc_arenas
 
@@ -314,8 +314,16 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error prints the one useful line first and a short pointer to
+    `--help`, not the whole usage of a command with thirty flags before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every flag)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cloudprovider-grpc",
         description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog=TOP_LEVEL_EPILOG,
