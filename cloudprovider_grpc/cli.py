@@ -22,6 +22,10 @@ from cloudprovider_grpc.grpcapi.memory import limit_malloc_arenas
 # before grpc is imported: its core starts threads of its own, and glibc fixes the arena limit when
 # the first of them allocates
 limit_malloc_arenas()
+# also before grpc is imported (its core reads it once): the core logs its own lines to stderr (a
+# port in use, a failed TLS handshake) beside the one line we print for the same failure;
+# GRPC_VERBOSITY=error (or debug) brings them back
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from cloudprovider_grpc import __version__  # noqa: E402
 from cloudprovider_grpc.core.errors import ConfigError  # noqa: E402

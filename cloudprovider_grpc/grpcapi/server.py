@@ -264,10 +264,17 @@ def _listen(server: grpc.Server, settings: Settings, address: str) -> int:
             port = server.add_secure_port(address, CertReloader(settings.tls).credentials())
         else:
             port = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
+    except RuntimeError:
+        # grpc's own text points at GRPC_VERBOSITY; the cause is nearly always one of these
+        raise ServerStartError(
+            f"cannot listen on {settings.address}: the port is in use or the host is not an address "
+            "of this machine (choose another with --address)"
+        ) from None
     if not port:
-        raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
+        raise ServerStartError(
+            f"cannot listen on {settings.address}: the port is in use or the host is not an address "
+            "of this machine (choose another with --address)"
+        )
     return port
 
 
