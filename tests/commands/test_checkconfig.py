@@ -153,7 +153,11 @@ def test_every_missing_input_is_reported_at_once(
         ("sim:\n  groupz: []\n", "sim.groupz", "groups"),
         ("exoscale:\n  sks-clustr: x\n", "exoscale.sks-clustr", "sks-cluster"),
         ("alicloud:\n  remove-polcy: x\n", "alicloud.remove-polcy", "remove-policy"),
-        ("alicloud:\n  emulator:\n    pending-secnds: 1\n", "alicloud.emulator.pending-secnds", "pending-seconds"),
+        (
+            "alicloud:\n  emulator:\n    pending-secnds: 1\n",
+            "alicloud.emulator.pending-secnds",
+            "pending-seconds",
+        ),
     ],
 )
 def test_an_unknown_key_names_the_nearest_known_one(

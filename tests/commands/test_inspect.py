@@ -134,6 +134,16 @@ def test_mutual_tls(capsys: pytest.CaptureFixture[str], pki: Pki) -> None:
         # without a client certificate the handshake fails: unreachable, not a server error
         code, _, err = cli(capsys, handle, "groups", "--tls-ca", str(pki.ca))
         assert code == inspect_cli.EXIT_UNREACHABLE, err
+        assert "add --tls-cert and --tls-key" in err, err
+        # plaintext against TLS: gRPC says only "Socket closed"; we say why
+        code, _, err = cli(capsys, handle, "groups")
+        assert code == inspect_cli.EXIT_UNREACHABLE and "add --tls-ca" in err, err
+        # a CA that did not sign the server's certificate
+        code, _, err = cli(capsys, handle, "groups", *tls[:1], str(pki.client_cert), *tls[2:])
+        assert code == inspect_cli.EXIT_UNREACHABLE and "not signed by --tls-ca" in err, err
+        # the certificate names localhost and 127.0.0.1, not the name asked for
+        code, _, err = cli(capsys, handle, "groups", *tls, "--tls-server-name", "other.example")
+        assert code == inspect_cli.EXIT_UNREACHABLE and "--tls-server-name" in err, err
         code, _, err = cli(capsys, handle, "groups", "--tls-cert", str(pki.client_cert))
         assert code == inspect_cli.EXIT_USAGE and "--tls-ca" in err
         code, _, err = cli(capsys, handle, "groups", "--tls-ca", str(Path(pki.dir) / "missing.crt"))

@@ -73,7 +73,7 @@ def test_status_page_for_people_and_content_negotiation() -> None:
 
 
 def test_status_page_says_when_the_data_was_fetched_and_reloads() -> None:
-    """"As of" is the last Refresh (when the cloud was listed), not when the page was drawn; the
+    """ "As of" is the last Refresh (when the cloud was listed), not when the page was drawn; the
     page reloads itself and links a reload."""
     with sim_server(_options("machines"), front="off") as handle:
         port = handle.metrics_port
