@@ -170,6 +170,17 @@ def test_an_unknown_key_names_the_nearest_known_one(
     assert f"{where}" in line and f"did you mean {meant!r}?" in line, line
 
 
+@pytest.mark.parametrize("cloud", ["alicloud", "cherry", "exoscale", "spc", "vultr"])
+def test_every_unknown_key_of_a_cloud_section_is_named_in_the_one_line(
+    cloud: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"{cloud}:\n  foo-bar: 1\n  rate-limt: 2\n")
+    line = invalid(capsys, "--config", str(config), "--provider", cloud, "--emulate")
+    assert f"{cloud}.foo-bar: unknown option" in line, line
+    assert "'rate-limt': unknown option; did you mean 'rate-limit'?" in line, line
+
+
 def test_an_unknown_key_far_from_any_lists_the_known_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
