@@ -1,5 +1,5 @@
 """Exoscale wiring: `build_driver(ctx)` for the server, `build_emulator(...)` for `emulate exoscale`,
-and `check_config(ctx)` for the read-only checks `check-config` adds (quota headroom).
+and `check_config(ctx, driver)` for the read-only checks `check-config` adds (quota headroom).
 
 `build_driver` validates everything and does no network I/O. With `ctx.emulate` the bundled API
 emulator starts on a free loopback port, seeded with the configured credentials (so the normal
