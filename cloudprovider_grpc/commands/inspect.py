@@ -335,7 +335,11 @@ def add_commands(sub: Any) -> None:
     for name, (help_text, _) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG)
         if name != "groups":
-            p.add_argument("group", metavar="GROUP", help="node group id, as `groups` lists it")
+            p.add_argument(
+                "group",
+                metavar="GROUP",
+                help="node group id, as `groups` lists it, or the cloud's name for the group",
+            )
         if name == "scale":
             p.add_argument("delta", metavar="+N|-N", help="+N adds N machines, -N lowers the target by N")
         if name == "delete":
