@@ -182,3 +182,37 @@ def test_a_group_is_addressed_by_the_clouds_name_as_well_as_its_id(
         assert code == inspect_cli.EXIT_NOT_FOUND and "NOT_FOUND" in err, err
     finally:
         handle.stop(grace=1)
+
+
+def test_a_name_two_groups_share_is_refused_and_an_id_always_wins(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two Vultr pools labelled `web`, a third whose label is the first one's id: the shared name is
+    NOT_FOUND naming both ids, and the id means its own group, never the pool labelled with it."""
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
+    from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+
+    first = "11111111-1111-4111-8111-111111111111"
+    pools = [
+        {"id": first, "label": "web", "plan": "vc2-1c-2gb"},
+        {"id": "22222222-2222-4222-8222-222222222222", "label": "web", "plan": "vc2-1c-2gb"},
+        {
+            "id": "33333333-3333-4333-8333-333333333333",
+            "label": first,
+            "plan": "vc2-1c-2gb",
+            "node_quantity": 2,
+        },
+    ]
+    provider = build_provider(
+        "vultr", ProviderContext(emulate=True, inline_workers=True, options={"emulator": {"pools": pools}})
+    )
+    provider.refresh()
+    handle = start_server(
+        Settings(address="127.0.0.1:0", metrics_address="127.0.0.1:0", front="off"), provider=provider
+    )
+    try:
+        code, _, err = cli(capsys, handle, "nodes", "web")
+        assert code == inspect_cli.EXIT_NOT_FOUND, err
+        assert first in err and "22222222-2222-4222-8222-222222222222" in err and "use the id" in err, err
+        assert len(cli_json(capsys, handle, "nodes", first)) == 1  # the first pool, not the one labelled so
+    finally:
+        handle.stop(grace=1)
