@@ -216,3 +216,20 @@ def test_a_name_two_groups_share_is_refused_and_an_id_always_wins(capsys: pytest
         assert len(cli_json(capsys, handle, "nodes", first)) == 1  # the first pool, not the one labelled so
     finally:
         handle.stop(grace=1)
+
+
+def test_a_tls_failure_is_one_line_with_its_hint_from_a_real_process(pki: Pki) -> None:
+    """The gRPC core logs a failed handshake itself (lines naming its own source files); the
+    command prints only its line, with the flag to fix."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    with sim_server(pki=pki) as handle:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cloudprovider_grpc", "groups", "--server", f"localhost:{handle.port}",
+             "--tls-ca", str(pki.ca)],
+            capture_output=True, text=True, timeout=60, check=False, env=env,
+        )  # fmt: skip
+    assert proc.returncode == inspect_cli.EXIT_UNREACHABLE
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("cloudprovider-grpc groups: localhost:") and "add --tls-cert and --tls-key" in line
