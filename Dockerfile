@@ -42,7 +42,7 @@ COPY cloudprovider_grpc ./cloudprovider_grpc
 # pip's cache is a build cache mount: a rebuild after a source change downloads nothing it already
 # has, and no cache reaches a layer.
 RUN --mount=type=cache,id=cloudprovider-grpc-pip,target=/root/.cache/pip \
-    /opt/venv/bin/pip install . \
+    /opt/venv/bin/pip install '.[otel]' \
     && /opt/venv/bin/cloudprovider-grpc --help > /dev/null
 
 

@@ -15,13 +15,17 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cloudprovider_grpc.grpcapi.memory import limit_malloc_arenas
 
 # before grpc is imported: its core starts threads of its own, and glibc fixes the arena limit when
 # the first of them allocates
 limit_malloc_arenas()
+# also before grpc is imported (its core reads it once): the core logs its own lines to stderr (a
+# port in use, a failed TLS handshake) beside the one line we print for the same failure;
+# GRPC_VERBOSITY=error (or debug) brings them back
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from cloudprovider_grpc import __version__  # noqa: E402
 from cloudprovider_grpc.core.errors import ConfigError  # noqa: E402
@@ -292,6 +296,9 @@ def cmd_emulate(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: done.set())
     emulator = module.build_emulator(settings.provider_context(), args.address, args.state)
     print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
+    accepts = getattr(module, "EMULATOR_CREDENTIALS", "")
+    if accepts:  # the emulator's own demo credentials, never a cloud's: the user needs them to connect
+        print(f"{args.cloud} API emulator accepts {accepts}", flush=True)
     done.wait()
     emulator.stop()
     return 0
@@ -319,8 +326,16 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error prints the one useful line first and a short pointer to
+    `--help`, not the whole usage of a command with thirty flags before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every flag)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cloudprovider-grpc",
         description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog=TOP_LEVEL_EPILOG,

@@ -168,3 +168,26 @@ def test_example_config_is_valid() -> None:
     out = run("check-config", "--config", "examples/sim.yaml", cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode == 0, out.stderr
     assert "3 node group(s) [web 2..20, batch-spot 0..50, gpu 0..4]" in out.stdout
+
+
+def test_a_port_in_use_is_one_line_of_ours_without_grpc_core_lines() -> None:
+    """`serve --front off` on a taken port: our one line with the fix, none of the gRPC core's own
+    log lines (which point at GRPC_VERBOSITY rather than at the port)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("GRPC_VERBOSITY",)}
+        out = subprocess.run(
+            [sys.executable, "-m", "cloudprovider_grpc", "serve", "--provider", "sim", "--front", "off",
+             "--address", f"127.0.0.1:{port}", "--metrics-address", "127.0.0.1:0"],
+            capture_output=True, text=True, timeout=60, env=env, check=False,
+        )  # fmt: skip
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert lines == [
+        f"cloudprovider-grpc: cannot listen on 127.0.0.1:{port}: the port is in use or the host is not "
+        "an address of this machine (choose another with --address)"
+    ], out.stderr

@@ -145,6 +145,12 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         assert built.is_file(), f"{page} is not in the site"
 
 
+def test_the_simulator_page_names_every_example_scenario() -> None:
+    page = (ROOT / "docs" / "simulator.md").read_text()
+    missing = [p.stem for p in (ROOT / "examples" / "scenarios").glob("*.yaml") if f"`{p.stem}`" not in page]
+    assert not missing, missing
+
+
 def test_every_page_is_in_the_navigation() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     listed = set(re.findall(r"^\s*-\s+[^:#]+:\s+(\S+\.md)\s*$", nav, re.M))

@@ -116,6 +116,20 @@ def test_gpu_label_and_gpu_types_agree(cloud: str) -> None:
         provider.stop(timeout=0)
 
 
+@pytest.mark.parametrize("cloud", ["sim", "cherry", "vultr", "exoscale", "alicloud", "spc"])
+def test_every_demo_group_starts_within_its_bounds(cloud: str) -> None:
+    """`--emulate` alone: no demo group shows a target below its min size (or above its max)."""
+    from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+
+    provider = build_provider(cloud, ProviderContext(emulate=True, inline_workers=True))
+    try:
+        provider.refresh()
+        for g in provider.node_groups():
+            assert g.min_size <= provider.target_size(g.id) <= g.max_size, (g.id, g.debug)
+    finally:
+        provider.stop(timeout=0)
+
+
 @pytest.mark.parametrize("cloud", ["vultr", "exoscale"])
 def test_groups_named_by_uuid_show_their_name_in_logs_and_metrics(
     cloud: str, caplog: pytest.LogCaptureFixture

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cloudprovider_grpc.core.errors import NotImplementedByProvider, ProviderError
+from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.core.errors import NotImplementedByProvider, ProviderError, did_you_mean
 from cloudprovider_grpc.grpcapi.template_sources import REMEDY, templateless
 from cloudprovider_grpc.providers.contract import NodeRef
+from cloudprovider_grpc.providers.driver import GroupConfig
 from cloudprovider_grpc.providers.machinery.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import backend_module, build_provider
 
@@ -69,17 +71,50 @@ def _ask_the_api(name: str, ctx: Any, provider: Any, report: Report) -> None:
     except ProviderError as exc:
         report.failures.append(f"the {name} API: {exc.message}")
         return
+    unmatched = _unmatched_specs(name, ctx, provider, report)
     listing_errors: dict[str, str] = getattr(provider, "listing_errors", dict)()
     for gid, message in listing_errors.items():
-        report.failures.append(f"node group {gid}: the {name} API: {message}")
+        if gid not in unmatched:  # already reported, with a suggestion
+            report.failures.append(f"node group {gid}: the {name} API: {message}")
     # a backend may add read-only checks of its own against its real cloud (Exoscale: max sizes
     # beyond the instance quota); lines starting with "error:" are failures
     backend_checks = getattr(backend_module(name), "check_config", None)
-    if backend_checks is not None and not ctx.emulate and not listing_errors:
-        for line in backend_checks(ctx):
+    if backend_checks is not None and not ctx.emulate and not listing_errors and not unmatched:
+        for line in backend_checks(ctx, provider.driver):
             (report.failures if line.startswith("error:") else report.lines).append(
                 line.removeprefix("error: ")
             )
+
+
+def _unmatched_specs(name: str, ctx: Any, provider: Any, report: Report) -> set[str]:
+    """Report every `--nodes` spec naming no group the cloud offers (by id or name), with the
+    nearest name or the list of them: `serve` would run, but never manage the group meant.
+    Returns the names reported."""
+    driver = getattr(provider, "driver", None)
+    if not ctx.nodes or driver is None:
+        return set()
+    try:
+        offered: list[GroupConfig] | None = driver.offered_groups()
+    except CloudError as exc:
+        report.failures.append(f"the {name} API: {exc.message}")
+        return set()
+    if offered is None:  # `--nodes` defines this cloud's groups
+        return set()
+    known = {n for g in offered for n in (g.id, g.name) if n}
+    unmatched: set[str] = set()
+    for spec in ctx.nodes:
+        if spec.name in known:
+            continue
+        unmatched.add(spec.name)
+        names = sorted({g.name or g.id for g in offered})
+        hint = did_you_mean(spec.name, known) or (
+            f"; did you mean one of {', '.join(names)}?" if names else "; the cloud offers no group at all"
+        )
+        report.failures.append(
+            f"--nodes {spec.min_size}:{spec.max_size}:{spec.name} names no node group the {name} API "
+            f"lists (by id or name){hint}"
+        )
+    return unmatched
 
 
 def _templates_and_prices(provider: Any, report: Report, price_expander: bool) -> None:

@@ -283,7 +283,10 @@ def run(args: argparse.Namespace) -> int:
     except grpc.RpcError as exc:
         code: grpc.StatusCode = exc.code()
         details: str = exc.details() or ""
-        print(f"cloudprovider-grpc {args.command}: {args.server}: {code.name}: {details}", file=sys.stderr)
+        hint = _hint(args, details) if code == grpc.StatusCode.UNAVAILABLE else ""
+        print(
+            f"cloudprovider-grpc {args.command}: {args.server}: {code.name}: {details}{hint}", file=sys.stderr
+        )
         return exit_code(code)
     if args.output == "json":
         print(json.dumps(result, indent=2, sort_keys=True))
@@ -292,12 +295,57 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: what gRPC's UNAVAILABLE details say when TLS, not the network, is the problem -> what to do
+_TLS_HINTS = (
+    (
+        "CERTIFICATE_REQUIRED",
+        "the server asks for a client certificate (mutual TLS): add --tls-cert and --tls-key",
+    ),
+    (
+        "TSI_DATA_CORRUPTED",
+        "the server asks for a client certificate (mutual TLS): add --tls-cert and --tls-key",
+    ),
+    (
+        "CERTIFICATE_VERIFY_FAILED",
+        "the server's certificate is not signed by --tls-ca: give the CA that signed it",
+    ),
+    (
+        "Hostname Verification",
+        "the server's certificate does not name the host in --server: give the name it carries with "
+        "--tls-server-name",
+    ),
+    (
+        "handshake failed",
+        "the TLS handshake failed: check --tls-ca, --tls-cert, --tls-key and --tls-server-name",
+    ),
+)
+
+
+def _hint(args: argparse.Namespace, details: str) -> str:
+    """A pointer to the flag to fix when a connection failed for TLS reasons (gRPC's text names the
+    TLS library's error, not our flags), "" when it looks like the network."""
+    if args.tls_ca is None and "Socket closed" in details:
+        return (
+            " (a server with TLS closes a plaintext connection: add --tls-ca, and --tls-cert and "
+            "--tls-key for mutual TLS)"
+        )
+    if args.tls_ca is not None:
+        for marker, hint in _TLS_HINTS:
+            if marker.lower() in details.lower():
+                return f" ({hint})"
+    return ""
+
+
 def add_commands(sub: Any) -> None:
     """Register the inspection commands on the top-level parser's subcommands."""
     for name, (help_text, _) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG)
         if name != "groups":
-            p.add_argument("group", metavar="GROUP", help="node group id, as `groups` lists it")
+            p.add_argument(
+                "group",
+                metavar="GROUP",
+                help="node group id, as `groups` lists it, or the cloud's name for the group",
+            )
         if name == "scale":
             p.add_argument("delta", metavar="+N|-N", help="+N adds N machines, -N lowers the target by N")
         if name == "delete":

@@ -42,6 +42,8 @@ def problems(
         if err["type"] == "extra_forbidden" and loc:
             known = known_keys(model, loc[:-1])
             found.append(unknown_key(where, str(loc[-1]), [*known, *(extra_keys if len(loc) == 1 else ())]))
+        elif err["type"] == "missing":
+            found.append(ConfigError(where, "required, not given"))
         else:
             found.append(ConfigError(where, err["msg"].removeprefix("Value error, ")))
     return found

@@ -273,6 +273,12 @@ def _open_public_port(
     return start_front(binary, settings, server, unary_calls(registered))
 
 
+_NOT_LISTENING = (
+    "cannot listen on {}: the port is in use or the host is not an address of this machine"
+    " (choose another with --address)"
+)
+
+
 def _listen(server: grpc.Server, settings: Settings, address: str) -> int:
     """Python serving the public port itself (no compiled front): bind it, with TLS (reloaded
     certificates) when configured; returns the bound port."""
@@ -284,9 +290,12 @@ def _listen(server: grpc.Server, settings: Settings, address: str) -> int:
             else:
                 port = server.add_insecure_port(address)
     except RuntimeError as exc:
-        raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
+        if settings.unix_socket is not None:
+            raise ServerStartError(f"cannot listen on {settings.address}: {exc}") from None
+        # grpc's own text points at GRPC_VERBOSITY; the cause is nearly always one of these
+        raise ServerStartError(_NOT_LISTENING.format(settings.address)) from None
     if not port:
-        raise ServerStartError(f"cannot listen on {settings.address}: address in use or not available")
+        raise ServerStartError(_NOT_LISTENING.format(settings.address))
     if settings.unix_socket is not None and mode is not None:
         settings.unix_socket.chmod(mode)  # exactly the mode asked, whatever umask the process had
     return port

@@ -101,13 +101,13 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     def NodeGroupTargetSize(
         self, request: pb.NodeGroupTargetSizeRequest, context: grpc.ServicerContext
     ) -> Prebuilt:
-        return self._answers.target_size(self.provider.target_size(request.id))
+        return self._answers.target_size(self.provider.target_size(self._gid(request.id)))
 
     @rpc
     def NodeGroupIncreaseSize(
         self, request: pb.NodeGroupIncreaseSizeRequest, context: grpc.ServicerContext
     ) -> pb.NodeGroupIncreaseSizeResponse:
-        self.provider.increase_size(request.id, request.delta)
+        self.provider.increase_size(self._gid(request.id), request.delta)
         return pb.NodeGroupIncreaseSizeResponse()
 
     @rpc
@@ -116,27 +116,27 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     ) -> pb.NodeGroupDeleteNodesResponse:
         if not request.nodes:
             raise InvalidArgument("nodes must name at least one node")
-        self.provider.delete_nodes(request.id, [node_ref(n) for n in request.nodes])
+        self.provider.delete_nodes(self._gid(request.id), [node_ref(n) for n in request.nodes])
         return pb.NodeGroupDeleteNodesResponse()
 
     @rpc
     def NodeGroupDecreaseTargetSize(
         self, request: pb.NodeGroupDecreaseTargetSizeRequest, context: grpc.ServicerContext
     ) -> pb.NodeGroupDecreaseTargetSizeResponse:
-        self.provider.decrease_target_size(request.id, request.delta)
+        self.provider.decrease_target_size(self._gid(request.id), request.delta)
         return pb.NodeGroupDecreaseTargetSizeResponse()
 
     @rpc
     def NodeGroupNodes(
         self, request: pb.NodeGroupNodesRequest, context: grpc.ServicerContext
     ) -> pb.NodeGroupNodesResponse:
-        return nodes_pb(self.provider.nodes(request.id))
+        return nodes_pb(self.provider.nodes(self._gid(request.id)))
 
     @rpc
     def NodeGroupTemplateNodeInfo(
         self, request: pb.NodeGroupTemplateNodeInfoRequest, context: grpc.ServicerContext
     ) -> pb.NodeGroupTemplateNodeInfoResponse:
-        raw = self._template_bytes(request.id)
+        raw = self._template_bytes(self._gid(request.id))
         # nodeInfo (legacy, CA <= 1.34.x) and nodeBytes (CA >= 1.34.2) carry the same v1.Node bytes
         return pb.NodeGroupTemplateNodeInfoResponse(nodeInfo=raw, nodeBytes=raw)
 
@@ -146,7 +146,13 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     ) -> Prebuilt:
         """Never UNIMPLEMENTED for a known group: see getoptions.py for what each CA release is
         answered and why."""
+        request.id = self._gid(request.id)
         return self._options.answer(request)
+
+    def _gid(self, ref: str) -> str:
+        """A group id from what the caller sent: CA sends ids; a person at `cloudprovider-grpc
+        scale` may type the cloud's name for the group instead (contract.resolve_group)."""
+        return self.provider.resolve_group(ref)
 
     def _template_bytes(self, group_id: str) -> bytes:
         """The encoded template node, reused while the provider's template is unchanged (answers.py)."""

@@ -67,6 +67,7 @@ SINCE_RENEW = Gauge(
     "cloudprovider_grpc_leader_last_renew_age_seconds",
     "Seconds since this replica last renewed the Lease (NaN while it is not the leader).",
 )
+SINCE_RENEW.set(float("nan"))  # a server that never leads (no --leader-elect) shows NaN, as documented
 
 #: client-go's JitterFactor for a candidate's retries (wait.JitterUntil): retry_period x [1, 1.2)
 JITTER = 0.2

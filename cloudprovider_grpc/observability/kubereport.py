@@ -2,7 +2,8 @@
 thread, never inside an RPC.
 
 - **The ConfigMap** `cloudprovider-grpc-status` in the server's namespace (beside CA's
-  `cluster-autoscaler-status`): key `status` holds the JSON document of status.py. It is rewritten
+  `cluster-autoscaler-status`): key `status` holds the document of status.py as YAML in CA's
+  shape (castatus.py), the annotation CA's Go time format. It is rewritten
   only when the document changed beyond its clock readings (status.VOLATILE), after a Refresh
   or an occurrence woke the thread, and at most every `min_interval` seconds.
 - **Events** as cluster-autoscaler records its own (core/v1 Events through client-go's record
@@ -28,7 +29,7 @@ from typing import Any
 
 from cloudprovider_grpc.config.secrets import redact
 from cloudprovider_grpc.ha.lease import api_problem
-from cloudprovider_grpc.observability import status
+from cloudprovider_grpc.observability import castatus, status
 from cloudprovider_grpc.observability.events import Correlator, Event, ObjectRef, Write
 from cloudprovider_grpc.providers.machinery.activity import Occurrence
 
@@ -139,10 +140,11 @@ class KubeReporter:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        text = status.to_json(doc, indent=None)
+        now = self._clock()
+        text = castatus.to_yaml(doc, now)
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
-                name=CONFIGMAP, namespace=self.namespace, annotations={LAST_UPDATED: _time(self._clock())}
+                name=CONFIGMAP, namespace=self.namespace, annotations={LAST_UPDATED: castatus.go_time(now)}
             ),
             data={"status": text},
         )

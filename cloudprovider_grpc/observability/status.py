@@ -23,7 +23,7 @@ from cloudprovider_grpc.providers.contract import CloudProvider, InstanceState
 
 #: keys whose values move on their own (clock readings); a document that differs only in these is
 #: unchanged, and the ConfigMap is not rewritten for it
-VOLATILE = frozenset({"time", "age_seconds"})
+VOLATILE = frozenset({"time", "age_seconds", "last_refresh"})
 
 
 def _provider_view(provider: CloudProvider) -> dict[str, Any]:
@@ -83,6 +83,9 @@ def to_json(doc: dict[str, Any], *, indent: int | None = 2) -> str:
     return redact(json.dumps(doc, indent=indent, separators=separators))
 
 
+#: the status page reloads itself this often: CA refreshes every 10 s by default (--scan-interval)
+RELOAD_SECONDS = 10
+
 _STYLE = (
     "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}"
     "table{border-collapse:collapse;margin:.5em 0 1.5em}"
@@ -117,6 +120,8 @@ def to_html(doc: dict[str, Any]) -> str:
                 + "".join(cell(v) for v in (g["id"], op["kind"], what, op.get("age_seconds", "")))
                 + "</tr>"
             )
+    drawn = str(doc.get("time", ""))
+    fetched = str(doc.get("last_refresh") or "none yet (cluster-autoscaler has not called Refresh)")
     leader = doc.get("leader", {})
     if leader.get("enabled"):
         who = (
@@ -128,10 +133,12 @@ def to_html(doc: dict[str, Any]) -> str:
         who = "leader election off (this server acts alone)"
     page = (
         "<!doctype html><html><head><meta charset=utf-8>"
+        f'<meta http-equiv="refresh" content="{RELOAD_SECONDS}">'
         f"<title>cloudprovider-grpc status</title><style>{_STYLE}</style></head><body>"
         f"<h1>cloudprovider-grpc {html.escape(str(doc.get('version', '')))}: "
         f"{html.escape(str(doc.get('provider', '')))}</h1>"
-        f"<p>As of {html.escape(str(doc.get('time', '')))}. {html.escape(who)}. "
+        f"<p>Data as of the last Refresh: {html.escape(fetched)}. Page drawn {html.escape(drawn)}; "
+        f'it reloads every {RELOAD_SECONDS} s (<a href="/status.html">reload now</a>). {html.escape(who)}. '
         'The same as JSON: <a href="/status">/status</a>.</p>'
         "<h2>Node groups</h2><table><tr><th>id</th><th>name</th><th>min</th><th>max</th><th>target</th>"
         "<th>instances</th><th>back-off</th><th>last cloud error</th></tr>"

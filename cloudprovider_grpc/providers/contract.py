@@ -143,6 +143,13 @@ class CloudProvider(abc.ABC):
         return None
 
     # ---- node-group level (raise NotFound for unknown ids) ----
+    def resolve_group(self, ref: str) -> str:
+        """The id of the group `ref` names, from memory: `ref` itself when it is an id (ids always
+        win), else the id of the one group the cloud names `ref` (a Vultr or Exoscale pool's
+        label, which is what `groups` and the status page show next to its UUID). Anything else
+        comes back unchanged and the RPC answers NOT_FOUND as for any unknown id."""
+        return ref
+
     # Semantics are CA's NodeGroup interface (cluster-autoscaler cloudprovider/cloud_provider.go).
     @abc.abstractmethod
     def target_size(self, group_id: str) -> int:

@@ -119,11 +119,21 @@ class DriverBase(abc.ABC):
     id_prefix: str = "driver://"
     #: label set by the cloud's GPU nodes (GPULabel RPC)
     gpu_label: str = ""
+    #: every group the last listing discovered, before `--nodes` narrowed them; None for a driver
+    #: whose groups `--nodes` itself defines (see `offered_groups`)
+    offered: list[GroupConfig] | None = None
 
     @abc.abstractmethod
     def groups(self) -> list[GroupConfig]:
         """The node groups, from memory. Called after every listing, so a driver that discovers
         groups from the cloud updates them in its listing call and returns the current set here."""
+
+    def offered_groups(self) -> list[GroupConfig] | None:
+        """The groups the cloud offers whatever `--nodes` says, so that `check-config` can tell a
+        spec that names none of them and suggest the nearest. From the last listing for drivers
+        that discover their groups; a driver whose cloud must be asked overrides this (it may do
+        I/O: only `check-config` calls it). None: `--nodes` defines the groups, nothing to match."""
+        return self.offered
 
     def refresh_catalog(self) -> None:
         """Reload slow-changing data (plans, instance types, prices, images). Called on Refresh

@@ -26,7 +26,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
-from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
+from cloudprovider_grpc.core.errors import ConfigError, did_you_mean, raise_all, unknown_key
 from cloudprovider_grpc.providers.options import (
     ClientTuning,
     norm_key,
@@ -247,11 +247,21 @@ class OptionSection(BaseModel):
             raise Problem("expected a mapping")
         env, known = cls.env_names(), cls.keys()
         given = {}
+        unknown: list[tuple[Any, str]] = []
         for raw, value in data.items():
             key = raw if raw in env and not isinstance(raw, _Key) else cls.spell(raw)
             if key not in env and key not in known:
-                raise Problem(cls.unknown(key), at=(_Key(raw if cls.AS_WRITTEN else key),))
+                unknown.append((raw, key))
             given[key] = value
+        if unknown:
+            # one line names every unknown key of the section, not only the first: a first run
+            # must not be a loop of fixing one typo and being told about the next
+            (raw, key), rest = unknown[0], unknown[1:]
+            others = "".join(
+                f"; {(r if cls.AS_WRITTEN else k)!r}: unknown {cls.UNKNOWN}{did_you_mean(k, known)}"
+                for r, k in rest
+            )
+            raise Problem(cls.unknown(key) + others, at=(_Key(raw if cls.AS_WRITTEN else key),))
         for name in cls.model_fields:  # a field given twice: its first spelling with a value wins
             present = [alias for alias in _aliases(cls, name) if alias in given]
             winner = next((alias for alias in present if given[alias]), present[0] if present else None)

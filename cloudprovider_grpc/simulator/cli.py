@@ -168,6 +168,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="do not print the per-loop decision log")
 
 
+def _has_emulator(backend: str) -> bool:
+    """Whether `--emulate` would help: a known backend with a bundled API emulator (not the sim
+    cloud, which needs none, nor a name no backend has)."""
+    from cloudprovider_grpc.providers.registry import BACKENDS, backend_module
+
+    return backend in BACKENDS and hasattr(backend_module(backend), "build_emulator")
+
+
 def _fail(message: str, code: int = 2) -> int:
     print(f"cloudprovider-grpc simulate: {message}", file=sys.stderr)
     return code
@@ -235,7 +243,7 @@ def run_cli(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         backend = provider or scenario.provider
         hint = ""
-        if server is None and not args.emulate and backend != "sim":
+        if server is None and not args.emulate and _has_emulator(backend):
             # a first run has no cloud account: every backend runs against its bundled emulator
             hint = f" (to run it against the bundled {backend} API emulator, add --emulate)"
         return _fail(f"{exc}{hint}")

@@ -446,11 +446,11 @@ class Scenario(_Strict):
 
 
 def _format_errors(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
-    return "; ".join(parts)
+    """Every problem, in the wording configuration errors use (an unknown key with the nearest
+    known one), not pydantic's."""
+    from cloudprovider_grpc.config.pydantic_errors import problems
+
+    return "; ".join(f"{p.key}: {p.problem}" for p in problems(exc, Scenario))
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:

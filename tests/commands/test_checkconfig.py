@@ -101,6 +101,26 @@ def test_a_revoked_credential_fails_the_check() -> None:
             c.stop()
 
 
+@pytest.mark.parametrize("name", ["alicloud", "exoscale", "spc", "vultr"])
+def test_a_nodes_spec_naming_no_group_fails_with_a_suggestion(name: str, tmp_path: Path) -> None:
+    """A typo in `--nodes` on a cloud whose groups are discovered: exit 1 with the nearest group
+    (a misspelt name) or the list of them (a name near none), each line printed once."""
+    c = CLOUDS[name][0](tmp_path)
+    try:
+        gid = next(iter(c.groups))
+        out = check(c, c.env, "--nodes", f"1:3:{gid}x")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "configuration OK" not in out.stdout
+        assert f"--nodes 1:3:{gid}x names no node group the {name} API lists" in out.stderr, out.stderr
+        assert "did you mean" in out.stderr, out.stderr
+        far = check(c, c.env, "--nodes", "1:3:zzzzzz")
+        assert far.returncode == 1 and "did you mean one of " in far.stderr, far.stderr
+        lines = [ln for ln in (far.stdout + far.stderr).splitlines() if ln.strip()]
+        assert len(lines) == len(set(lines)), lines  # no warning printed twice
+    finally:
+        c.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 # Validation before the API: every problem at once, and the key a typo meant
 
@@ -140,6 +160,12 @@ def test_every_missing_input_is_reported_at_once(
         ("leader_elect:\n  lease_duraton: 15s\n", "leader_elect.lease_duraton", "lease_duration"),
         ("sim:\n  groupz: []\n", "sim.groupz", "groups"),
         ("exoscale:\n  sks-clustr: x\n", "exoscale.sks-clustr", "sks-cluster"),
+        ("alicloud:\n  remove-polcy: x\n", "alicloud.remove-polcy", "remove-policy"),
+        (
+            "alicloud:\n  emulator:\n    pending-secnds: 1\n",
+            "alicloud.emulator.pending-secnds",
+            "pending-seconds",
+        ),
     ],
 )
 def test_an_unknown_key_names_the_nearest_known_one(
@@ -147,9 +173,20 @@ def test_an_unknown_key_names_the_nearest_known_one(
 ) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(yaml_text)
-    provider = yaml_text.split(":")[0] if yaml_text.startswith(("sim", "exoscale")) else "sim"
+    provider = yaml_text.split(":")[0] if yaml_text.startswith(("sim", "exoscale", "alicloud")) else "sim"
     line = invalid(capsys, "--config", str(config), "--provider", provider, "--emulate")
     assert f"{where}" in line and f"did you mean {meant!r}?" in line, line
+
+
+@pytest.mark.parametrize("cloud", ["alicloud", "cherry", "exoscale", "spc", "vultr"])
+def test_every_unknown_key_of_a_cloud_section_is_named_in_the_one_line(
+    cloud: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"{cloud}:\n  foo-bar: 1\n  rate-limt: 2\n")
+    line = invalid(capsys, "--config", str(config), "--provider", cloud, "--emulate")
+    assert f"{cloud}.foo-bar: unknown option" in line, line
+    assert "'rate-limt': unknown option; did you mean 'rate-limit'?" in line, line
 
 
 def test_an_unknown_key_far_from_any_lists_the_known_ones(

@@ -135,7 +135,102 @@ def test_mutual_tls(capsys: pytest.CaptureFixture[str], pki: Pki) -> None:
         # without a client certificate the handshake fails: unreachable, not a server error
         code, _, err = cli(capsys, handle, "groups", "--tls-ca", str(pki.ca))
         assert code == inspect_cli.EXIT_UNREACHABLE, err
+        assert "add --tls-cert and --tls-key" in err, err
+        # plaintext against TLS: gRPC says only "Socket closed"; we say why
+        code, _, err = cli(capsys, handle, "groups")
+        assert code == inspect_cli.EXIT_UNREACHABLE and "add --tls-ca" in err, err
+        # a CA that did not sign the server's certificate
+        code, _, err = cli(capsys, handle, "groups", *tls[:1], str(pki.client_cert), *tls[2:])
+        assert code == inspect_cli.EXIT_UNREACHABLE and "not signed by --tls-ca" in err, err
+        # the certificate names localhost and 127.0.0.1, not the name asked for
+        code, _, err = cli(capsys, handle, "groups", *tls, "--tls-server-name", "other.example")
+        assert code == inspect_cli.EXIT_UNREACHABLE and "--tls-server-name" in err, err
         code, _, err = cli(capsys, handle, "groups", "--tls-cert", str(pki.client_cert))
         assert code == inspect_cli.EXIT_USAGE and "--tls-ca" in err
         code, _, err = cli(capsys, handle, "groups", "--tls-ca", str(Path(pki.dir) / "missing.crt"))
         assert code == inspect_cli.EXIT_USAGE and "missing.crt" in err
+
+
+@pytest.mark.parametrize(("cloud", "name"), [("vultr", "general"), ("exoscale", "workers")])
+def test_a_group_is_addressed_by_the_clouds_name_as_well_as_its_id(
+    cloud: str, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Vultr and Exoscale groups are UUIDs; the pool's name (what `groups` shows in its debug
+    column and the status page next to the id) works in every command, the id still does, and a
+    name no group carries is NOT_FOUND as before."""
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
+    from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+
+    provider = build_provider(cloud, ProviderContext(emulate=True, inline_workers=True))
+    provider.refresh()
+    handle = start_server(
+        Settings(address="127.0.0.1:0", metrics_address="127.0.0.1:0", front="off"), provider=provider
+    )
+    try:
+        groups = cli_json(capsys, handle, "groups")
+        (gid,) = [g["id"] for g in groups if f" {name} " in g["debug"]]  # type: ignore[index,union-attr]
+        assert gid != name
+        before = next(g["targetSize"] for g in groups if g["id"] == gid)  # type: ignore[index,union-attr]
+        result = cli_json(capsys, handle, "scale", name, "+2")
+        assert result["targetSize"] == before + 2, result  # type: ignore[index,call-overload]
+        after = {g["id"]: g["targetSize"] for g in cli_json(capsys, handle, "groups")}  # type: ignore[union-attr]
+        assert after[gid] == before + 2
+        nodes = cli_json(capsys, handle, "nodes", name)
+        assert len(nodes) == before + 2  # type: ignore[arg-type]
+        assert cli_json(capsys, handle, "nodes", gid) == nodes
+        code, _, err = cli(capsys, handle, "scale", f"{name}-typo", "+1")
+        assert code == inspect_cli.EXIT_NOT_FOUND and "NOT_FOUND" in err, err
+    finally:
+        handle.stop(grace=1)
+
+
+def test_a_name_two_groups_share_is_refused_and_an_id_always_wins(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two Vultr pools labelled `web`, a third whose label is the first one's id: the shared name is
+    NOT_FOUND naming both ids, and the id means its own group, never the pool labelled with it."""
+    from cloudprovider_grpc.config.settings import Settings
+    from cloudprovider_grpc.grpcapi.server import start_server
+    from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+
+    first = "11111111-1111-4111-8111-111111111111"
+    pools = [
+        {"id": first, "label": "web", "plan": "vc2-1c-2gb"},
+        {"id": "22222222-2222-4222-8222-222222222222", "label": "web", "plan": "vc2-1c-2gb"},
+        {
+            "id": "33333333-3333-4333-8333-333333333333",
+            "label": first,
+            "plan": "vc2-1c-2gb",
+            "node_quantity": 2,
+        },
+    ]
+    provider = build_provider(
+        "vultr", ProviderContext(emulate=True, inline_workers=True, options={"emulator": {"pools": pools}})
+    )
+    provider.refresh()
+    handle = start_server(
+        Settings(address="127.0.0.1:0", metrics_address="127.0.0.1:0", front="off"), provider=provider
+    )
+    try:
+        code, _, err = cli(capsys, handle, "nodes", "web")
+        assert code == inspect_cli.EXIT_NOT_FOUND, err
+        assert first in err and "22222222-2222-4222-8222-222222222222" in err and "use the id" in err, err
+        assert len(cli_json(capsys, handle, "nodes", first)) == 1  # the first pool, not the one labelled so
+    finally:
+        handle.stop(grace=1)
+
+
+def test_a_tls_failure_is_one_line_with_its_hint_from_a_real_process(pki: Pki) -> None:
+    """The gRPC core logs a failed handshake itself (lines naming its own source files); the
+    command prints only its line, with the flag to fix."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    with sim_server(pki=pki) as handle:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cloudprovider_grpc", "groups", "--server", f"localhost:{handle.port}",
+             "--tls-ca", str(pki.ca)],
+            capture_output=True, text=True, timeout=60, check=False, env=env,
+        )  # fmt: skip
+    assert proc.returncode == inspect_cli.EXIT_UNREACHABLE
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("cloudprovider-grpc groups: localhost:") and "add --tls-cert and --tls-key" in line

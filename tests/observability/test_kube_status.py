@@ -6,6 +6,7 @@ the Events bounded as client-go's correlator bounds cluster-autoscaler's."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.emulators.cherry import CherryEmulator
 from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.observability.events import SPAM_BURST
-from cloudprovider_grpc.observability.kubereport import CONFIGMAP, KubeReporter
+from cloudprovider_grpc.observability.kubereport import CONFIGMAP, LAST_UPDATED, KubeReporter
 from cloudprovider_grpc.observability.status import snapshot
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import NodeRef
@@ -88,12 +89,15 @@ def test_a_failing_scale_up_records_events_and_names_the_backoff_in_the_status_c
 
         def backoff() -> dict[str, Any] | None:
             cm = core.read_namespaced_config_map(CONFIGMAP, ns)
-            groups = {g["id"]: g for g in json.loads(cm.data["status"])["groups"]}
-            return groups["pool1"] if "backoff" in groups["pool1"] else None
+            groups = {g["name"]: g for g in yaml.safe_load(cm.data["status"])["nodeGroups"]}
+            return groups["pool1"] if groups["pool1"]["scaleUp"]["status"] == "Backoff" else None
 
         pool1 = poll(backoff, 30, "the back-off of pool1 in the status ConfigMap")
-        assert pool1["backoff"]["reason"] == "StockOut"
-        assert pool1["last_error"]["code"] == "OUT_OF_STOCK"
+        # CA's names for the same concepts (clusterstate/api/types.go), ours beside them
+        assert pool1["scaleUp"]["backoffInfo"]["errorCode"] == "StockOut"
+        assert "OUT_OF_STOCK" in pool1["scaleUp"]["backoffInfo"]["errorMessage"]
+        assert pool1["health"]["status"] == "Unhealthy"
+        assert pool1["lastCloudError"]["code"] == "OUT_OF_STOCK"
         assert pool1["instances"]["failed"] == 1
         everything = json.dumps(core.read_namespaced_config_map(CONFIGMAP, ns).data) + "".join(
             e.message for e in _events(core, ns)
@@ -178,8 +182,16 @@ def test_the_standalone_rbac_is_enough_for_the_configmap_and_the_events(control_
     reporter.flush()  # an update of the ConfigMap
     assert (reporter.configmap_writes, reporter.event_writes) == (2, 3)
     admin = _core(control_plane)
-    cm = admin.read_namespaced_config_map(CONFIGMAP, ns)
-    assert json.loads(cm.data["status"])["groups"][0]["target"] == 2
+    # what an operator types for CA's own status ConfigMap works on ours
+    text = control_plane.kubectl("get", "cm", CONFIGMAP, "-n", ns, "-o", "jsonpath={.data.status}").stdout
+    status = yaml.safe_load(text)
+    assert status["nodeGroups"][0]["cloudProviderTarget"] == 2
+    assert status["nodeGroups"][0]["health"]["cloudProviderTarget"] == 2
+    assert status["autoscalerStatus"] == "Running"
+    stamp = admin.read_namespaced_config_map(CONFIGMAP, ns).metadata.annotations[LAST_UPDATED]
+    # Go's time.Time layout, as CA's own annotation: 2006-01-02 15:04:05.999999999 -0700 MST
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,9})? \+0000 UTC", stamp), stamp
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,9})? \+0000 UTC", status["time"])
     (stock_out,) = [e for e in _events(admin, ns) if e.reason == "StockOut"]
     assert stock_out.count == 2
     on_node = [e for e in _events(admin, "default") if e.involved_object.name == node]

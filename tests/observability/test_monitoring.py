@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -109,6 +112,54 @@ def test_promtool_catches_a_broken_expectation(tmp_path: Path) -> None:
         run([promtool, "test", "rules", tmp_path / "alerts.test.yaml"], cwd=tmp_path)
 
 
+#: the labels that tell one server from another across Prometheus' targets (kubernetes-mixin's
+#: convention: an aggregation keeps them, so one cluster's or job's series never merge with another's)
+KEPT = ("cluster", "namespace", "job")
+
+
+@pytest.mark.integration
+def test_every_aggregation_keeps_cluster_namespace_and_job() -> None:
+    for name, rule in rules().items():
+        for op, by in re.findall(r"\b(sum|max|min|avg|count)\b\s*(by\s*\([^)]*\))?\s*\(", rule["expr"]):
+            assert by, f"{name}: {op}() without by (...) merges every cluster and job"
+            assert all(label in by for label in KEPT), (name, by)
+
+
+@pytest.mark.integration
+def test_every_alert_links_its_runbook_section_and_its_panel(tmp_path: Path) -> None:
+    """runbook_url names a section of docs/operating.md that exists in the built site (mkdocs'
+    heading ids, as GitHub's); dashboard_url, where given, names a panel of the dashboard."""
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    site = tmp_path / "site"
+    subprocess.run(
+        [str(mkdocs), "build", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=240,
+        check=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    page = (site / "operating" / "index.html").read_text()
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    panels = {p["id"] for p in dashboard()["panels"]}
+    for name, rule in rules().items():
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith("https://") and url.split("#")[0].endswith("/docs/operating.md"), (name, url)
+        anchor = url.split("#", 1)[1]
+        assert anchor == name.lower() and anchor in ids, (name, anchor)
+        dashboard_url = rule["annotations"].get("dashboard_url")
+        if dashboard_url is not None:
+            panel = int(dashboard_url.rsplit("viewPanel=", 1)[1])
+            assert dashboard_url.startswith("/d/" + dashboard()["uid"] + "/") and panel in panels, name
+    assert sum("dashboard_url" in r["annotations"] for r in rules().values()) >= 6
+    moved = only(
+        render_ours("prometheusRule.enabled=true", "prometheusRule.grafanaUrl=https://grafana.example/"),
+        "PrometheusRule",
+    )
+    urls = [r["annotations"].get("dashboard_url") for g in moved["spec"]["groups"] for r in g["rules"]]
+    assert "https://grafana.example/d/cloudprovider-grpc/cloudprovider-grpc?viewPanel=4" in urls
+
+
 @pytest.mark.integration
 def test_the_documented_alerts_are_the_shipped_rules() -> None:
     documented = documented_alerts()
@@ -126,7 +177,7 @@ def dashboard() -> dict[str, Any]:
 
 def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, expression) of every query, Grafana's variables expanded."""
-    variables = {"datasource": "prometheus", "job": ".+"}
+    variables = {"datasource": "prometheus", "job": ".+", "cluster": ".*"}
     found = []
     for panel in board["panels"]:
         for target in panel.get("targets", []):
@@ -178,10 +229,12 @@ def test_every_dashboard_query_names_exported_metrics(exported: Exposition) -> N
         f"{title}: {p}" for title, expr in queries for sel in selectors(expr) for p in exported.problems(sel)
     ]
     assert not problems, problems
-    # the job variable lists the jobs of a metric every server exports
-    (job,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "job"]
-    (sel,) = selectors(re.sub(r"label_values\((\w+), \w+\)", r"\1", job["definition"]))
-    assert not exported.problems(sel)
+    # the cluster and job variables list the values of a metric every server exports
+    for name in ("cluster", "job"):
+        (variable,) = [v for v in dashboard()["templating"]["list"] if v["name"] == name]
+        definition = grafana_expand(variable["definition"], {"cluster": ".*"})
+        (sel,) = selectors(re.sub(r"label_values\((.+), \w+\)", r"\1", definition))
+        assert not exported.problems(sel), name
 
 
 @pytest.mark.integration
@@ -227,3 +280,20 @@ def test_kustomize_component_ships_the_same_rules_and_dashboard() -> None:
     cm = only(objects, "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["cloudprovider-grpc.json"]) == dashboard()
+
+
+@pytest.mark.integration
+def test_a_server_without_leader_election_raises_no_leader_alert() -> None:
+    """A plain `serve` exports the leader gauges (0, and NaN for the renew age, as the Metrics
+    table says); the chart without leader election ships no alert that 0 would raise."""
+    with sim_server() as handle:
+        text = scrape(handle)
+    assert "\ncloudprovider_grpc_leader 0.0\n" in text
+    assert "\ncloudprovider_grpc_leader_last_renew_age_seconds NaN\n" in text
+    single = only(
+        render_ours("prometheusRule.enabled=true", "leaderElection.enabled=false", "replicas=1"),
+        "PrometheusRule",
+    )
+    alerts = {r["alert"] for g in single["spec"]["groups"] for r in g["rules"]}
+    assert "CloudProviderGrpcNoLeader" not in alerts and "CloudProviderGrpcDown" in alerts
+    assert "CloudProviderGrpcNoLeader" in rules()

@@ -70,3 +70,16 @@ def test_status_page_for_people_and_content_negotiation() -> None:
             assert "<td>sold-out</td>" in answer.text and "Operations in flight" in answer.text
         assert "sim://pending-" in page.text
         assert json.loads(_status(handle.metrics_port).text)["groups"][0]["id"] == "ok"
+
+
+def test_status_page_says_when_the_data_was_fetched_and_reloads() -> None:
+    """ "As of" is the last Refresh (when the cloud was listed), not when the page was drawn; the
+    page reloads itself and links a reload."""
+    with sim_server(_options("machines"), front="off") as handle:
+        port = handle.metrics_port
+        stub(channel(handle)).Refresh(pb.RefreshRequest())
+        fetched = json.loads(_status(port).text)["last_refresh"]
+        assert fetched and fetched.endswith("Z")
+        page = requests.get(f"http://127.0.0.1:{port}/status.html", timeout=5).text
+        assert f"Data as of the last Refresh: {fetched}. Page drawn " in page
+        assert '<meta http-equiv="refresh" content="10">' in page and 'href="/status.html"' in page

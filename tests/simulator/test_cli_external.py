@@ -149,3 +149,17 @@ def test_increase_size_error_backs_the_group_off():
     ups = r.of_kind("scale-up")
     assert (ups[0].t, ups[0].group, ups[0].delta) == (1.0, "steady", 2)
     assert ups[0].inputs["skipped_groups"]["flaky"].startswith("backed off (OtherError.UNAVAILABLE")
+
+
+@pytest.mark.parametrize(("provider", "hinted"), [("vultr", True), ("aws", False)])
+def test_the_emulate_hint_is_given_only_where_an_emulator_exists(
+    provider: str, hinted: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A backend that cannot start without a cloud account is told about its bundled emulator; a
+    name no backend has is told the known ones, not to add --emulate."""
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "burst.yaml"
+    assert main(["simulate", str(scenario), "--provider", provider, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert ("add --emulate" in err) is hinted, err
+    if not hinted:
+        assert "unknown provider 'aws' (known: " in err, err

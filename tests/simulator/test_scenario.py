@@ -65,7 +65,8 @@ def test_flag_names_are_accepted():
 @pytest.mark.parametrize(
     "data, fragment",
     [
-        ({"duration": "1h"}, "name: Field required"),
+        ({"duration": "1h"}, "name: required, not given"),
+        ({"name": "x", "duraton": "1h"}, "duraton: unknown key; did you mean 'duration'?"),
         (
             {"name": "x", "duration": "1h", "autoscaler": {"scan_intervall": "1s"}},
             "autoscaler.scan_intervall",

@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 #: Grafana's built-in interval variables, as Grafana expands them for a 30 s scrape interval
 GRAFANA_INTERVALS = {"$__rate_interval": "2m", "$__interval": "30s", "$__range": "6h"}
-#: labels Prometheus adds to every scraped series (the target's)
-TARGET_LABELS = frozenset({"job", "instance"})
+#: labels Prometheus gives a scraped series, not the server: job and instance from the target,
+#: namespace from a ServiceMonitor's relabelling, cluster from external labels (multi-cluster setups)
+TARGET_LABELS = frozenset({"job", "instance", "namespace", "cluster"})
 
 
 @dataclass(frozen=True)

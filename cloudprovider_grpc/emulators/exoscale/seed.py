@@ -66,7 +66,9 @@ DEMO_NODEPOOLS: list[dict[str, Any]] = [
     {
         "name": "gpu",
         "type": "gpua5000.small",
-        "size": 0,
+        # one node: a nodepool found without a --nodes spec has min size 1 (in-tree's default), and a
+        # demo group below its own min would look broken; `--nodes 0:N:gpu` shows scale-from-zero
+        "size": 1,
         "labels": {"role": "gpu"},
         "taints": {"nvidia.com/gpu": {"value": "present", "effect": "NoSchedule"}},
     },

@@ -2,6 +2,18 @@
 
 from cloudprovider_grpc.providers.alicloud.client import AliClient
 from cloudprovider_grpc.providers.alicloud.driver import AliCloudDriver
-from cloudprovider_grpc.providers.alicloud.wiring import build_driver, build_emulator, make_client
+from cloudprovider_grpc.providers.alicloud.wiring import (
+    EMULATOR_CREDENTIALS,
+    build_driver,
+    build_emulator,
+    make_client,
+)
 
-__all__ = ["AliClient", "AliCloudDriver", "build_driver", "build_emulator", "make_client"]
+__all__ = [
+    "EMULATOR_CREDENTIALS",
+    "AliClient",
+    "AliCloudDriver",
+    "build_driver",
+    "build_emulator",
+    "make_client",
+]

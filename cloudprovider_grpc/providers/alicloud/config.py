@@ -151,6 +151,8 @@ class AliOptions(TuningOptions):
     names where each came from) and the mode is chosen from them; the --nodes values become the
     node groups."""
 
+    SUGGEST = True  # a misspelt key is answered with the nearest one, as on the other clouds
+
     NULL_IS_EMPTY = True
 
     remove_policy: Annotated[str, BeforeValidator(_remove_policy)] = "release"

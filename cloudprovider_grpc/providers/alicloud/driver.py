@@ -123,6 +123,17 @@ class AliCloudDriver(PoolDriver):
             self.id_prefix = f"{region}."
         return region
 
+    def offered_groups(self) -> list[GroupConfig]:
+        """Every active scaling group of the region (one paged DescribeScalingGroups without ids
+        or tags): `--nodes` names groups by id, and `check-config` suggests among these."""
+        out: list[GroupConfig] = []
+        for r in self.client.discover_scaling_groups({}):
+            gid = str(r.get("ScalingGroupId") or "")
+            if gid:
+                lo, hi = int(r.get("MinSize") or 0), int(r.get("MaxSize") or 0)
+                out.append(GroupConfig(gid, lo, hi, name=str(r.get("ScalingGroupName") or gid)))
+        return out
+
     def _list_groups(self) -> dict[str, dict[str, Any]]:
         """ESS records of our groups: the --nodes ids, plus (with discovery) every group with the
         tags, whose bounds are its own MinSize/MaxSize unless --nodes names it. One call per 20

@@ -42,6 +42,7 @@ def _instance_types(value: Any) -> dict[str, str]:
 class EmulatorOptions(OptionSection):
     """How `--emulate` seeds the emulated cloud (`alicloud.emulator`; providers/alicloud/wiring.py)."""
 
+    SUGGEST = True
     NULL_IS_EMPTY = True
 
     pending_seconds: Seconds = 5.0

@@ -35,12 +35,19 @@ from cloudprovider_grpc.providers.alicloud.credentials import (
 from cloudprovider_grpc.providers.alicloud.driver import AliCloudDriver
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
-__all__ = ["build_driver", "build_emulator", "make_client", "make_credentials"]
+__all__ = ["EMULATOR_CREDENTIALS", "build_driver", "build_emulator", "make_client", "make_credentials"]
 
 log = logging.getLogger(__name__)
 
 #: the RAM role the emulated metadata server hands out
 EMULATOR_ROLE = "KubernetesWorkerRole-emulated"
+
+
+#: what the standalone emulator accepts besides the configured AccessKey (printed at its start)
+EMULATOR_CREDENTIALS = (
+    f"ACCESS_KEY_ID={EMULATOR_ACCESS_KEY_ID} ACCESS_KEY_SECRET={EMULATOR_ACCESS_KEY_SECRET} "
+    "(and the AccessKey set in the environment), and the ECS RAM role KubernetesWorkerRole-emulated"
+)
 
 
 def make_credentials(config: AliConfig, sts_url: str = "", metadata_url: str = "") -> CredentialSource:

@@ -4,6 +4,7 @@ points live in `wiring.py`."""
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
 from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
 from cloudprovider_grpc.providers.exoscale.wiring import (
+    EMULATOR_CREDENTIALS,
     build_driver,
     build_emulator,
     check_config,
@@ -11,6 +12,7 @@ from cloudprovider_grpc.providers.exoscale.wiring import (
 )
 
 __all__ = [
+    "EMULATOR_CREDENTIALS",
     "ExoscaleClient",
     "ExoscaleDriver",
     "build_driver",

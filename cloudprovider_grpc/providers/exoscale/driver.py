@@ -122,6 +122,8 @@ class ExoscaleDriver(PoolDriver):
         specs = [(s.min_size, s.max_size, s.name) for s in self.config.specs]
         by_id = {g.config.id: g for g in found}
         kept = narrow_groups([g.config for g in found], specs)
+        if error is None:
+            self.offered = [g.config for g in found]
         infos = {c.id: replace(by_id[c.id], config=self._bounded(by_id[c.id], c)) for c in kept}
         named = {n for g in infos.values() for n in (g.config.id, g.config.name)}
         for spec in self.config.specs:

@@ -1,5 +1,5 @@
 """Exoscale wiring: `build_driver(ctx)` for the server, `build_emulator(...)` for `emulate exoscale`,
-and `check_config(ctx)` for the read-only checks `check-config` adds (quota headroom).
+and `check_config(ctx, driver)` for the read-only checks `check-config` adds (quota headroom).
 
 `build_driver` validates everything and does no network I/O. With `ctx.emulate` the bundled API
 emulator starts on a free loopback port, seeded with the configured credentials (so the normal
@@ -16,12 +16,26 @@ from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
+from cloudprovider_grpc.providers.driver import DriverBase
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
-from cloudprovider_grpc.providers.exoscale.config import ExoscaleConfig, load_config
+from cloudprovider_grpc.providers.exoscale.config import (
+    EMULATOR_KEY,
+    EMULATOR_SECRET,
+    ExoscaleConfig,
+    load_config,
+)
 from cloudprovider_grpc.providers.exoscale.driver import ExoscaleDriver
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext, assemble
 
-__all__ = ["build_driver", "build_emulator", "check_config", "make_client"]
+__all__ = ["EMULATOR_CREDENTIALS", "build_driver", "build_emulator", "check_config", "make_client"]
+
+
+#: what the standalone emulator accepts when the environment names no key (printed at its start:
+#: a user must not read the source to learn it; these are the emulator's, never a cloud's)
+EMULATOR_CREDENTIALS = (
+    f"EXOSCALE_API_KEY={EMULATOR_KEY} EXOSCALE_API_SECRET={EMULATOR_SECRET} "
+    "(or the key and secret set in the environment)"
+)
 
 
 def make_client(
@@ -96,22 +110,19 @@ def build_emulator(ctx: ProviderContext, address: str, state_file: Path | None) 
     return emulator
 
 
-def check_config(ctx: ProviderContext) -> list[str]:
+def check_config(ctx: ProviderContext, driver: DriverBase) -> list[str]:
     """Read-only checks against the API for `check-config`: the groups that would be managed and
     every max size beyond what the `instance` quota leaves. Returns report lines (warnings start
     with "warning:", failures with "error:"); a cloud that cannot be reached is a failure line,
-    not raised."""
-    config = load_config(ctx)
-    client = make_client(config)
-    driver = ExoscaleDriver(config, client)
+    not raised. `driver` is the one `check-config` refreshed: listing again through it logs
+    nothing it already logged."""
+    assert isinstance(driver, ExoscaleDriver)
     lines: list[str] = []
     try:
-        quota = client.get_quota("instance")
+        quota = driver.client.get_quota("instance")
         pools = driver.list_pools()
     except CloudError as err:
         return [f"error: exoscale API check failed: {err.message}"]
-    finally:
-        driver.close()
     limit, usage = quota.get("limit"), quota.get("usage")
     if not isinstance(limit, int) or not isinstance(usage, int):
         return ["error: exoscale get-quota answered no limit/usage"]

@@ -76,6 +76,9 @@ class Activity:
         self._refresh_listeners: list[Callable[[], None]] = []
         self.errors: dict[str, CloudFailure] = {}
         self.backoffs: dict[str, BackOff] = {}
+        #: wall-clock time the last Refresh finished listing the cloud (None before the first):
+        #: the status page's data is as of then, not as of when the page is drawn
+        self.last_refresh: float | None = None
 
     def listen(
         self, callback: Callable[[Occurrence], None], refreshed: Callable[[], None] | None = None
@@ -87,6 +90,7 @@ class Activity:
                 self._refresh_listeners.append(refreshed)
 
     def refreshed(self) -> None:
+        self.last_refresh = self._wall()
         for callback in list(self._refresh_listeners):
             try:
                 callback()

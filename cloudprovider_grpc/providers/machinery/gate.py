@@ -41,7 +41,7 @@ DRY_RUN_WRITES = Counter(
 class Write:
     """One change to the cloud, described for a log line: `kind` is create, delete, set_size or
     remove; `count` is how many machines (or, for set_size, the size); `machines` names them where
-    known."""
+    known; `group` is the group as log lines show it (its id, and the cloud's name when it differs)."""
 
     backend: str
     kind: str

@@ -218,6 +218,15 @@ class GroupCore(CloudProvider, Generic[S]):
         name = state.config.name if state is not None else ""
         return f"{gid} ({name})" if name and name != gid else gid
 
+    def resolve_group(self, ref: str) -> str:
+        with self._lock:
+            if ref in self._groups:
+                return ref
+            named = sorted(gid for gid, s in self._groups.items() if s.config.name == ref)
+        if len(named) > 1:
+            raise NotFound(f"node group name {ref!r} is shared by {', '.join(named)}; use the id")
+        return named[0] if named else ref
+
     def _group(self, group_id: str) -> S:
         state = self._groups.get(group_id)
         if state is None:

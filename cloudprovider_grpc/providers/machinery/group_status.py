@@ -47,7 +47,12 @@ class StatusReport(GroupCore[S]):
             if error is not None:
                 entry["last_error"] = {"code": error.code, "message": error.message, "at": _rfc3339(error.at)}
             groups.append(entry)
-        return {"provider": self.name, "groups": groups}
+        last = self.activity.last_refresh
+        return {
+            "provider": self.name,
+            "last_refresh": _rfc3339(last) if last is not None else None,
+            "groups": groups,
+        }
 
     def _group_status(self, state: S, now: float) -> dict[str, Any]:
         """One group's part of the status (under the lock)."""

@@ -71,9 +71,9 @@ class WriteRules(GroupCore[S]):
 
     def _admit(self, kind: str, group: str, count: int, machines: Sequence[str] = ()) -> None:
         """Ask the write gate whether a write RPC may be recorded (it raises if not)."""
-        self._gate.admit(Write(self.name, kind, group, count, tuple(machines)))
+        self._gate.admit(Write(self.name, kind, self._shown(group), count, tuple(machines)))
 
     def _allowed(self, kind: str, group: str, count: int, machines: Sequence[str] = ()) -> bool:
         """Ask the write gate, right before a driver call that changes the cloud, whether it may
         be made now; a refused job is dropped (the gate has logged why)."""
-        return self._gate.allows(Write(self.name, kind, group, count, tuple(machines)))
+        return self._gate.allows(Write(self.name, kind, self._shown(group), count, tuple(machines)))

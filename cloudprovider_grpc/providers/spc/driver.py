@@ -125,6 +125,8 @@ class SpcDriver(MachineDriver):
             discovered.append(
                 GroupConfig(gid, lo, hi, debug=debug.replace("  ", " "), name=str(pool["instance_id"]))
             )
+        if listed:
+            self.offered = discovered
         for spec in self.config.narrow if listed else ():
             if not any(spec[2] in (g.id, g.name) for g in discovered) and spec[2] not in self._unmatched:
                 self._unmatched.add(spec[2])  # logged once: a typo in --nodes must not go unnoticed

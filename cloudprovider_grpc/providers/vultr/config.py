@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from cloudprovider_grpc.config.secrets import read_secret
-from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.core.errors import ConfigError, ConfigErrors, did_you_mean
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
     PositiveCount,
@@ -198,9 +198,8 @@ def _read_cloud_config(path: Path, warnings: list[str]) -> dict[str, str]:
     for raw_key, value in data.items():
         key = raw_key.lower()
         if key not in _FILE_KEYS:
-            warnings.append(
-                f"cloud-config: ignoring unknown key {raw_key!r} (known: {', '.join(sorted(_FILE_KEYS))})"
-            )
+            hint = did_you_mean(key, _FILE_KEYS) or f" (known: {', '.join(sorted(_FILE_KEYS))})"
+            warnings.append(f"cloud-config: ignoring unknown key {raw_key!r}{hint}")
             continue
         if value is None:
             value = ""
@@ -224,15 +223,23 @@ def load_config(ctx: ProviderContext) -> VultrConfig:
     given = model_input(VultrOptions, ctx.options, ctx.env)
     if isinstance(given, dict):
         given.update({f"cloud-config {key}": value for key, value in file.items()})
-    opts = validated(
-        VultrOptions,
-        given,
-        "vultr",
-        context={"emulate": ctx.emulate, "cloud_config": ctx.cloud_config is not None},
-        section=_SECTION_FIELDS,
-        phases=_PHASES,
-        file_problem=file_problem,
-    )
+    try:
+        opts = validated(
+            VultrOptions,
+            given,
+            "vultr",
+            context={"emulate": ctx.emulate, "cloud_config": ctx.cloud_config is not None},
+            section=_SECTION_FIELDS,
+            phases=_PHASES,
+            file_problem=file_problem,
+        )
+    except ConfigError as exc:
+        if not warnings:
+            raise
+        # an ignored key is often the cause (`clusterid` for `cluster_id`): name it in the same line
+        problems = exc.problems if isinstance(exc, ConfigErrors) else [exc]
+        ignored = [ConfigError("cloud-config", w.removeprefix("cloud-config: ")) for w in warnings]
+        raise ConfigErrors([*problems, *ignored]) from None
 
     for spec in ctx.nodes:
         if spec.min_size < VKE_MIN_POOL_NODES:

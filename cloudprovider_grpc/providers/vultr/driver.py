@@ -170,6 +170,7 @@ class VultrDriver(PoolDriver):
             )
         specs = [(s.min_size, s.max_size, s.name) for s in self.config.nodes]
         groups = [self._vke_bounds(g) for g in narrow_groups(discovered, specs)]
+        self.offered = discovered
         known = {g.id for g in discovered} | {g.name for g in discovered}
         for spec in self.config.nodes:
             if spec.name not in known and spec.name not in self._unmatched:

@@ -111,3 +111,20 @@ def test_check_config_reports_max_beyond_the_quota() -> None:
     assert "warning: group gpu" not in out
     assert "configuration OK: provider exoscale" in out
     assert SECRET not in out + result.stderr
+
+
+def test_the_standalone_emulator_prints_the_credentials_it_accepts() -> None:
+    """With no key in the environment, the emulator's start says which key and secret it accepts,
+    and those work: nobody has to read the source to connect."""
+    port = free_port()
+    with process("emulate", "exoscale", "--address", f"127.0.0.1:{port}", env=clean_env()) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("exoscale API emulator listening on ")
+        line = proc.stdout.readline().strip()
+        assert line.startswith("exoscale API emulator accepts EXOSCALE_API_KEY="), line
+        words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        api = sdk.Client(
+            words["EXOSCALE_API_KEY"], words["EXOSCALE_API_SECRET"], url=f"http://127.0.0.1:{port}/v2"
+        )
+        (cluster,) = api.list_sks_clusters()["sks-clusters"]
+        assert cluster["name"] == "demo"

@@ -4,6 +4,7 @@ the environment or a secrets file; every malformed input fails at build with one
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,18 @@ def test_the_file_is_decoded_as_go_decodes_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(ProviderContext(cloud_config=cc))
     assert info.value.problem == "empty cluster ID was supplied"
+
+
+def test_a_misspelt_file_key_is_named_in_the_error_it_causes(tmp_path: Path) -> None:
+    """`clusterid` for `cluster_id`: the one error line names the empty cluster id and the ignored
+    key with the key it meant, not just the first."""
+    cc = tmp_path / "cc.json"
+    cc.write_text(json.dumps({"clusterid": CLUSTER, "token": "k"}))
+    with pytest.raises(ConfigError) as info:
+        load_config(ProviderContext(cloud_config=cc))
+    line = str(info.value)
+    assert "empty cluster ID was supplied" in line
+    assert "ignoring unknown key 'clusterid'; did you mean 'cluster_id'?" in line, line
 
 
 def test_min_zero_is_reported_and_treated_as_one() -> None:
