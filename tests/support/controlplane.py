@@ -61,7 +61,7 @@ BUILD_ENV = {"CGO_ENABLED": "0"}
 #: that only ever sees test traffic.
 GCFLAGS = "all=-N -l"
 #: A cold build of kube-apiserver on 2 cores (Go modules, ~2,000 packages, the link).
-BUILD_TIMEOUT = 2400.0
+BUILD_TIMEOUT = 3600.0
 #: The Service ClusterIP range, and the names pods reach the apiserver by (its first address is the
 #: `kubernetes` Service's).
 SERVICE_RANGE = "10.96.0.0/24"
