@@ -40,7 +40,12 @@ def ns() -> Iterator[netns.Netns]:
 def _inside(ns: netns.Netns, make: Callable[[], T]) -> T:
     """`make()` run on a thread that entered `ns` (a socket it creates lives there)."""
     got: list[T] = []
-    thread = threading.Thread(target=lambda: (netns.enter(ns.path), got.append(make())))
+
+    def run() -> None:
+        netns.enter(ns.path)
+        got.append(make())
+
+    thread = threading.Thread(target=run)
     thread.start()
     thread.join(10)
     return got[0]
