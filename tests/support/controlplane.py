@@ -290,7 +290,7 @@ class ControlPlane:
 
         for grant in grants:
             poll(
-                lambda g=grant: allowed(g), timeout, f"{kubeconfig.name} to be allowed {grant}", interval=0.1
+                functools.partial(allowed, grant), timeout, f"{kubeconfig.name} allowed {grant}", interval=0.1
             )
 
 
