@@ -186,7 +186,7 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
 
     from tests.deploy_support.layouts import OUR_CHART, OUR_RELEASE
     from tests.deploy_support.tools import helm_template
-    from tests.support.controlplane import grants
+    from tests.support.rbac import grants, wait_allowed
 
     namespace = control_plane.namespace("rbac")
     objects = helm_template(
@@ -200,7 +200,7 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
     kubeconfig = control_plane.token_kubeconfig(namespace, OUR_RELEASE)
     # granted before the first replica asks: one refusal is what the test counts, at the end
-    control_plane.wait_allowed(kubeconfig, *grants(rbac))
+    wait_allowed(control_plane, kubeconfig, *grants(rbac))
     lease = Lease(
         kubeconfig,
         namespace,
