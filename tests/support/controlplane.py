@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import shutil
 import subprocess
 import uuid
