@@ -416,12 +416,15 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
 
 
 def _drain(node: Cluster) -> None:
-    """Every pod deleted and its containers stopped by the kubelet (network torn down by the CRI)."""
+    """Every pod deleted and its containers stopped by the kubelet (network torn down by the CRI).
+    The workloads go first, orphaning their pods: a ReplicaSet still there would replace a pod
+    deleted here, and the garbage collector would then delete that one with its full grace period."""
     node.kubectl(
         "delete",
         "deployments,replicasets,statefulsets,daemonsets,jobs",
         "--all",
         "-A",
+        "--cascade=orphan",
         "--wait=false",
         check=False,
     )
