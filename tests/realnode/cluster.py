@@ -390,7 +390,6 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
         stack.enter_context(_component(network, binary, "kube-proxy", [f"--config={proxy_config}"], workdir))
         kubelet_config = workdir / "kubelet.yaml"
         kubelet_config.write_text(yaml.safe_dump(_kubelet_config(workdir, files, free_port(), free_port())))
-        stack.callback(_drain, node)
         stack.enter_context(
             _component(
                 network,
@@ -408,6 +407,8 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
                 workdir,
             )
         )
+        # registered after the kubelet, so it runs before the kubelet stops: the kubelet stops the pods
+        stack.callback(_drain, node)
         ready_from = time.monotonic()
         poll(lambda: _node_ready(node), 300, f"node {NODE} to be Ready", interval=0.5)
         timings["node ready"] = time.monotonic() - ready_from
