@@ -10,6 +10,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.support.controlplane import ControlPlane, kubernetes_version
+from tests.support.rbac import Grant, wait_allowed
 
 # Slow: the first test of a session waits for the apiserver's build (once per machine) and startup.
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -56,6 +57,7 @@ def test_service_account_gets_what_its_role_grants_and_nothing_else(control_plan
     control_plane.kubectl(
         "create", "rolebinding", "reader", "--role=lease-reader", f"--serviceaccount={ns}:reader", "-n", ns
     )
+    wait_allowed(control_plane, kubeconfig, Grant("get", "leases.coordination.k8s.io", ns))
 
     as_reader = control_plane.kubectl("get", "lease", "leader", "-n", ns, "-o", "name", kubeconfig=kubeconfig)
     assert as_reader.stdout.strip() == "lease.coordination.k8s.io/leader"

@@ -186,6 +186,7 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
 
     from tests.deploy_support.layouts import OUR_CHART, OUR_RELEASE
     from tests.deploy_support.tools import helm_template
+    from tests.support.rbac import grants, wait_allowed
 
     namespace = control_plane.namespace("rbac")
     objects = helm_template(
@@ -197,8 +198,11 @@ def test_the_charts_role_suffices_and_a_leader_that_cannot_renew_stops(control_p
     rbac = [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
     assert len(rbac) == 2
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
+    kubeconfig = control_plane.token_kubeconfig(namespace, OUR_RELEASE)
+    # granted before the first replica asks: one refusal is what the test counts, at the end
+    wait_allowed(control_plane, kubeconfig, *grants(rbac))
     lease = Lease(
-        control_plane.token_kubeconfig(namespace, OUR_RELEASE),
+        kubeconfig,
         namespace,
         OUR_RELEASE,
         duration="5s",

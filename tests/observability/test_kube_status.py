@@ -28,6 +28,7 @@ from cloudprovider_grpc.providers.machinery.activity import Occurrence
 from cloudprovider_grpc.providers.registry import build_provider
 from tests.providers.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.controlplane import ControlPlane
+from tests.support.rbac import grants, wait_allowed
 from tests.support.servers import BackendClock, ManualClock, channel, stub
 from tests.support.waits import poll
 
@@ -164,6 +165,7 @@ def test_the_standalone_rbac_is_enough_for_the_configmap_and_the_events(control_
             o["roleRef"]["name"] = f"{o['roleRef']['name']}-{suffix}"
     kubeconfig = control_plane.token_kubeconfig(ns, "cloudprovider-grpc")
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    wait_allowed(control_plane, kubeconfig, *grants(objects))  # the write counts below allow no refusal
     node = f"worker-{suffix}"
     control_plane.kubectl(
         "apply",

@@ -2,11 +2,15 @@
 (tests/support/controlplane.py), kube-scheduler, kube-controller-manager, kube-proxy and a kubelet
 running pods on containerd and runc, on a bridge CNI network.
 
-Addresses: everything listens on loopback or on the node's address, which sits on a bridge this
-module creates (`cpgbr0`, 10.214.0.1/24) and which the CNI bridge plugin then uses as the pods'
-gateway. Pods reach the apiserver through the `kubernetes` Service (kube-proxy's iptables rules);
-a test on the host reaches a Service's ClusterIP the same way. A route sends the ClusterIP range to
-the bridge, so nothing addressed to a Service is ever routed off the machine.
+Addresses: the whole cluster (etcd, the apiserver, containerd and so every pod, the kubelet,
+kube-proxy and its iptables rules, the scheduler and controller-manager) runs in a network
+namespace of its own (tests/realnode/netns.py), which has no uplink: nothing addressed to a pod or
+a Service can leave the machine, whatever the routes. Inside, everything listens on loopback or on
+the node's address, which sits on a bridge this module creates (`cpgbr0`, 10.214.0.1/24) and which
+the CNI bridge plugin then uses as the pods' gateway; a route there sends the ClusterIP range to
+the bridge, where kube-proxy's rules take it. Pods reach the apiserver through the `kubernetes`
+Service. The host shares only loopback with it: a test reaches the apiserver, a Service's
+ClusterIP or a pod through `Cluster.forward`, a host 127.0.0.1 port relayed inside.
 
 What it took on a cgroup v1/hybrid host without CAP_SYS_RESOURCE (the settings each say why):
 the kubelet with `failCgroupV1: false`, cgroupfs, no QoS cgroups and no node-allocatable
@@ -15,8 +19,8 @@ enforcement; containerd's CRI with `restrict_oom_score_adj` and Debian's CNI plu
 
 Teardown leaves nothing behind: pods are deleted and their containers stopped through the kubelet,
 then every process stops, the shims containerd started are ended by pid, every mount under the
-cluster's directory and every network namespace the CRI made is removed, kube-proxy's iptables
-chains are cleaned and the bridge and route deleted.
+cluster's directory and every network namespace the CRI made is removed, and the cluster's own
+namespace goes, with its bridge, route and iptables rules (the host's were never touched).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from cryptography.hazmat.primitives import serialization
 
 from tests.preparation.gate import may_build
 from tests.realnode.image import Podman
+from tests.realnode.netns import Forwarder, Netns, forwarder, netns
 from tests.support import controlplane, gotools
 from tests.support.certs import issue, pem, pem_key
 from tests.support.controlplane import SERVICE_RANGE, ControlPlane, _process
@@ -53,12 +58,33 @@ NETNS_DIR = Path("/var/run/netns")
 
 
 @dataclass
+class NodeNetwork:
+    """The node's namespace, its address there, and the host's way in (controlplane.NodeNetwork)."""
+
+    ns: Netns
+    forwarder: Forwarder
+    address: str = NODE_ADDRESS
+
+    def command(self, cmd: Sequence[str]) -> list[str]:
+        return self.ns.command(cmd)
+
+    def forward(self, host: str, port: int) -> str:
+        return self.forwarder.forward(host, port)
+
+
+@dataclass
 class Cluster:
     plane: ControlPlane
     workdir: Path
     binary: Path
     socket: Path
+    network: NodeNetwork
     timings: dict[str, float] = field(default_factory=dict)
+
+    def forward(self, host: str, port: int) -> str:
+        """`127.0.0.1:P` on the host, relaying to `host:port` in the cluster's namespace (a
+        Service's ClusterIP, a pod's IP, the node's address): the only way a test reaches them."""
+        return self.network.forward(host, port)
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True
@@ -248,28 +274,17 @@ def _node_pki(workdir: Path) -> dict[str, Path]:
     return paths
 
 
-# ---------------------------------------------------------------- host networking
+# ---------------------------------------------------------------- the node's network
 
 
-def _ip(*args: str, check: bool = True) -> None:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
-
-
-@contextlib.contextmanager
-def _bridge() -> Iterator[None]:
-    """The node's bridge and address, and the route keeping Service traffic on it."""
-    _ip("link", "del", BRIDGE, check=False)  # left by a killed session
-    _ip("link", "add", BRIDGE, "type", "bridge")
-    try:
-        _ip("addr", "add", f"{NODE_ADDRESS}/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
-        _ip("route", "replace", SERVICE_RANGE, "dev", BRIDGE, "src", NODE_ADDRESS)
-        yield
-    finally:
-        _ip("route", "del", SERVICE_RANGE, "dev", BRIDGE, check=False)
-        _ip("link", "del", BRIDGE, check=False)
+def _bridge(ns: Netns) -> None:
+    """The node's bridge and address in `ns`, and the route that gives a ClusterIP a way out of a
+    process there (to the bridge, where kube-proxy's rules rewrite it): without one a connection
+    to a Service fails before iptables sees it. Gone with the namespace."""
+    ns.ip("link", "add", BRIDGE, "type", "bridge")
+    ns.ip("addr", "add", f"{NODE_ADDRESS}/24", "dev", BRIDGE)
+    ns.ip("link", "set", BRIDGE, "up")
+    ns.ip("route", "replace", SERVICE_RANGE, "dev", BRIDGE, "src", NODE_ADDRESS)
 
 
 def _netns() -> set[str]:
@@ -304,9 +319,9 @@ def _shims(socket: Path) -> list[int]:
 
 
 def _component(
-    binary: Path, name: str, args: Sequence[str], workdir: Path
+    network: NodeNetwork, binary: Path, name: str, args: Sequence[str], workdir: Path
 ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-    return _process([str(binary), name, *args], workdir / f"{name}.log")
+    return _process(network.command([str(binary), name, *args]), workdir / f"{name}.log")
 
 
 def _node_ready(cluster: Cluster) -> bool:
@@ -332,25 +347,31 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
     (workdir / "cni" / "10-realnode.conflist").write_text(_cni_config(workdir))
     (workdir / "containerd.toml").write_text(_containerd_config(workdir, socket))
     with contextlib.ExitStack() as stack:
+        ns = stack.enter_context(netns())
+        network = NodeNetwork(ns, stack.enter_context(forwarder(ns)))
         stack.callback(_unmount_all, workdir, netns_before)
-        stack.enter_context(_bridge())
-        plane = stack.enter_context(controlplane.control_plane(workdir / "plane", node_address=NODE_ADDRESS))
+        _bridge(ns)
+        plane = stack.enter_context(controlplane.control_plane(workdir / "plane", network))
         files = _node_pki(workdir / "plane")
-        kubeconfig = plane.kubeconfig
+        kubeconfig = plane.components_kubeconfig or plane.kubeconfig
         containerd = stack.enter_context(
-            _process(["containerd", f"--config={workdir / 'containerd.toml'}"], workdir / "containerd.log")
+            _process(
+                network.command(["containerd", f"--config={workdir / 'containerd.toml'}"]),
+                workdir / "containerd.log",
+            )
         )
         stack.callback(_end_shims, socket)
-        node = Cluster(plane, workdir, binary, socket, timings)
+        node = Cluster(plane, workdir, binary, socket, network, timings)
         poll(lambda: socket.exists() and node.ctr("version", check=False).returncode == 0, 60, "containerd")
         assert containerd.poll() is None
         node.load_image(podman, pause, PAUSE_IMAGE)
         control = ["--bind-address=127.0.0.1", f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
         stack.enter_context(
-            _component(binary, "kube-scheduler", [*control, f"--secure-port={free_port()}"], workdir)
+            _component(network, binary, "kube-scheduler", [*control, f"--secure-port={free_port()}"], workdir)
         )
         stack.enter_context(
             _component(
+                network,
                 binary,
                 "kube-controller-manager",
                 [
@@ -366,13 +387,12 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
         )
         proxy_config = workdir / "kube-proxy.yaml"
         proxy_config.write_text(yaml.safe_dump(_kube_proxy_config(kubeconfig)))
-        stack.callback(_iptables_cleanup, binary)
-        stack.enter_context(_component(binary, "kube-proxy", [f"--config={proxy_config}"], workdir))
+        stack.enter_context(_component(network, binary, "kube-proxy", [f"--config={proxy_config}"], workdir))
         kubelet_config = workdir / "kubelet.yaml"
         kubelet_config.write_text(yaml.safe_dump(_kubelet_config(workdir, files, free_port(), free_port())))
-        stack.callback(_drain, node)
         stack.enter_context(
             _component(
+                network,
                 binary,
                 "kubelet",
                 [
@@ -387,6 +407,8 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
                 workdir,
             )
         )
+        # registered after the kubelet, so it runs before the kubelet stops: the kubelet stops the pods
+        stack.callback(_drain, node)
         ready_from = time.monotonic()
         poll(lambda: _node_ready(node), 300, f"node {NODE} to be Ready", interval=0.5)
         timings["node ready"] = time.monotonic() - ready_from
@@ -395,12 +417,15 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
 
 
 def _drain(node: Cluster) -> None:
-    """Every pod deleted and its containers stopped by the kubelet (network torn down by the CRI)."""
+    """Every pod deleted and its containers stopped by the kubelet (network torn down by the CRI).
+    The workloads go first, orphaning their pods: a ReplicaSet still there would replace a pod
+    deleted here, and the garbage collector would then delete that one with its full grace period."""
     node.kubectl(
         "delete",
         "deployments,replicasets,statefulsets,daemonsets,jobs",
         "--all",
         "-A",
+        "--cascade=orphan",
         "--wait=false",
         check=False,
     )
@@ -421,27 +446,6 @@ def _end_shims(socket: Path) -> None:
     for pid in _shims(socket):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-#: chains the kubelet makes (a localnet firewall, canaries it watches for flushes, a hint for kube-proxy)
-KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
-
-
-def _iptables_cleanup(binary: Path) -> None:
-    """kube-proxy's rules (its own --cleanup) and the kubelet's chains, in both address families."""
-    subprocess.run([str(binary), "kube-proxy", "--cleanup"], capture_output=True, timeout=60, check=False)
-    for tool in ("iptables", "ip6tables"):
-        for table in ("filter", "nat", "mangle"):
-            rules = subprocess.run(
-                [tool, "-t", table, "-S"], capture_output=True, text=True, check=False
-            ).stdout
-            for rule in rules.splitlines():
-                words = rule.split()
-                if words[:1] == ["-A"] and words[-2:-1] == ["-j"] and words[-1] in KUBELET_CHAINS:
-                    subprocess.run([tool, "-t", table, "-D", *words[1:]], capture_output=True, check=False)
-            for chain in KUBELET_CHAINS:
-                subprocess.run([tool, "-t", table, "-F", chain], capture_output=True, check=False)
-                subprocess.run([tool, "-t", table, "-X", chain], capture_output=True, check=False)
 
 
 def _unmount_all(workdir: Path, netns_before: set[str]) -> None:

@@ -117,6 +117,7 @@ def sidecar_values(server_image: str, standin: str) -> dict[str, Any]:
 
 @dataclass
 class CaPod:
+    node: Cluster
     pod: dict[str, Any]
     install_seconds: float
 
@@ -125,10 +126,11 @@ class CaPod:
         return str(self.pod["status"]["podIP"])
 
     def get(self, port: int, path: str) -> tuple[int, str]:
-        return http_get(f"{self.ip}:{port}", path)
+        """GET `path` from the pod's `port`, from the host (relayed into the cluster's namespace)."""
+        return http_get(self.node.forward(self.ip, port), path)
 
     def calls(self) -> dict[str, Any] | None:
-        return standin_report(f"{self.ip}:8085")
+        return standin_report(self.node.forward(self.ip, 8085))
 
 
 def http_get(address: str, path: str) -> tuple[int, str]:
@@ -182,7 +184,7 @@ def install_official_chart(
         f"the cluster-autoscaler pod Ready with its sidecar:\n{json.dumps(ca_pods(node, namespace))[-3000:]}",
         interval=0.5,
     )
-    return CaPod(pods[0], time.monotonic() - started)
+    return CaPod(node, pods[0], time.monotonic() - started)
 
 
 def served(metrics_text: str, method: str) -> int:

@@ -3,7 +3,9 @@
 `install` runs `helm install` of deploy/helm/cloudprovider-grpc with the project's helm (mutual TLS
 from a Secret the test provides, the image the suite built) and returns once its pods settled;
 `Release` answers from the cluster what the test asks: the pods, the Lease holder, the Service's
-ready endpoints, the Deployment's rollout. `HolderWatch` and `HandOverLog` record, on threads, every
+ready endpoints, the Deployment's rollout, and the host's address for its Service (relayed into the
+cluster's namespace, `Cluster.forward`). `answering` waits until that Service answers, the one wait
+any step that calls it after a change takes first. `HolderWatch` and `HandOverLog` record, on threads, every
 holder of the Lease and the hand-over lines of the pods' logs while a step runs; `front_pid` finds
 the compiled front inside a pod from the node's side, for the step that kills it.
 """
@@ -18,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import kubernetes
 import yaml
 
+from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.realnode import image as images
 from tests.realnode import official_chart
 from tests.realnode.cluster import Cluster
@@ -68,6 +72,10 @@ class Release:
     def service_ip(self) -> str:
         out = self.node.kubectl("get", "service", self.fullname, "-n", self.namespace, "-o", "json").stdout
         return str(json.loads(out)["spec"]["clusterIP"])
+
+    def service(self, port: int = 8086) -> str:
+        """The host's `127.0.0.1:P` for the Service's `port` (its ClusterIP, relayed inside)."""
+        return self.node.forward(self.service_ip(), port)
 
     def api(self) -> kubernetes.client.ApiClient:
         return kubernetes.config.new_client_from_config(config_file=str(self.node.plane.kubeconfig))
@@ -250,9 +258,34 @@ def install(node: Cluster, helm: Path, pki: Pki, work: Path, name: str, override
     return installed
 
 
+def answering(release: Release, what: str, timeout: float = 120) -> list[pb.NodeGroup]:
+    """The node groups, once a NodeGroups through the release's Service is answered OK: after an
+    install, an upgrade or a change of leader the pods can be Ready and the endpoints right while
+    kube-proxy has not yet rewritten the Service's rules (the call is refused, or reaches the pod
+    that just left), so a step waits for the answer itself before it calls and counts."""
+    probe = EveryRpcLoop(release.service(), GROUP, release.pki)
+    last = ["no call yet"]
+
+    def groups() -> list[pb.NodeGroup] | None:
+        try:
+            return list(probe.stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups) or None
+        except grpc.RpcError as exc:
+            last[0] = f"{exc.code().name}: {exc.details()}"
+            return None
+
+    try:
+        return poll(groups, timeout, f"{what}: NodeGroups answered through the Service", interval=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last call: {last[0]}") from None
+    finally:
+        probe.channel.close()
+
+
 def every_rpc(release: Release, rounds: int = 3, group: str = GROUP) -> EveryRpcLoop:
-    """Every RPC through the Service from the host, with CA's client certificate."""
-    loop = EveryRpcLoop(f"{release.service_ip()}:8086", group, release.pki).start()
+    """Every RPC through the Service from the host, with CA's client certificate, once the
+    Service answers (`answering`)."""
+    answering(release, "every RPC")
+    loop = EveryRpcLoop(release.service(), group, release.pki).start()
     try:
         poll(lambda: loop.calls.get("Refresh", 0) >= rounds, 120, f"{rounds} rounds of every RPC")
     finally:

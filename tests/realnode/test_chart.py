@@ -6,26 +6,30 @@ leader pod deleted (a new leader within 20 s), the front killed by the node insi
 pod restarted per its probes, or still Ready), and the PodDisruptionBudget refusing the eviction
 that would leave no replica answering.
 
-The steps are one test, in order, on one release: the cluster is the machine's (its bridge and
-address), so one test is what makes it one cluster per suite run whatever the xdist workers. The release
-and what the steps read from the cluster are in tests/realnode/releases.py."""
+The steps are one test, in order, on one release: one test is what makes it one cluster per suite
+run whatever the xdist workers. The first step checks the cluster's isolation: its network lives
+in a namespace of its own with no way off the machine, the host's routes and iptables untouched;
+and once the cluster has stopped, its namespace is gone (`host_untouched`). The release and what
+the steps read from the cluster are in tests/realnode/releases.py."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 
-from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from tests.deploy_support.tools import tool
-from tests.realnode import figures, official_chart
+from tests.realnode import figures, netns, official_chart
 from tests.realnode import image as images
-from tests.realnode.cluster import Cluster
+from tests.realnode.cluster import BRIDGE, POD_SUBNET, Cluster
 from tests.realnode.releases import (
     CHART,
     GROUP,
@@ -33,6 +37,7 @@ from tests.realnode.releases import (
     HandOverLog,
     HolderWatch,
     Release,
+    answering,
     every_rpc,
     front_pid,
     install,
@@ -42,11 +47,27 @@ from tests.realnode.releases import (
     settled,
 )
 from tests.support.certs import write_pki
+from tests.support.controlplane import SERVICE_RANGE
 from tests.support.failover import EveryRpcLoop
 from tests.support.gotools import HELM
 from tests.support.waits import poll
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def host_untouched() -> Iterator[dict[str, Any]]:
+    """The host's KUBE-* iptables chains from before the cluster started (autouse: set up before
+    `node`, and so torn down after it); on the way out, the namespace the cluster ran in (recorded
+    by the isolation step) is gone and no process is left in it."""
+    seen: dict[str, Any] = {"chains": netns.kube_chains()}
+    yield seen
+    if "ns" in seen:
+        path, inode = seen["ns"]
+        assert not path.exists(), f"stopped: the cluster's namespace {path} is still there"
+        assert not netns.members(inode), (
+            f"stopped: processes left in the cluster's namespace: {netns.members(inode)}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +84,13 @@ def release(node: Cluster, work: Path) -> Release:
     return installed
 
 
-def test_chart_on_a_real_node(release: Release, built: images.Built, work: Path) -> None:
-    """Install, then upgrade, delete, kill and evict, in order; then a second release on an emulated
-    cloud, and the official cluster-autoscaler chart with our sidecar values. Each step's assertions
-    say which."""
+def test_chart_on_a_real_node(
+    release: Release, built: images.Built, work: Path, host_untouched: dict[str, Any]
+) -> None:
+    """The cluster's isolation; install, then upgrade, delete, kill and evict, in order; then a
+    second release on an emulated cloud, and the official cluster-autoscaler chart with our sidecar
+    values. Each step's assertions say which."""
+    step_the_cluster_has_a_network_of_its_own(release.node, host_untouched)
     step_leader_and_standby_behind_the_service(release)
     step_upgrade_under_load(release)
     step_deleted_leader_replaced_within_20_seconds(release)
@@ -74,6 +98,50 @@ def test_chart_on_a_real_node(release: Release, built: images.Built, work: Path)
     step_disruption_budget_refuses_the_last_replica(release)
     step_second_release_on_an_emulated_cloud(release, work)
     step_official_chart_with_the_sidecar(release, built, work)
+
+
+def _within(route: dict[str, Any], ranges: tuple[str, ...]) -> bool:
+    dst = route.get("dst", "")
+    if dst in ("", "default") or ":" in dst:
+        return False
+    network = ipaddress.ip_network(dst, strict=False)
+    return any(network.overlaps(ipaddress.ip_network(r)) for r in ranges)
+
+
+def step_the_cluster_has_a_network_of_its_own(node: Cluster, seen: dict[str, Any]) -> None:
+    """The bridge, the Service route and kube-proxy's rules are the cluster namespace's alone, the
+    namespace has no default route and no device but loopback, the bridge and the pods' veths (no
+    way off the machine), and the host has none of them: a 10.x packet cannot leave."""
+    ns = node.network.ns
+    seen["ns"] = (ns.path, netns.inode(ns.path))
+    ranges = (SERVICE_RANGE, POD_SUBNET)
+    inside = netns.routes(ns)
+    assert any(_within(r, (SERVICE_RANGE,)) and r.get("dev") == BRIDGE for r in inside), (
+        f"isolation: {inside}"
+    )
+    assert not [r for r in inside if r.get("dst") == "default"], (
+        f"isolation: a default route inside: {inside}"
+    )
+    devices = netns.links(ns)
+    others = {n: kind for n, kind in devices.items() if n != "lo" and kind not in ("bridge", "veth")}
+    assert devices.get(BRIDGE) == "bridge" and not others, f"isolation: devices inside {devices}"
+    host = netns.links()
+    assert BRIDGE not in host, f"isolation: {BRIDGE} in the host's namespace: {host}"
+    routed = [r for r in netns.routes() if _within(r, ranges)]
+    assert not routed, f"isolation: the host routes the cluster's ranges: {routed}"
+    made = netns.kube_chains() - seen["chains"]
+    assert not made, f"isolation: the cluster made iptables chains on the host: {sorted(made)}"
+    assert any("KUBE-SERVICES" in c for c in _chains_in(node)), "isolation: kube-proxy's rules not inside"
+
+
+def _chains_in(node: Cluster) -> set[str]:
+    """The KUBE-* chains inside the cluster's namespace (iptables run there)."""
+    found = set()
+    for table in ("filter", "nat"):
+        cmd = node.network.command(["iptables", "-t", table, "-S"])
+        rules = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+        found |= {f"{table} {line.split()[1]}" for line in rules.splitlines() if line.startswith("-N KUBE-")}
+    return found
 
 
 def step_leader_and_standby_behind_the_service(release: Release) -> None:
@@ -95,7 +163,8 @@ def step_upgrade_under_load(release: Release) -> None:
     before = settled(release)
     assert before is not None, f"upgrade: not settled before:\n{release.pods()}"
     old_pods = {p["metadata"]["name"] for p in release.pods()}
-    loop = EveryRpcLoop(f"{release.service_ip()}:8086", GROUP, release.pki).start()
+    answering(release, "upgrade: before")
+    loop = EveryRpcLoop(release.service(), GROUP, release.pki).start()
     try:
         poll(lambda: loop.calls.get("Refresh", 0) >= 3, 120, "upgrade: the loop to run")
         with HolderWatch(release) as watch, HandOverLog(release) as handover:
@@ -209,12 +278,7 @@ def step_second_release_on_an_emulated_cloud(first: Release, work: Path) -> None
             "replicas": 1,
         },
     )
-    probe = EveryRpcLoop(f"{emulated.service_ip()}:8086", GROUP, emulated.pki)
-    try:
-        groups = probe.stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
-    finally:
-        probe.channel.close()
-    assert groups, "emulated: the emulator's demo groups were not listed"
+    groups = answering(emulated, "emulated: the emulator's demo groups")
     loop = every_rpc(emulated, group=groups[0].id)
     figures.note(
         f"\nsecond release (exoscale, emulated) settled in {emulated.install_seconds:.1f} s;"
@@ -223,6 +287,11 @@ def step_second_release_on_an_emulated_cloud(first: Release, work: Path) -> None
     assert loop.failures() == 0, f"emulated: calls through the Service failed: {loop.failed}"
     for method in ("NodeGroups", "NodeGroupTargetSize", "NodeGroupNodes", "NodeGroupTemplateNodeInfo"):
         assert loop.answered.get(method, 0) >= 3, f"emulated: {method} answered {loop.answered}"
+
+
+def _ok(answer: tuple[int, str]) -> str | None:
+    """The body of a 200 answer, else None (for a poll)."""
+    return answer[1] if answer[0] == 200 else None
 
 
 def step_official_chart_with_the_sidecar(first: Release, built: images.Built, work: Path) -> None:
@@ -256,7 +325,7 @@ def step_official_chart_with_the_sidecar(first: Release, built: images.Built, wo
     poll(lambda: (ca.calls() or {}).get("loops", 0) >= 3, 60, "ca chart: three loops of the stand-in")
     calls = ca.calls() or {}
     health = ca.get(8085, "/health-check")
-    metrics = ca.get(8087, "/metrics")[1]
+    metrics = poll(lambda: _ok(ca.get(8087, "/metrics")), 60, "ca chart: the sidecar's /metrics")
     served = {m: official_chart.served(metrics, m) for m in ("NodeGroups", "NodeGroupTargetSize", "Refresh")}
     figures.note(
         f"\nofficial chart: stand-in image ({images.size_and_layers(built.podman, standin)[0] / 1e6:.1f} MB)"

@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import requests
 import yaml
@@ -217,16 +218,31 @@ def binaries() -> Binaries:
 # ---------------------------------------------------------------- the running control plane
 
 
+class NodeNetwork(Protocol):
+    """Where a node's control plane runs (tests/realnode): a network namespace of the node's own,
+    entered by `command`, serving at `address` there, which the host reaches only through the
+    loopback address `forward` gives for an address inside."""
+
+    address: str
+
+    def command(self, cmd: Sequence[str]) -> list[str]: ...
+
+    def forward(self, host: str, port: int) -> str: ...
+
+
 @dataclass
 class ControlPlane:
     """A running etcd + kube-apiserver pair. Tests share one per session (per xdist worker) and
-    keep apart by namespace."""
+    keep apart by namespace. `url` and `kubeconfig` are the host's way in; `components_kubeconfig`
+    is the one for processes beside the apiserver (the same file, but for a node's control plane,
+    whose components run in the node's namespace)."""
 
     url: str
     kubeconfig: Path
     kubectl_binary: Path = field(repr=False)
     workdir: Path = field(repr=False)
     processes: Mapping[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    components_kubeconfig: Path | None = field(default=None, repr=False)
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, kubeconfig: Path | None = None
@@ -263,23 +279,28 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def control_plane(workdir: Path, node_address: str | None = None) -> Iterator[ControlPlane]:
+def control_plane(workdir: Path, node: NodeNetwork | None = None) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver on free loopback ports under `workdir`, ready (`/readyz` answers
     200) when yielded, both stopped on exit. Raises Unavailable when a binary cannot be had,
     RuntimeError (with the log's tail) when a process dies or never becomes ready.
 
-    With `node_address` (an address on an interface the caller made: tests/realnode) the apiserver
-    serves there instead, for pods too: its certificate names that address and the `kubernetes`
+    With `node` both run inside the node's network namespace and the apiserver serves at the
+    node's address there, for pods too: its certificate names that address and the `kubernetes`
     Service, which the endpoint reconciler points at it, and pods get their ServiceAccount's token
-    (a controller-manager is expected to run, creating each namespace's `default` one)."""
+    (a controller-manager is expected to run, creating each namespace's `default` one). The host
+    (kubectl, helm, the readiness check, the tests) reaches it through the node's forward, at
+    127.0.0.1, which its certificate names too."""
     bins = binaries()
     workdir.mkdir(parents=True, exist_ok=True)
+    node_address = node.address if node else None
     files = _write_pki(workdir, node_address)
     etcd_url = f"http://127.0.0.1:{free_port()}"
     peer_url = f"http://127.0.0.1:{free_port()}"
     port = free_port()
     host = node_address or "127.0.0.1"
-    url = f"https://{host}:{port}"
+    inside = f"https://{host}:{port}"
+    url = f"https://{node.forward(host, port)}" if node else inside
+    enter = node.command if node else list
     etcd_cmd = [
         str(bins.etcd),
         "--name=test",
@@ -320,20 +341,20 @@ def control_plane(workdir: Path, node_address: str | None = None) -> Iterator[Co
             "--disable-admission-plugins=ServiceAccount",
         ]
     with contextlib.ExitStack() as stack:
-        etcd = stack.enter_context(_process(etcd_cmd, workdir / "etcd.log"))
-        apiserver = stack.enter_context(_process(apiserver_cmd, workdir / "kube-apiserver.log"))
+        etcd = stack.enter_context(_process(enter(etcd_cmd), workdir / "etcd.log"))
+        apiserver = stack.enter_context(_process(enter(apiserver_cmd), workdir / "kube-apiserver.log"))
         processes = {"etcd": etcd, "kube-apiserver": apiserver}
-        kubeconfig = _write_kubeconfig(
-            workdir / "admin.kubeconfig",
-            url,
-            files["ca.crt"].read_bytes(),
-            {
-                "client-certificate-data": _b64(files["admin.crt"].read_bytes()),
-                "client-key-data": _b64(files["admin.key"].read_bytes()),
-            },
-        )
+        admin = {
+            "client-certificate-data": _b64(files["admin.crt"].read_bytes()),
+            "client-key-data": _b64(files["admin.key"].read_bytes()),
+        }
+        ca = files["ca.crt"].read_bytes()
+        kubeconfig = _write_kubeconfig(workdir / "admin.kubeconfig", url, ca, admin)
+        components = kubeconfig
+        if inside != url:
+            components = _write_kubeconfig(workdir / "components.kubeconfig", inside, ca, admin)
         _wait_ready(url, files, processes, workdir)
-        yield ControlPlane(url, kubeconfig, bins.kubectl, workdir, processes)
+        yield ControlPlane(url, kubeconfig, bins.kubectl, workdir, processes, components)
 
 
 @contextlib.contextmanager
