@@ -1,8 +1,8 @@
 """`cloudprovider-grpc simulate`: the simulator's command line.
 
 The main CLI registers this subcommand through `cli_args.add_arguments` and `run_cli`. Exit
-codes: 0 done, 1 the run failed (server unreachable, an RPC the loop cannot do without failed), 2 bad scenario,
-dump or configuration.
+codes: 0 done, 1 the run failed (server unreachable, an RPC the loop cannot do without failed),
+2 bad scenario, dump or configuration.
 
 A run starts from a scenario file, or from a cluster (`--from-dump`, `--from-cluster`, or a
 recording of one: `--replay`, see `replay_cli.py`) whose node groups come from the gRPC API;
