@@ -391,11 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
     version.set_defaults(func=cmd_version)
     try:
         from cloudprovider_grpc.simulator import cli as sim_cli
+        from cloudprovider_grpc.simulator import cli_args as sim_args
     except ImportError:  # the simulator package is optional at import time
         pass
     else:
         simulate = sub.add_parser("simulate", help="replay a scenario through CA's decision logic")
-        sim_cli.add_arguments(simulate)
+        sim_args.add_arguments(simulate)
         simulate.set_defaults(func=sim_cli.run_cli)
     return parser
 

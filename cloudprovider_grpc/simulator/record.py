@@ -23,14 +23,12 @@ they are daemons).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -38,213 +36,23 @@ from typing import Any
 
 from cloudprovider_grpc.simulator.cluster_objects import SnapshotError, meta_of
 from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Header, Writer
+from cloudprovider_grpc.simulator.record_objects import (
+    KINDS,
+    Kind,
+    Known,
+    compact,
+    head_of,
+    stripped,
+)
 
 log = logging.getLogger(__name__)
 
-#: the component CA's Events name as their source (cluster-autoscaler/main.go's event recorder)
-CA_COMPONENT = "cluster-autoscaler"
-#: CA's status ConfigMap (clusterstate/utils/status.go at cluster-autoscaler-1.36.1, data key "status")
-CA_STATUS_CONFIGMAP = "cluster-autoscaler-status"
 #: server-side timeout of one watch request; the thread then watches again from where it was
 WATCH_SECONDS = 60
 #: pause before watching again after an error other than 410 Gone
 RETRY_SECONDS = 2.0
 #: how long `stop()` waits for the watch threads (one still connecting finishes its request)
 STOP_SECONDS = 10.0
-
-
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    api_version: str
-    #: (api object attribute, list method) on the `kubernetes` client
-    api: str
-    method: str
-    watched: bool = True
-    #: a field selector for the list and the watch (e.g. only CA's own Events)
-    selector: str = ""
-    #: in snapshot.json (CA's account is not part of the cluster it starts from)
-    in_snapshot: bool = True
-    #: a kind the recorder may be refused (no RBAC for Events): recorded without it, with a warning
-    optional: bool = False
-    #: an update carries every field, not only the changed ones (an Event's repeat is read alone)
-    whole: bool = False
-
-
-#: every kind read, in listing order; `watched` ones are also watched (the rest: snapshot only)
-KINDS = (
-    Kind("Node", "v1", "CoreV1Api", "list_node"),
-    Kind("Pod", "v1", "CoreV1Api", "list_pod_for_all_namespaces"),
-    Kind("Deployment", "apps/v1", "AppsV1Api", "list_deployment_for_all_namespaces"),
-    Kind("ReplicaSet", "apps/v1", "AppsV1Api", "list_replica_set_for_all_namespaces"),
-    Kind("StatefulSet", "apps/v1", "AppsV1Api", "list_stateful_set_for_all_namespaces"),
-    Kind("Job", "batch/v1", "BatchV1Api", "list_job_for_all_namespaces"),
-    Kind("DaemonSet", "apps/v1", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
-    Kind("PodDisruptionBudget", "policy/v1", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
-    Kind("PriorityClass", "scheduling.k8s.io/v1", "SchedulingV1Api", "list_priority_class", False),
-    Kind("ConfigMap", "v1", "CoreV1Api", "list_config_map_for_all_namespaces", False),
-    # CA's own account of its decisions (see ca_account.py): the Events it emits, and its status
-    # ConfigMap (CA's --status-config-map-name default, in CA's namespace)
-    Kind(
-        "Event",
-        "v1",
-        "CoreV1Api",
-        "list_event_for_all_namespaces",
-        selector=f"source={CA_COMPONENT}",
-        in_snapshot=False,
-        optional=True,
-        whole=True,
-    ),
-    Kind(
-        "CAStatus",
-        "v1",
-        "CoreV1Api",
-        "list_config_map_for_all_namespaces",
-        selector=f"metadata.name={CA_STATUS_CONFIGMAP}",
-        in_snapshot=False,
-        optional=True,
-    ),
-)
-
-
-#: controllers whose pods are not recorded one by one: the controller itself is (a ReplicaSet
-#: through its Deployment when one owns it), or its pods are not workloads (DaemonSet; Node: a
-#: static pod's mirror)
-RECORDED_OWNERS = ("ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Node")
-
-
-def kind_named(name: str) -> Kind:
-    return next(k for k in KINDS if k.name == name)
-
-
-def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
-    return refs[0] if refs else None
-
-
-def _template(tpl: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A pod template with only what the simulator reads (and no nodeName: binding is not a change)."""
-    tpl = tpl or {}
-    meta = meta_of(tpl)
-    spec = {k: v for k, v in (tpl.get("spec") or {}).items() if k != "nodeName"}
-    out_meta = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
-    return {"metadata": out_meta, "spec": spec}
-
-
-def compact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The fields a replay uses of one object, or None when the object is not recorded (a pod
-    some controller owns, a ReplicaSet a Deployment owns: their controller is recorded)."""
-    meta, spec, status = meta_of(obj), obj.get("spec") or {}, obj.get("status") or {}
-    if kind in ("Deployment", "StatefulSet", "ReplicaSet"):
-        if kind == "ReplicaSet" and _controller(meta) is not None:
-            return None
-        replicas = spec.get("replicas")
-        return {
-            "replicas": 1 if replicas is None else int(replicas),
-            "template": _template(spec.get("template")),
-        }
-    if kind == "Job":
-        done = next(
-            (
-                c.get("type")
-                for c in status.get("conditions") or []
-                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-            ),
-            None,
-        )
-        return {
-            "parallelism": int(spec.get("parallelism", 1) or 0),
-            "completions": spec.get("completions"),
-            "suspend": bool(spec.get("suspend")),
-            "done": done,
-            "template": _template(spec.get("template")),
-        }
-    if kind == "Pod":
-        owner = _controller(meta)
-        if owner is not None and owner.get("kind") in RECORDED_OWNERS:
-            return None
-        phase = status.get("phase")
-        fields = {
-            "template": _template({"metadata": meta, "spec": spec}),
-            "done": phase if phase in ("Succeeded", "Failed") else None,
-        }
-        if owner is not None:  # a controller the recorder does not watch (an operator's resource)
-            fields["owner"] = str(owner.get("kind"))
-        return fields
-    if kind == "DaemonSet":
-        return {"template": _template(spec.get("template"))}
-    if kind == "PodDisruptionBudget":
-        return {"spec": dict(spec)}
-    if kind == "Node":
-        # what maps a node CA removes to its node group (NodeGroupForNode) when the replay reads
-        # CA's account; nothing of a node is replayed
-        out: dict[str, Any] = {}
-        if spec.get("providerID"):
-            out["providerID"] = str(spec["providerID"])
-        if meta.get("labels"):
-            out["labels"] = dict(meta["labels"])
-        return out
-    if kind == "Event":
-        return _event_fields(obj)
-    if kind == "CAStatus":
-        return {"status": str((obj.get("data") or {}).get("status") or "")}
-    return None
-
-
-def _event_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """An Event's reason, message and time (its newest), and how many times it happened (the
-    apiserver's event aggregation counts repeats of one message on one object)."""
-    series = obj.get("series") or {}
-    when = (
-        series.get("lastObservedTime")
-        or obj.get("lastTimestamp")
-        or obj.get("eventTime")
-        or obj.get("firstTimestamp")
-        or meta_of(obj).get("creationTimestamp")
-    )
-    involved = obj.get("involvedObject") or {}
-    return {
-        "reason": str(obj.get("reason") or ""),
-        "message": str(obj.get("message") or ""),
-        "type": str(obj.get("type") or ""),
-        "count": int(series.get("count") or obj.get("count") or 1),
-        "time": str(when or ""),
-        "object": f"{involved.get('kind', '')}/{involved.get('namespace', '')}/{involved.get('name', '')}",
-    }
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha1(
-        json.dumps(value, sort_keys=True, default=str).encode(), usedforsecurity=False
-    ).hexdigest()
-
-
-class _Known:
-    """What the log last said about one object: its fields, and the template's digest."""
-
-    def __init__(self, fields: dict[str, Any], head: dict[str, Any]) -> None:
-        self.head = head
-        self.fields = {k: v for k, v in fields.items() if k != "template"}
-        self.template = _digest(fields.get("template"))
-
-
-def _head(kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = meta_of(obj)
-    return {
-        "kind": kind.name,
-        "ns": meta.get("namespace") or "",
-        "name": meta.get("name"),
-        "uid": str(meta.get("uid")),
-    }
-
-
-def _strip(obj: dict[str, Any], kind: Kind) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    meta.pop("managedFields", None)
-    (meta.get("annotations") or {}).pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    obj.setdefault("apiVersion", kind.api_version)
-    obj.setdefault("kind", kind.name)
-    return obj
 
 
 class Recorder:
@@ -268,7 +76,7 @@ class Recorder:
         self.t0 = 0.0
         self.writer: Writer | None = None
         self.stopped = threading.Event()
-        self.known: dict[str, dict[str, _Known]] = {}
+        self.known: dict[str, dict[str, Known]] = {}
         self.versions: dict[str, str | None] = {}
         self.relists: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
@@ -285,7 +93,7 @@ class Recorder:
         """Every object of `kind` (as the API serializes it) and the list's resourceVersion."""
         resp = self._call(kind)(_preload_content=False, **self._selector(kind))
         data = json.loads(resp.data)
-        items = [_strip(i, kind) for i in data.get("items") or []]
+        items = [stripped(i, kind) for i in data.get("items") or []]
         return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
 
     @staticmethod
@@ -327,7 +135,9 @@ class Recorder:
                 for obj in items:
                     fields = compact(kind.name, obj)
                     if fields is not None:
-                        self.known[kind.name][str(meta_of(obj).get("uid"))] = _Known(fields, _head(kind, obj))
+                        self.known[kind.name][str(meta_of(obj).get("uid"))] = Known(
+                            fields, head_of(kind, obj)
+                        )
         self.directory.mkdir(parents=True, exist_ok=True)
         snapshot = {"apiVersion": "v1", "kind": "List", "items": objects}
         (self.directory / SNAPSHOT).write_text(json.dumps(snapshot, separators=(",", ":")), encoding="utf-8")
@@ -482,10 +292,10 @@ class Recorder:
         fields = compact(kind.name, obj)
         if fields is None:
             return
-        head = _head(kind, obj)
+        head = head_of(kind, obj)
         uid = head["uid"]
         known = self.known[kind.name].get(uid)
-        new = _Known(fields, head)
+        new = Known(fields, head)
         if known is None:
             self._write({"op": "add", **head, **fields})
         else:

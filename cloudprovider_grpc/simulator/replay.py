@@ -37,7 +37,7 @@ from cloudprovider_grpc.simulator.ca_account import CADecision, from_events, fro
 from cloudprovider_grpc.simulator.client import CAClient, RpcError
 from cloudprovider_grpc.simulator.cluster_objects import ObjectConverter, SnapshotError, label_name, meta_of
 from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Log, LogError, read
-from cloudprovider_grpc.simulator.record import compact
+from cloudprovider_grpc.simulator.record_objects import compact
 from cloudprovider_grpc.simulator.snapshot import Snapshot, build_scenario, load_dump
 
 CONTROLLERS = ("Deployment", "StatefulSet", "ReplicaSet")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from cloudprovider_grpc.simulator.ca_account import from_events, from_klog, status_targets
-from cloudprovider_grpc.simulator.record import compact
+from cloudprovider_grpc.simulator.record_objects import compact
 
 pytestmark = pytest.mark.unit
 

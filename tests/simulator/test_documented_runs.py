@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudprovider_grpc.simulator.cli import EPILOG
+from cloudprovider_grpc.simulator.cli_args import EPILOG
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "docs" / "simulator.md", ROOT / "docs" / "simulate-your-cluster.md"]

@@ -26,7 +26,8 @@ import yaml
 
 from cloudprovider_grpc.cli import main
 from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Header, Writer, read
-from cloudprovider_grpc.simulator.record import Recorder, kind_named
+from cloudprovider_grpc.simulator.record import Recorder
+from cloudprovider_grpc.simulator.record_objects import kind_named
 from tests.simulator.recordings import NOWHERE, template, wanted
 from tests.support.waits import poll
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from cloudprovider_grpc.simulator.eventlog import Header, Writer, read
-from cloudprovider_grpc.simulator.record import Recorder, kind_named
+from cloudprovider_grpc.simulator.record import Recorder
+from cloudprovider_grpc.simulator.record_objects import kind_named
 from tests.simulator.recordings import STARTED, template
 
 pytestmark = pytest.mark.unit
