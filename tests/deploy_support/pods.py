@@ -10,12 +10,27 @@ would see.
 from __future__ import annotations
 
 import base64
+import hashlib
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+#: a unix socket's path holds at most 107 bytes; a test's temporary root can be longer than a pod's
+SOCKET_PATH_ROOM = 100
+
+
+def short_link(directory: Path) -> Path:
+    """A short path (in the system's temporary directory) that is a link to `directory`: a socket's
+    mount, materialized under a long test root, is reached by the same file through it."""
+    digest = hashlib.sha256(str(directory).encode()).hexdigest()[:12]
+    link = Path(tempfile.gettempdir()) / f"cpg-{digest}"
+    if not link.is_symlink():
+        link.symlink_to(directory, target_is_directory=True)
+    return link
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:
@@ -204,7 +219,10 @@ class ContainerView:
             candidate = candidate.removeprefix(scheme)
             hit = self.mount_path_of(candidate) if candidate.startswith("/") else None
             if hit:
-                mapped = scheme + str(mounts[hit[0]["mountPath"]] / hit[1])
+                directory = mounts[hit[0]["mountPath"]]
+                if scheme and len(str(directory / hit[1])) > SOCKET_PATH_ROOM:
+                    directory = short_link(directory)
+                mapped = scheme + str(directory / hit[1])
                 arg = f"{flag}={mapped}" if eq else mapped
             args.append(arg)
         # Paths under a mount, in arguments (above) and in environment values, point into the root.

@@ -156,7 +156,9 @@ def test_a_caller_gone_mid_call_costs_only_that_call(caplog: pytest.LogCaptureFi
         dial.refresh_release.set()
         assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g"), timeout=5).targetSize == 1
         poll(lambda: link.connections <= baseline + 1, 10, "the dropped connection's thread to end")
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # the test's cloud offers no template: the warning `serve` gives for that is not the link's
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in warnings if "no template and no machine" not in r.getMessage()], warnings
 
 
 def test_a_link_closed_by_python_turns_health_not_serving(caplog: pytest.LogCaptureFixture) -> None:

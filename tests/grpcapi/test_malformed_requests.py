@@ -154,17 +154,19 @@ def test_pricing_times_outside_years_1_to_9999_are_invalid_argument(
         ),
     ],
 )
-def test_get_options_defaults_out_of_range_are_invalid_argument(
+def test_get_options_defaults_out_of_range_get_the_answer_of_a_request_without_them(
     defaults: pb.NodeGroupAutoscalingOptions, field: str
 ) -> None:
+    """Cluster-autoscaler accepts negative duration flags and sends them as defaults: an error here
+    would fail every per-group getter and stop its scale-down, so the answer is OK, as without them."""
     with sim_server() as handle:
         s = stub(channel(handle))
-        with pytest.raises(grpc.RpcError) as info:
-            s.NodeGroupGetOptions(
-                pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=defaults), timeout=5
-            )
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
-    assert info.value.details().startswith(f"defaults.{field} ")
+        odd = pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=defaults)
+        answered = s.NodeGroupGetOptions(odd, timeout=5)
+        plain = s.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="gpu"), timeout=5)
+    # the group's options, or none where the release these defaults look like is answered none
+    # (1.35-1.36: tests/grpcapi/test_generations.py)
+    assert answered in (plain, pb.NodeGroupAutoscalingOptionsResponse()), f"defaults.{field}: {answered}"
 
 
 #: a body no message accepts: field 1 as a length-delimited value of 2**32-1 bytes, then nothing

@@ -26,6 +26,8 @@ from cloudprovider_grpc.providers.registry import build_provider
 from tests.deploy_support import crds
 from tests.deploy_support.layouts import OUR_CHART, render_ours
 from tests.deploy_support.tools import KUSTOMIZE, kustomize_build, run, tool
+from tests.support import probes
+from tests.support.backends import backend
 from tests.support.clouds import VultrCloud
 from tests.support.controlplane import debian_package
 from tests.support.promql import Exposition, Selector, grafana_expand, selectors
@@ -283,11 +285,17 @@ def test_kustomize_component_ships_the_same_rules_and_dashboard() -> None:
 
 
 @pytest.mark.integration
-def test_a_server_without_leader_election_raises_no_leader_alert() -> None:
+def test_a_server_without_leader_election_raises_no_leader_alert(tmp_path: Path) -> None:
     """A plain `serve` exports the leader gauges (0, and NaN for the renew age, as the Metrics
-    table says); the chart without leader election ships no alert that 0 would raise."""
-    with sim_server() as handle:
-        text = scrape(handle)
+    table says); the chart without leader election ships no alert that 0 would raise. A process of
+    its own: the gauges are the process's, and this test's worker may have run elections before."""
+    server = probes.start_server(backend("sim"), tmp_path)
+    try:
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+    finally:
+        server.close()
     assert "\ncloudprovider_grpc_leader 0.0\n" in text
     assert "\ncloudprovider_grpc_leader_last_renew_age_seconds NaN\n" in text
     single = only(
