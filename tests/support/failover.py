@@ -130,12 +130,15 @@ class Kill:
 
 def scale_up(s: pb_grpc.CloudProviderStub, gid: str) -> bool:
     """IncreaseSize(SCALE) through the proxy: True once accepted; False when refused with nothing
-    recorded (a leader whose term ran out a moment before: a short lease on a loaded machine), to
-    be asked again."""
+    recorded (a leader whose term ran out a moment before: a short lease on a loaded machine), or
+    never sent (no connection could be made through the proxy while no replica was ready), to be
+    asked again, as cluster-autoscaler asks again in its next loop."""
     try:
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=gid, delta=SCALE), timeout=5)
     except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.UNAVAILABLE and "nothing was recorded" in (exc.details() or ""):
+        details = exc.details() or ""
+        unsent = "nothing was recorded" in details or details.startswith("failed to connect to all addresses")
+        if exc.code() == grpc.StatusCode.UNAVAILABLE and unsent:
             return False
         raise
     return True
