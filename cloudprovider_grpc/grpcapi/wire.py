@@ -11,6 +11,7 @@ name lives here too: the servicer, the health service, the front and tracing all
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -237,12 +238,7 @@ def startup_field(unknown: bytes) -> tuple[duration_pb2.Duration | None, bytes]:
     type, or one whose bytes are no Duration, stays among the echoed fields untouched."""
     found: duration_pb2.Duration | None = None
     rest = bytearray()
-    pos = 0
-    while pos < len(unknown):
-        start = pos
-        tag, after_tag = _varint(unknown, pos)
-        number, wire = tag >> 3, tag & 7
-        pos = _skip(unknown, after_tag, number, wire)
+    for number, wire, start, after_tag, pos in top_level_fields(unknown):
         if number == STARTUP_FIELD and wire == _LEN:
             size, body = _varint(unknown, after_tag)
             try:
@@ -252,6 +248,18 @@ def startup_field(unknown: bytes) -> tuple[duration_pb2.Duration | None, bytes]:
                 pass
         rest += unknown[start:pos]
     return found, bytes(rest)
+
+
+def top_level_fields(raw: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+    """Each top-level field of a message's bytes: (number, wire type, where its tag starts, where
+    its value starts, where it ends). Malformed bytes raise as `_varint` and `_skip` do."""
+    pos = 0
+    while pos < len(raw):
+        start = pos
+        tag, after_tag = _varint(raw, pos)
+        number, wire = tag >> 3, tag & 7
+        pos = _skip(raw, after_tag, number, wire)
+        yield number, wire, start, after_tag, pos
 
 
 def encode_varint(n: int) -> bytes:
@@ -356,12 +364,7 @@ def unknown_fields(raw: bytes, descriptor: Any) -> bytes:
     Why: a CA newer than our schema sends its defaults for options we do not know; echoing these
     bytes in the answer gives it its own defaults back for them. Only the top level is scanned."""
     out = bytearray()
-    pos = 0
-    while pos < len(raw):
-        start = pos
-        tag, pos = _varint(raw, pos)
-        number, wire = tag >> 3, tag & 7
-        pos = _skip(raw, pos, number, wire)
+    for number, wire, start, _after_tag, pos in top_level_fields(raw):
         field = descriptor.fields_by_number.get(number)
         if field is None or wire not in _wire_types(field):
             out += raw[start:pos]
