@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -291,15 +289,15 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     module = backend_module(args.cloud)
     if not hasattr(module, "build_emulator"):
         raise ConfigError("cloud", f"backend {args.cloud!r} has no API emulator")
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # before announcing: a SIGTERM right after must stop cleanly
-        signal.signal(sig, lambda *_: done.set())
-    emulator = module.build_emulator(settings.provider_context(), args.address, args.state)
-    print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
-    accepts = getattr(module, "EMULATOR_CREDENTIALS", "")
-    if accepts:  # the emulator's own demo credentials, never a cloud's: the user needs them to connect
-        print(f"{args.cloud} API emulator accepts {accepts}", flush=True)
-    done.wait()
+    from cloudprovider_grpc.core.stopsignals import StopSignals
+
+    with StopSignals() as stop:  # before announcing: a SIGTERM right after must stop cleanly
+        emulator = module.build_emulator(settings.provider_context(), args.address, args.state)
+        print(f"{args.cloud} API emulator listening on {emulator.base_url}", flush=True)
+        accepts = getattr(module, "EMULATOR_CREDENTIALS", "")
+        if accepts:  # the emulator's own demo credentials, never a cloud's: the user needs them to connect
+            print(f"{args.cloud} API emulator accepts {accepts}", flush=True)
+        stop.wait(None)
     emulator.stop()
     return 0
 

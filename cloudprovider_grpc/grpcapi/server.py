@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ import grpc
 from cloudprovider_grpc.config.settings import Settings, is_loopback
 from cloudprovider_grpc.core import unixsocket
 from cloudprovider_grpc.core.errors import ServerStartError
+from cloudprovider_grpc.core.stopsignals import StopSignals
 from cloudprovider_grpc.front.link import unary_calls
 from cloudprovider_grpc.front.supervisor import FrontLink, front_binary, start_front
 from cloudprovider_grpc.grpcapi.admission import Gate
@@ -60,7 +60,7 @@ def _grpc_address(address: str) -> str:
 
 @dataclass
 class ServerHandle:
-    """A running server. `stop()` is idempotent and safe from a signal handler thread."""
+    """A running server. `stop()` is idempotent and may be called from any thread."""
 
     server: grpc.Server
     provider: CloudProvider
@@ -400,36 +400,25 @@ def serve_forever(settings: Settings) -> int:
 
     Returns 0 after a clean stop, 1 when work was still running at the end of the grace period. The
     caller must then end the process without waiting for threads (`os._exit`): a handler thread
-    blocked on the cloud would otherwise hold the process past the grace period."""
-    signalled = threading.Event()
-    started: list[ServerHandle] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if signalled.is_set():
-            return
-        signalled.set()
-        log.info("received %s, shutting down (grace %gs)", signal.Signals(signum).name, settings.grace_period)
-        if started:
-            threading.Thread(
-                target=started[0].stop, args=(settings.grace_period,), name="shutdown", daemon=True
-            ).start()
-
-    # installed before starting, so a signal during startup (a slow first listing) is not fatal
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    handle = start_server(settings)
-    started.append(handle)
-    if signalled.is_set():  # the signal came while starting
-        threading.Thread(target=handle.stop, args=(settings.grace_period,), daemon=True).start()
-    while not signalled.wait(0.2):
-        if handle.failed.is_set():
-            # restarting the front did not help: stop, and exit 1 so that Kubernetes restarts the pod
-            handle.stop(settings.grace_period)
-            return 1
-        if handle.wait(0):  # stopped on its own: the leadership was lost
-            return 1
-    # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
-    if handle.wait(settings.grace_period + 0.25) and not handle.cut_off:
-        return 0
+    blocked on the cloud would otherwise hold the process past the grace period. The signals are
+    taken before starting, so one during startup (a slow first listing) stops the server as soon
+    as it is up; they are read without a lock (core/stopsignals.py)."""
+    with StopSignals() as stop:
+        handle = start_server(settings)
+        while (signum := stop.wait(0.2)) is None:
+            if handle.failed.is_set():
+                # restarting the front did not help: stop, and exit 1 so that Kubernetes restarts the pod
+                handle.stop(settings.grace_period)
+                return 1
+            if handle.wait(0):  # stopped on its own: the leadership was lost
+                return 1
+        log.info("received %s, shutting down (grace %gs)", signum.name, settings.grace_period)
+        # the stop runs in a thread so that the grace period bounds it even if it blocks
+        shutdown = threading.Thread(target=handle.stop, args=(settings.grace_period,), name="shutdown")
+        shutdown.daemon = True
+        shutdown.start()
+        # the stop itself honours the grace; the margin covers the last bookkeeping after its deadline
+        if handle.wait(settings.grace_period + 0.25) and not handle.cut_off:
+            return 0
     log.error("grace period of %gs over with work unfinished; exiting anyway", settings.grace_period)
     return 1

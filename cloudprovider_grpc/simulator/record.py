@@ -25,15 +25,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from cloudprovider_grpc.core.stopsignals import StopSignals
 from cloudprovider_grpc.simulator.cluster_objects import SnapshotError, meta_of
 from cloudprovider_grpc.simulator.eventlog import SNAPSHOT, Header, Writer
 from cloudprovider_grpc.simulator.record_objects import (
@@ -170,31 +169,29 @@ class Recorder:
     def run(self, duration: float | None, on_signal: bool = True) -> str:
         """Record until `duration` seconds pass or SIGINT/SIGTERM (`on_signal`, main thread only);
         returns why it stopped. The log is flushed every second meanwhile."""
-        reason = ["duration"]
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            reason[0] = "signal"
-            self.stopped.set()
-
-        previous: dict[signal.Signals, Any] = {}
-        if on_signal and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, handler)
-        try:
-            self.start()
-            deadline = None if duration is None else self.clock() + duration
-            while not self.stopped.is_set():
-                left = 1.0 if deadline is None else min(1.0, deadline - self.clock())
-                if left <= 0:
-                    break
-                self.stopped.wait(left)
-                assert self.writer is not None
-                self.writer.flush()
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-            self.stop(reason[0])
-        return reason[0]
+        reason = "duration"
+        # the signals are read from a socket, never by a handler that sets `stopped` (core/stopsignals.py)
+        in_main = threading.current_thread() is threading.main_thread()
+        signals = StopSignals() if on_signal and in_main else None
+        with signals if signals is not None else contextlib.nullcontext():
+            try:
+                self.start()
+                deadline = None if duration is None else self.clock() + duration
+                while not self.stopped.is_set():
+                    left = 1.0 if deadline is None else min(1.0, deadline - self.clock())
+                    if left <= 0:
+                        break
+                    if signals is not None:
+                        if signals.wait(left) is not None:
+                            reason = "signal"
+                            break
+                    else:
+                        self.stopped.wait(left)
+                    assert self.writer is not None
+                    self.writer.flush()
+            finally:
+                self.stop(reason)
+        return reason
 
     # ------------------------------------------------------------------ watching
     def _watch(self, kind: Kind) -> None:
