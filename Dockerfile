@@ -31,18 +31,27 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 RUN python -m venv /opt/venv
 
-# Only what `pip install .` needs: the build config, the README it declares as long description,
-# the LICENSE the wheel carries, and the package (generated protobuf code and package data included).
-COPY pyproject.toml README.md LICENSE ./
-COPY cloudprovider_grpc ./cloudprovider_grpc
-
-# Same package spec as the README's setup command 1; tests/deploy/test_dockerfile.py keeps the two in step.
-# Dependencies are pinned to compatible ranges in pyproject.toml, which is the single place to
-# change them; `pip install` compiles the installed modules to bytecode here, at build time.
-# pip's cache is a build cache mount: a rebuild after a source change downloads nothing it already
-# has, and no cache reaches a layer.
+# Two installs of the same package spec, so that a source change does not download every dependency
+# again. First the dependencies, in a layer that depends only on the build config, the LICENSE the
+# wheel carries and the version's one place (cloudprovider_grpc/__init__.py): the package is installed
+# from that file alone, with an empty long description. Then the package itself, from the whole
+# source, without its dependencies (they are there), replacing the first one.
+# Same package spec as the README's setup command 1; tests/deploy/test_dockerfile.py keeps the two in
+# step. Dependencies are pinned to compatible ranges in pyproject.toml, which is the single place to
+# change them; `pip install` compiles the installed modules to bytecode here, at build time. pip's
+# cache is a build cache mount: no cache reaches a layer.
+COPY pyproject.toml LICENSE ./
+COPY cloudprovider_grpc/__init__.py ./cloudprovider_grpc/__init__.py
 RUN --mount=type=cache,id=cloudprovider-grpc-pip,target=/root/.cache/pip \
-    /opt/venv/bin/pip install '.[otel]' \
+    touch README.md \
+    && /opt/venv/bin/pip install '.[otel]'
+
+# Then what the package's own install needs: the README it declares as long description and the
+# package (generated protobuf code and package data included).
+COPY README.md ./
+COPY cloudprovider_grpc ./cloudprovider_grpc
+RUN --mount=type=cache,id=cloudprovider-grpc-pip,target=/root/.cache/pip \
+    /opt/venv/bin/pip install --no-deps --force-reinstall '.[otel]' \
     && /opt/venv/bin/cloudprovider-grpc --help > /dev/null
 
 

@@ -76,13 +76,16 @@ IMAGE_EXTRAS = "[otel]"
 
 
 def test_image_install_step_matches_readme() -> None:
-    """The image installs the package the README's setup command installs, with the `otel` extra."""
+    """The image installs the package the README's setup command installs, with the `otel` extra:
+    once for the dependencies' layer, once from the whole source without them."""
     df = dockerfile.parse((ROOT / "Dockerfile").read_text())
     installs = [
         dockerfile.pip_install_specs(i.value) for i in df.instructions("RUN") if "pip install" in i.value
     ]
     expected = [f"{spec}{IMAGE_EXTRAS}" for spec in readme_install_spec()]
-    assert installs == [expected], f"Dockerfile installs {installs}, README {readme_install_spec()}"
+    assert installs == [expected, expected], f"Dockerfile installs {installs}, README {readme_install_spec()}"
+    runs = [i.value for i in df.instructions("RUN") if "pip install" in i.value]
+    assert "--no-deps" not in runs[0] and "--no-deps" in runs[1] and "--force-reinstall" in runs[1]
 
 
 def test_build_context_builds_the_package(tmp_path: Path) -> None:
