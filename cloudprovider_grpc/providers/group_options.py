@@ -36,7 +36,9 @@ KEY = "group_options"
 
 #: the option names a group may set, with the kind of value each takes (the contract's fields)
 _KINDS: dict[str, str] = {
-    f.name: ("switch" if f.type in (bool, "bool") else "ratio" if f.name.endswith("_threshold") else "duration")
+    f.name: (
+        "switch" if f.type in (bool, "bool") else "ratio" if f.name.endswith("_threshold") else "duration"
+    )
     for f in dataclasses.fields(AutoscalingOptions)
 }
 

@@ -294,9 +294,14 @@ def _group_options_config(tmp_path: Path, section: Mapping[str, object]) -> Path
 
 def _check_cherry(config: Path) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROVIDER_GRPC_")}
-    command = [sys.executable, "-m", "cloudprovider_grpc", "check-config", "--provider", "cherry", "--emulate"]
+    command = [sys.executable, "-m", "cloudprovider_grpc", "check-config", "--provider", "cherry"]
     return subprocess.run(
-        [*command, "--config", str(config)], capture_output=True, text=True, timeout=120, env=base, check=False
+        [*command, "--emulate", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=base,
+        check=False,
     )
 
 
@@ -329,7 +334,8 @@ def test_every_bad_group_option_is_named_in_the_one_line(
     config = _group_options_config(tmp_path, section)
     line = invalid(capsys, "--config", str(config), "--provider", "cherry", "--emulate")
     assert "5 problems" in line, line
-    assert "group_options.pool1.max_node_startup_tme: unknown option; did you mean 'max_node_startup_time'?" in line
+    typo = "group_options.pool1.max_node_startup_tme: unknown option; did you mean 'max_node_startup_time'?"
+    assert typo in line, line
     assert "group_options.pool1.scale_down_utilization_threshold: must be between 0 and 1, got 2" in line
     assert "group_options.pool2.max_node_provision_time: 'soon' is not a duration" in line
     assert "group_options.pool2.zero_or_max_node_scaling: 'yes' is not true or false" in line

@@ -78,7 +78,9 @@ def front(request: pytest.FixtureRequest) -> str:
 
 
 @contextmanager
-def served(case: Case, front: str, compiled_front: Path | None) -> Iterator[tuple[ServerHandle, grpc.Channel]]:
+def served(
+    case: Case, front: str, compiled_front: Path | None
+) -> Iterator[tuple[ServerHandle, grpc.Channel]]:
     """`serve` for the backend against its emulator, with `group_options` for the tuned group, after
     CA's first Refresh."""
     if front == "auto" and compiled_front is None:
@@ -115,7 +117,8 @@ def test_a_groups_startup_time_reaches_ca_1_37_in_field_11(
         ours = CA.merged({"scale_down_unneeded_time": 300.0})
         known = options_to_pb(ours).SerializeToString()
         for _ in range(2):  # the second answer may come from the front's cache: the same bytes
-            assert options_body(options(request(case.tuned, defaults_of("1.37+")))) == known + startup(STARTUP)
+            got = options_body(options(request(case.tuned, defaults_of("1.37+"))))
+            assert got == known + startup(STARTUP)
             varint = _tag(11, 0) + _varint(1)
             got = options_body(options(request(case.tuned, defaults_of("1.35-1.36") + varint)))
             assert got == known + varint  # another numbering upstream: never read as a time
