@@ -321,6 +321,7 @@ def test_a_group_options_entry_naming_no_group_fails_with_a_suggestion(tmp_path:
     assert len(failures) == 1, out.stderr  # pool1 exists
     assert "group_options.pol2: names no node group the cherry API lists (by id or name)" in failures[0]
     assert "did you mean 'pool2'?" in failures[0]
+    assert "pol2" not in out.stdout and out.stderr.count("pol2") == 1, out.stderr  # told once
 
 
 def test_every_bad_group_option_is_named_in_the_one_line(
