@@ -73,6 +73,9 @@ class GroupOptions:
             values: dict[str, float | bool] = {}
             for key, value in options.items():
                 option = str(key).strip().lower().replace("-", "_")
+                if option in values:
+                    problems.append(ConfigError(f"{at}.{key}", f"{option} is given twice"))
+                    continue
                 try:
                     values[option] = _value(option, value, f"{at}.{key}")
                 except ConfigError as exc:

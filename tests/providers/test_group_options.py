@@ -54,6 +54,13 @@ def test_a_bad_value_names_its_key(value: dict[str, object], problem: str) -> No
     assert problem in caught.value.problem
 
 
+def test_an_option_given_twice_in_two_spellings_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        GroupOptions.read({"g": {"max_node_startup_time": 60, "max-node-startup-time": 90}})
+    assert caught.value.key == "group_options.g.max-node-startup-time"
+    assert caught.value.problem == "max_node_startup_time is given twice"
+
+
 def test_a_section_that_is_no_mapping_is_refused() -> None:
     with pytest.raises(ConfigError, match="expected a mapping of node group id or name"):
         GroupOptions.read(["g"])
