@@ -5,7 +5,9 @@ The API pass is the listing `serve` itself makes on CA's first Refresh (the same
 provider that never writes: DryRunGate, no journal), so the groups it reports are the groups `serve`
 would offer, counted the same way. A refused token, a project or pool the token may not read, or a
 backend's own extra check (Exoscale's instance quota) makes it fail with exit status 1 and the
-cloud's answer. `--offline` skips the pass (validation only).
+cloud's answer. `--offline` skips the pass (validation only). A `--nodes` spec or a `group_options`
+entry that names no group the listing offers fails too, with the nearest name: `serve` would run,
+but never apply it to the group meant.
 
 After the listing, every group must have a template source: a template from the cloud's catalogue,
 or a machine of its own CA can copy. A group with neither is a failure (exit status 1):
