@@ -3,10 +3,9 @@
 Runs the Exoscale API emulator and our gRPC server (Exoscale backend pointed at it) in this process:
 one SKS cluster with POOLS nodepools and NODES running instances spread over them. Then:
 
-1. CA loops (research peers-users-decisions.md §4.3: Refresh, NodeGroups, NodeGroupForNode per node,
-   ~3 TargetSize per group, NodeGroupNodes for ~G/12 groups, TemplateNodeInfo per group, GetOptions
-   and GPU calls). The emulator's request log says which API calls each phase caused. Target (issue
-   10): one cluster listing plus one member listing per pool per Refresh, zero from other read RPCs.
+1. CA loops (Refresh, then the read RPCs of one CA 1.36 loop, benchmarks/loop_pattern.py). The
+   emulator's request log says which API calls each phase caused. Target: one cluster listing plus
+   one member listing per pool per Refresh, zero from other read RPCs.
 2. The emulator holds every operation pending for ten minutes; IncreaseSize, DeleteNodes and a full
    loop of read RPCs are timed (in-tree blocked up to 10 minutes inside IncreaseSize/DeleteNodes).
 
@@ -26,6 +25,8 @@ import grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from loop_pattern import one_loop  # noqa: E402
 
 from cloudprovider_grpc.config.settings import Settings  # noqa: E402
 from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator  # noqa: E402
@@ -81,24 +82,9 @@ def main() -> int:
             timings[name].append(time.perf_counter() - t0)
 
     def read_rpcs(groups: list[pb.NodeGroup], nodes: list[pb.ExternalGrpcNode]) -> int:
-        count = 0
-        call("NodeGroups", s.NodeGroups, pb.NodeGroupsRequest())
-        count += 1
-        for node in nodes:
-            call("NodeGroupForNode", s.NodeGroupForNode, pb.NodeGroupForNodeRequest(node=node))
-            count += 1
-        for g in groups:
-            for _ in range(3):
-                call("NodeGroupTargetSize", s.NodeGroupTargetSize, pb.NodeGroupTargetSizeRequest(id=g.id))
-            call("NodeGroupTemplateNodeInfo", s.NodeGroupTemplateNodeInfo,
-                 pb.NodeGroupTemplateNodeInfoRequest(id=g.id))  # fmt: skip
-            count += 4
-        for g in groups[: max(1, len(groups) // 12)]:
-            call("NodeGroupNodes", s.NodeGroupNodes, pb.NodeGroupNodesRequest(id=g.id))
-            count += 1
-        call("GPULabel", s.GPULabel, pb.GPULabelRequest())
-        call("GetAvailableGPUTypes", s.GetAvailableGPUTypes, pb.GetAvailableGPUTypesRequest())
-        return count + 2
+        """The shared CA loop (benchmarks/loop_pattern.py); SKS runs its control plane outside the
+        cluster's nodes, so every node is in a nodepool."""
+        return one_loop(s, [g.id for g in groups], nodes, timed=lambda rpc, t: timings[rpc].append(t))
 
     mark = 0
     call("Refresh", s.Refresh, pb.RefreshRequest())

@@ -5,7 +5,9 @@ The API pass is the listing `serve` itself makes on CA's first Refresh (the same
 provider that never writes: DryRunGate, no journal), so the groups it reports are the groups `serve`
 would offer, counted the same way. A refused token, a project or pool the token may not read, or a
 backend's own extra check (Exoscale's instance quota) makes it fail with exit status 1 and the
-cloud's answer. `--offline` skips the pass (validation only).
+cloud's answer. `--offline` skips the pass (validation only). A `--nodes` spec or a `group_options`
+entry that names no group the listing offers fails too, with the nearest name: `serve` would run,
+but never apply it to the group meant.
 
 After the listing, every group must have a template source: a template from the cloud's catalogue,
 or a machine of its own CA can copy. A group with neither is a failure (exit status 1):
@@ -72,6 +74,7 @@ def _ask_the_api(name: str, ctx: Any, provider: Any, report: Report) -> None:
         report.failures.append(f"the {name} API: {exc.message}")
         return
     unmatched = _unmatched_specs(name, ctx, provider, report)
+    _unmatched_group_options(name, ctx, provider, report)
     listing_errors: dict[str, str] = getattr(provider, "listing_errors", dict)()
     for gid, message in listing_errors.items():
         if gid not in unmatched:  # already reported, with a suggestion
@@ -115,6 +118,26 @@ def _unmatched_specs(name: str, ctx: Any, provider: Any, report: Report) -> set[
             f"lists (by id or name){hint}"
         )
     return unmatched
+
+
+def _unmatched_group_options(name: str, ctx: Any, provider: Any, report: Report) -> None:
+    """Report every `group_options` entry naming no node group `serve` would offer (by id or name),
+    with the nearest name: its options would apply to no group."""
+    configs = getattr(provider, "group_configs", None)
+    if not ctx.group_options or configs is None:
+        return
+    groups: list[GroupConfig] = configs()
+    unmatched = ctx.group_options.unmatched(groups)
+    known = {n for g in groups for n in (g.id, g.name) if n}
+    names = sorted({g.name or g.id for g in groups})
+    for ref in unmatched:
+        hint = did_you_mean(ref, known) or (
+            f"; the groups are {', '.join(names)}" if names else "; the cloud offers no group at all"
+        )
+        report.failures.append(
+            f"group_options.{ref}: names no node group the {name} API lists (by id or name), so its "
+            f"options apply to none{hint}"
+        )
 
 
 def _templates_and_prices(provider: Any, report: Report, price_expander: bool) -> None:

@@ -26,6 +26,7 @@ from cloudprovider_grpc.config.pydantic_errors import problems
 from cloudprovider_grpc.config.secrets import register_environment
 from cloudprovider_grpc.core import unixsocket
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
+from cloudprovider_grpc.providers.group_options import GroupOptions
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
 from cloudprovider_grpc.tls.files import TLSFileError, TLSFiles, load_tls_files
 
@@ -233,6 +234,9 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
     secrets_dir: Path | None = None
+    #: per-group autoscaling options for every backend: node group id or name -> option -> value
+    #: (providers/group_options.py)
+    group_options: dict[str, dict[str, float | bool]] = Field(default_factory=dict)
     #: backend sections of the YAML file, by backend name
     backends: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
@@ -332,6 +336,12 @@ class Settings(BaseSettings):
             )
         return self
 
+    @field_validator("group_options", mode="before")
+    @classmethod
+    def _group_options(cls, v: Any) -> dict[str, dict[str, float | bool]]:
+        """Validated here, every problem at once, each naming `group_options.<group>.<option>`."""
+        return {ref: dict(options) for ref, options in GroupOptions.read(v).by_ref.items()}
+
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, v: list[str]) -> list[str]:
@@ -369,6 +379,7 @@ class Settings(BaseSettings):
             "state_file": self.state_file,
             "concurrency": self.concurrency,
             "env": environ,
+            "group_options": GroupOptions(self.group_options),
         }
         fields.update(overrides)
         return ProviderContext(**fields)

@@ -21,6 +21,7 @@ from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.driver import DriverBase
+from cloudprovider_grpc.providers.group_options import GroupOptions
 from cloudprovider_grpc.providers.machinery.gate import WriteGate
 from cloudprovider_grpc.providers.options import ClientTuning
 
@@ -80,6 +81,9 @@ class ProviderContext:
     inline_workers: bool = False
     #: the write gate every cloud write passes (providers/machinery/gate.py); None: writes are open
     gate: WriteGate | None = None
+    #: the configuration's per-group autoscaling options (providers/group_options.py), which the
+    #: machinery applies to every group the backend offers
+    group_options: GroupOptions = field(default_factory=GroupOptions)
 
     def secret(self, name: str, *, required: bool = False, default: str = "") -> str:
         """The secret environment variable `name`: stripped, checked for header safety, and masked in
@@ -170,6 +174,7 @@ def make_provider(built: BuiltDriver, ctx: ProviderContext) -> CloudProvider:
         "seed": built.seed,
         "on_stop": built.on_stop,
         "gate": ctx.gate,
+        "group_options": ctx.group_options,
     }
     try:
         if isinstance(built.driver, PoolDriver):

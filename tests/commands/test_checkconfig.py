@@ -280,3 +280,64 @@ def test_groups_without_a_price_are_named_with_the_price_expander(tmp_path: Path
     assert "no scale-up at all" in warning
     for other in (run("--autoscaler-flags=--expander=least-waste"), run()):
         assert other.returncode == 0 and "warning" not in other.stdout, other.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# group_options: the per-group autoscaling options of every backend
+
+
+def _group_options_config(tmp_path: Path, section: Mapping[str, object]) -> Path:
+    config = tmp_path / "options.yaml"
+    config.write_text(json.dumps({"cluster_name": "demo", "group_options": section}))  # JSON is YAML
+    return config
+
+
+def _check_cherry(config: Path) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDPROVIDER_GRPC_")}
+    command = [sys.executable, "-m", "cloudprovider_grpc", "check-config", "--provider", "cherry"]
+    return subprocess.run(
+        [*command, "--emulate", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=base,
+        check=False,
+    )
+
+
+def test_a_valid_group_options_section_is_accepted(tmp_path: Path) -> None:
+    """Against the emulated cloud's demo pools, named by id; Go durations and seconds both taken."""
+    section = {"pool1": {"max_node_startup_time": "20m", "scale_down_unneeded_time": 300}}
+    out = _check_cherry(_group_options_config(tmp_path, section))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "configuration OK" in out.stdout and "pool1 0..10" in out.stdout
+
+
+def test_a_group_options_entry_naming_no_group_fails_with_a_suggestion(tmp_path: Path) -> None:
+    section = {"pool1": {"max_node_startup_time": 600}, "pol2": {"max_node_startup_time": "30m"}}
+    out = _check_cherry(_group_options_config(tmp_path, section))
+    assert out.returncode == 1, out.stdout + out.stderr
+    failures = [ln for ln in out.stderr.splitlines() if ln.startswith("cloudprovider-grpc: check-config:")]
+    assert len(failures) == 1, out.stderr  # pool1 exists
+    assert "group_options.pol2: names no node group the cherry API lists (by id or name)" in failures[0]
+    assert "did you mean 'pool2'?" in failures[0]
+    assert "pol2" not in out.stdout and out.stderr.count("pol2") == 1, out.stderr  # told once
+
+
+def test_every_bad_group_option_is_named_in_the_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    section = {
+        "pool1": {"max_node_startup_tme": "20m", "scale_down_utilization_threshold": 2},
+        "pool2": {"max_node_provision_time": "soon", "zero_or_max_node_scaling": "yes"},
+        "pool3": 5,
+    }
+    config = _group_options_config(tmp_path, section)
+    line = invalid(capsys, "--config", str(config), "--provider", "cherry", "--emulate")
+    assert "5 problems" in line, line
+    typo = "group_options.pool1.max_node_startup_tme: unknown option; did you mean 'max_node_startup_time'?"
+    assert typo in line, line
+    assert "group_options.pool1.scale_down_utilization_threshold: must be between 0 and 1, got 2" in line
+    assert "group_options.pool2.max_node_provision_time: 'soon' is not a duration" in line
+    assert "group_options.pool2.zero_or_max_node_scaling: 'yes' is not true or false" in line
+    assert "group_options.pool3: expected a mapping of option names to values" in line

@@ -38,6 +38,7 @@ from cloudprovider_grpc.core.errors import NotFound
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.providers.contract import CloudProvider, NodeGroup
 from cloudprovider_grpc.providers.driver import DriverBase, GroupConfig
+from cloudprovider_grpc.providers.group_options import GroupOptions
 from cloudprovider_grpc.providers.machinery.activity import Activity
 from cloudprovider_grpc.providers.machinery.gate import WriteGate
 from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, S
@@ -67,8 +68,13 @@ class GroupCore(CloudProvider, Generic[S]):
         seed: int | None = None,
         on_stop: Callable[[], None] | None = None,
         gate: WriteGate | None = None,
+        group_options: GroupOptions | None = None,
     ) -> None:
         self.driver = driver
+        #: the configuration's per-group options, applied to every group the driver offers
+        self._group_options = group_options or GroupOptions()
+        #: the configured group names no listing offered, as last warned about
+        self._unmatched_options: list[str] = []
         #: every cloud write passes it (gate.py): open, dry run, or leader-only
         self._gate = gate or WriteGate()
         self.name = driver.name
@@ -178,9 +184,10 @@ class GroupCore(CloudProvider, Generic[S]):
 
     # ------------------------------------------------------------------ the group set
     def _sync_groups(self, configs: Sequence[GroupConfig]) -> None:
-        """Adopt the driver's current group set; keep the NodeGroups object while it is unchanged."""
+        """Adopt the driver's current group set, with the configuration's per-group options applied;
+        keep the NodeGroups object while it is unchanged."""
         seen: set[str] = set()
-        for cfg in configs:
+        for cfg in map(self._group_options.applied, configs):
             if cfg.id in seen:
                 raise ValueError(f"node group {cfg.id!r} is configured twice")
             seen.add(cfg.id)
@@ -210,6 +217,25 @@ class GroupCore(CloudProvider, Generic[S]):
         if groups != self._node_groups:
             self._node_groups = groups
             self._group_objs = {g.id: g for g in groups}
+
+    def group_configs(self) -> list[GroupConfig]:
+        """The current group set as served: bounds, names and options, the configuration's applied
+        (`check-config` matches `group_options` against it)."""
+        with self._lock:
+            return [s.config for s in self._groups.values()]
+
+    def _warn_unmatched_options(self) -> None:
+        """After a listing: one warning each time the set of configured groups that match none
+        changes (a group may be discovered later, so it is no error to `serve`)."""
+        with self._lock:
+            unmatched = self._group_options.unmatched(s.config for s in self._groups.values())
+            changed, self._unmatched_options = unmatched != self._unmatched_options, unmatched
+        if changed and unmatched:
+            log.warning(
+                "group_options names %s, but the cloud offers no node group with that id or name; "
+                "its options apply to none",
+                ", ".join(repr(ref) for ref in unmatched),
+            )
 
     def _shown(self, gid: str) -> str:
         """A group as log lines show it: its id, and the cloud's name for it when that differs (a

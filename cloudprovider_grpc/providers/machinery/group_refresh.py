@@ -107,6 +107,8 @@ class RefreshCycle(GroupCore[S]):
             self._expire(self._clock())
             self._reindex()
             self._save_journal()
+        if self._group_options and self._started:  # `check-config` (never started) reports them itself
+            self._warn_unmatched_options()
         self._publish_sizes()
         self.activity.refreshed()
 
