@@ -90,6 +90,8 @@ def test_our_chart_readme_documents_every_value() -> None:
         ("replicas=0", "replicas"),
         ("logLevel=verbose", "logLevel"),
         ("image.digest=sha256:abc", "digest"),
+        ("groupOptions.pool1.max_node_startup_tme=20m", "max_node_startup_tme"),
+        ("groupOptions.pool1.scale_down_utilization_threshold=2", "scale_down_utilization_threshold"),
     ],
 )
 def test_our_chart_refuses_bad_values_at_install(setting: str, named: str) -> None:
@@ -157,3 +159,39 @@ def test_our_chart_release_name_follows_through() -> None:
         )
         for o in objects
     )
+
+
+def test_our_chart_passes_group_options_as_the_servers_config_file(tmp_path) -> None:
+    """`groupOptions` becomes a ConfigMap the server reads with `--config` (a checksum of it rolls the
+    pods); the file it mounts is one the server loads as those options. Without the value, none."""
+    from cloudprovider_grpc.config.settings import load_settings
+
+    objects = render_ours(
+        *CHART_EXAMPLE_SETTINGS["cherry"], "provider=cherry",
+        "groupOptions.pool2.max_node_startup_time=20m", "groupOptions.pool2.scale_down_unneeded_time=300",
+    )  # fmt: skip
+    view = ContainerView(our_workload(objects), OUR_CONTAINER, objects)
+    path = flag_value(our_args(objects), "--config") or ""
+    mount, key = view.mount_path_of(path) or ({}, "")
+    name = view.volumes[mount["name"]]["configMap"]["name"]
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
+    text = config_map["data"][key]
+
+    def checksum(rendered: list) -> str:
+        return our_workload(rendered)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    changed = render_ours(
+        *CHART_EXAMPLE_SETTINGS["cherry"], "provider=cherry", "groupOptions.pool2.max_node_startup_time=25m"
+    )
+    assert re.fullmatch("[0-9a-f]{64}", checksum(objects)) and checksum(changed) != checksum(objects)
+    (tmp_path / "config.yaml").write_text(text)
+    settings = load_settings(tmp_path / "config.yaml", {"provider": "sim"})
+    assert settings.group_options == {
+        "pool2": {"max_node_startup_time": 1200.0, "scale_down_unneeded_time": 300.0}
+    }
+    for obj in objects:
+        validate(obj, SCHEMA_VERSIONS[-1])
+
+    plain = render_ours(*CHART_EXAMPLE_SETTINGS["cherry"], "provider=cherry")
+    assert flag_value(our_args(plain), "--config") is None
+    assert not [o for o in plain if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]

@@ -67,3 +67,10 @@ group: cert-manager.io
 {{- define "cloudprovider-grpc.fileName" -}}
 {{- default .env .flag | trimPrefix "--" | lower | replace "_" "-" -}}
 {{- end -}}
+
+{{/* The server's config file (config.yaml): what the values give that has no `serve` flag. */}}
+{{- define "cloudprovider-grpc.configFile" -}}
+{{- if .Values.groupOptions }}
+{{- dict "group_options" .Values.groupOptions | toYaml }}
+{{- end }}
+{{- end }}
