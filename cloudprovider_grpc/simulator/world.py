@@ -274,7 +274,11 @@ class World:
         bound = 0
         stuck: set[int] = set()
         candidates: dict[int, list[Node]] = {}
-        heaps: dict[int, list[tuple[float, int, int, Node]]] = {}
+        # one heap per scheduling signature, not per workload: shapes asking the same requests
+        # under the same node constraints rank the nodes identically, so 100 Deployments of one
+        # pod spec share one heap instead of building 100 over every node
+        heaps: dict[tuple[object, ...], list[tuple[float, int, int, Node]]] = {}
+        keys: dict[int, tuple[object, ...]] = {}
         rank = {n.name: i for i, n in enumerate(nodes)}  # heap ties go to the earliest node
         view: Placement | None = None  # built only when an inter-pod predicate can matter
         by_cpu: _ByFreeCpu | None = None  # built when the first heap is
@@ -292,12 +296,15 @@ class World:
                     cands = [n for n in cands if view.allows(pod.shape, n.name)]
                 best = self._best_node(pod.shape, cands)
             else:
-                heap = heaps.get(sid)
+                key = keys.get(sid)
+                if key is None:
+                    key = keys[sid] = _heap_key(pod.shape)
+                heap = heaps.get(key)
                 if heap is None:
                     if by_cpu is None:
                         by_cpu = _ByFreeCpu(nodes)
                     cands = self._fits.fitting(pod.shape, by_cpu.with_room(pod.shape))
-                    heap = heaps[sid] = self._score_heap(pod.shape, cands, rank)
+                    heap = heaps[key] = self._score_heap(pod.shape, cands, rank)
                 best = self._pop_best(pod.shape, heap)
             if best is None:
                 stuck.add(sid)  # identical pods behind it cannot fit either
@@ -305,7 +312,7 @@ class World:
             if view is not None:
                 view.add_pod(best.name, pod.shape)
             best.bind(pod)
-            heap = heaps.get(sid)
+            heap = heaps.get(keys[sid]) if sid in keys else None
             if heap is not None:  # the node's score for this shape changed with the bind
                 score = self._score(pod.shape, best)
                 if score is not None:
@@ -410,6 +417,17 @@ class _ByFreeCpu:
         if cpu is None:  # not asking for cpu: a node's cpu does not rule it out
             return self._nodes
         return self._nodes[: bisect.bisect_right(self._free, -cpu)]
+
+
+def _heap_key(shape: PodShape) -> tuple[object, ...]:
+    """What a LeastAllocated heap of `World.schedule` depends on: the requests (the score and the
+    fit) and the node constraints (`predicates.static_fit`: selector, affinity, tolerations)."""
+    return (
+        tuple(sorted(shape.requests.items())),
+        tuple(sorted(shape.node_selector.items())),
+        shape.affinity,
+        shape.tolerations,
+    )
 
 
 def _free_cpu(n: Node) -> int:
