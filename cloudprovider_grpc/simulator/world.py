@@ -39,7 +39,13 @@ from cloudprovider_grpc.simulator.model import (
     effective_requests,
     resource_units,
 )
-from cloudprovider_grpc.simulator.predicates import Placement, StaticFitCache, resources_fit, static_fit
+from cloudprovider_grpc.simulator.predicates import (
+    Placement,
+    StaticFitCache,
+    resources_fit,
+    scheduling_key,
+    static_fit,
+)
 from cloudprovider_grpc.simulator.scenario import (
     DaemonSet,
     PodAffinityTerm,
@@ -298,7 +304,7 @@ class World:
             else:
                 key = keys.get(sid)
                 if key is None:
-                    key = keys[sid] = _heap_key(pod.shape)
+                    key = keys[sid] = scheduling_key(pod.shape)
                 heap = heaps.get(key)
                 if heap is None:
                     if by_cpu is None:
@@ -417,17 +423,6 @@ class _ByFreeCpu:
         if cpu is None:  # not asking for cpu: a node's cpu does not rule it out
             return self._nodes
         return self._nodes[: bisect.bisect_right(self._free, -cpu)]
-
-
-def _heap_key(shape: PodShape) -> tuple[object, ...]:
-    """What a LeastAllocated heap of `World.schedule` depends on: the requests (the score and the
-    fit) and the node constraints (`predicates.static_fit`: selector, affinity, tolerations)."""
-    return (
-        tuple(sorted(shape.requests.items())),
-        tuple(sorted(shape.node_selector.items())),
-        shape.affinity,
-        shape.tolerations,
-    )
 
 
 def _free_cpu(n: Node) -> int:
