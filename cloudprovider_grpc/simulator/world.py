@@ -354,10 +354,9 @@ class World:
     def _score_heap(
         self, shape: PodShape, nodes: list[Node], rank: dict[str, int]
     ) -> list[tuple[float, int, int, Node]]:
-        # `_score`'s fit check inlined: this runs for every node with room for each pending
-        # workload in every loop
-        # and `_least_allocated` too, term by term in its order (the same floats): at 5,000 nodes
-        # this loop is the scheduler's largest cost
+        # `_score`'s fit check and `_least_allocated` inlined, term by term in its order (the same
+        # floats): this runs for every node with room for each pending pod spec in every loop,
+        # the scheduler's largest cost at 5,000 nodes
         heap = []
         needs = [(k, v) for k, v in shape.requests.items() if k not in (CPU, MEMORY)]
         cpu, memory = shape.requests.get(CPU, 0), shape.requests.get(MEMORY, 0)
