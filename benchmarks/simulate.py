@@ -22,11 +22,17 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import random
+import resource
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,6 +46,7 @@ from cloudprovider_grpc.simulator.predicates import StaticFitCache  # noqa: E402
 from cloudprovider_grpc.simulator.scenario import AutoscalerOptions  # noqa: E402
 from cloudprovider_grpc.simulator.world import workload_shape  # noqa: E402
 
+T = TypeVar("T")
 GROUPS = 50
 PODS = 10_000
 SHAPES = 40  # workloads (equivalence groups) the pods come from
@@ -196,16 +203,37 @@ def bench_day(profiles: list[str]) -> None:
         print("  RPCs by method: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 
-SNAP_GROUPS, SNAP_NODES, SNAP_PODS, SNAP_DEPLOYMENTS = 10, 1_000, 20_000, 20
+@dataclass(frozen=True)
+class ClusterSize:
+    """A snapshot cluster's size: node groups of 100 nodes (min 50, max 200) and Deployments of
+    1,000 pods, so a larger size is the same cluster made wider, with the same per-group and
+    per-Deployment shape (and the same decisions per group)."""
+
+    groups: int
+    nodes: int
+    pods: int
+    deployments: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes:,} nodes / {self.pods:,} pods"
 
 
-def snapshot_objects() -> tuple[list[dict], dict]:
-    """A 1,000-node, 20,000-pod cluster as `kubectl get -o json` prints it, and the sim backend
-    options serving its 10 node groups (whose machines are the cluster's nodes)."""
+#: --size: 1000 is the size every earlier figure was measured at
+SIZES = {
+    "1000": ClusterSize(groups=10, nodes=1_000, pods=20_000, deployments=20),
+    "5000": ClusterSize(groups=50, nodes=5_000, pods=100_000, deployments=100),
+}
+DEFAULT_SIZE = SIZES["1000"]
+
+
+def snapshot_objects(size: ClusterSize = DEFAULT_SIZE) -> tuple[list[dict], dict]:
+    """The cluster as `kubectl get -o json` prints it (1,000 nodes and 20,000 pods by default),
+    and the sim backend options serving its node groups (whose machines are the cluster's nodes)."""
     from cloudprovider_grpc.simulator.cli import group_source
     from cloudprovider_grpc.simulator.model import node_name_for
 
-    per = SNAP_NODES // SNAP_GROUPS
+    per = size.nodes // size.groups
     options = {
         "groups": [
             {
@@ -216,10 +244,10 @@ def snapshot_objects() -> tuple[list[dict], dict]:
                 "capacity": {"cpu": "16", "memory": "64Gi"},
                 "price_per_hour": 0.8,
             }
-            for i in range(SNAP_GROUPS)
+            for i in range(size.groups)
         ]
     }
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     with group_source(None, "sim", False, options) as client:
         client.refresh()
         for g in client.node_groups():
@@ -236,8 +264,8 @@ def snapshot_objects() -> tuple[list[dict], dict]:
                     }
                 )
     pods = []
-    for i in range(SNAP_PODS):
-        d = i % SNAP_DEPLOYMENTS
+    for i in range(size.pods):
+        d = i % size.deployments
         pods.append(
             {
                 "kind": "Pod",
@@ -271,33 +299,70 @@ def snapshot_objects() -> tuple[list[dict], dict]:
     return [*nodes, *pods, ds], options
 
 
-def bench_snapshot(compare: bool, day: bool = True) -> None:
-    """Load the snapshot (dump file -> scenario through NodeGroupForNode for every node) and decide
-    its first loop; a day of it; 4 --compare variants on 2 workers against one after another."""
-    import json
-    import tempfile
+def peak_rss_mb() -> float:
+    """This process's resident-set high-water mark (Linux reports ru_maxrss in kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+
+def in_child(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) in a fresh process, so that its peak memory is its own: not the benchmark's
+    synthetic cluster (100,000 pod dicts at 5,000 nodes) nor an earlier case's."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def write_dump(size: ClusterSize, path: Path) -> dict:
+    """The snapshot cluster written as a dump file; returns the sim backend's options."""
+    import json
+
+    objects, options = snapshot_objects(size)
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return options
+
+
+def first_decision(dump: Path, options: dict, out: Path | None) -> dict[str, Any]:
+    """Load the dump (file -> scenario through NodeGroupForNode for every node) and decide its
+    first loop: the figures, the scenario (for the day and the variants) and the peak memory."""
     from cloudprovider_grpc.simulator.cli import group_source
-    from cloudprovider_grpc.simulator.compare import Job, run_jobs
     from cloudprovider_grpc.simulator.snapshot import build_scenario, load_dump
 
-    objects, options = snapshot_objects()
-    with tempfile.TemporaryDirectory() as tmp:
-        dump = Path(tmp) / "cluster.json"
-        dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-        started, cpu = time.perf_counter(), time.process_time()
-        with group_source(None, "sim", False, options) as client:
-            snap = build_scenario(load_dump(dump), client, provider=None, duration="0s")
-        loaded = time.perf_counter() - started
+    started, cpu = time.perf_counter(), time.process_time()
+    with group_source(None, "sim", False, options) as client:
+        snap = build_scenario(load_dump(dump), client, provider=None, duration="0s")
+    loaded = time.perf_counter() - started
     data = snap.scenario
     started = time.perf_counter()
     report = run(parse_scenario(data), transport="in-process")
     first = time.perf_counter() - started
     cpu = time.process_time() - cpu
-    s = report.summary
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "snapshot-first-loop.json").write_text(report.to_json(), encoding="utf-8")
+    return {"loaded": loaded, "first": first, "cpu": cpu, "peak": peak_rss_mb(), "summary": report.summary,
+            "scenario": data}  # fmt: skip
+
+
+def bench_snapshot(
+    compare: bool, day: bool = True, size: ClusterSize = DEFAULT_SIZE, out: Path | None = None
+) -> None:
+    """Load the snapshot (dump file -> scenario through NodeGroupForNode for every node) and decide
+    its first loop; a day of it; 4 --compare variants on 2 workers against one after another."""
+    import tempfile
+
+    from cloudprovider_grpc.simulator.compare import Job, run_jobs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "cluster.json"
+        options = in_child(write_dump, size, dump)
+        mb = dump.stat().st_size / 1e6
+        f = in_child(first_decision, dump, options, out)
+    data, s = f["scenario"], f["summary"]
+    target = 5 if size == DEFAULT_SIZE else 2
     print(
-        f"snapshot of {SNAP_NODES} nodes / {SNAP_PODS} pods: loaded in {loaded:.2f} s, first loop decided "
-        f"in {first:.2f} s; together {loaded + first:.2f} s wall, {cpu:.2f} s CPU (target < 5 s); "
+        f"snapshot of {size.label} ({mb:.0f} MB dump): loaded in {f['loaded']:.2f} s, first loop decided "
+        f"in {f['first']:.2f} s; together {f['loaded'] + f['first']:.2f} s wall, {f['cpu']:.2f} s CPU "
+        f"(target < {target} s), peak RSS {f['peak']:.0f} MB; "
         f"{s['decisions'] or 'no decisions'}, {s['max_pending_pods']} pending"
     )
     if day:
@@ -357,14 +422,21 @@ def main() -> None:
         choices=["ca", "lean"],
         help="RPC profile(s) of the day (default: ca, then lean)",
     )
+    parser.add_argument(
+        "--size", choices=sorted(SIZES), default="1000", help="the snapshot's nodes (default 1000)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="write the snapshot's first-loop report.json here (to cmp runs)"
+    )
     args = parser.parse_args()
+    size = SIZES[args.size]
     if args.snapshot_only:
-        bench_snapshot(not args.no_compare, not args.no_snapshot_day)
+        bench_snapshot(not args.no_compare, not args.no_snapshot_day, size, args.out)
         return
     bench_decision()
     if not args.skip_day:
         bench_day(args.profile or ["ca", "lean"])
-    bench_snapshot(not args.no_compare, not args.no_snapshot_day)
+    bench_snapshot(not args.no_compare, not args.no_snapshot_day, size, args.out)
 
 
 if __name__ == "__main__":

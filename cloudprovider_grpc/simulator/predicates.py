@@ -124,6 +124,19 @@ def static_fit(shape: PodShape, node: NodeShape) -> bool:
     return selects(shape, node.labels) and tolerates_all(shape, node.taints)
 
 
+def scheduling_key(shape: PodShape) -> tuple[object, ...]:
+    """Everything a node's fit and LeastAllocated score for one more pod of `shape` depend on,
+    apart from other pods: the requests and `static_fit`'s inputs (selector, affinity,
+    tolerations). Workloads with equal keys rank and rule out the nodes identically, so the
+    scheduler and the scale-down pass keep one candidate list per key, not one per workload."""
+    return (
+        tuple(sorted(shape.requests.items())),
+        tuple(sorted(shape.node_selector.items())),
+        shape.affinity,
+        shape.tolerations,
+    )
+
+
 def static_reason(shape: PodShape, node: NodeShape) -> str:
     """Why static_fit is False, in scheduler terms (for decision logs)."""
     if not selects(shape, node.labels):

@@ -17,6 +17,7 @@ from typing import Any
 
 from cloudprovider_grpc.simulator.client import CAClient, GrpcTransport, InProcessTransport, Transport
 from cloudprovider_grpc.simulator.clock import VirtualClock
+from cloudprovider_grpc.simulator.collector import collector_paused
 from cloudprovider_grpc.simulator.engine import Simulation
 from cloudprovider_grpc.simulator.report import Report
 from cloudprovider_grpc.simulator.scenario import Scenario
@@ -40,8 +41,23 @@ def run(
     whether it runs against its API emulator. `transport`: "grpc" (a real loopback socket) or
     "in-process" (the same servicer called directly; for very long runs such as benchmarks).
     `pace`: wait for wall time to catch up with virtual time before each loop; defaults to True
-    with `server` (real clock) and False in-process (virtual clock).
+    with `server` (real clock) and False in-process (virtual clock). The cyclic garbage
+    collector is paused meanwhile (`collector.py`: the world's pods and nodes hold no cycles).
     """
+    with collector_paused():
+        return _run(scenario, server, seed, provider, emulate, echo, transport, pace)
+
+
+def _run(
+    scenario: Scenario,
+    server: str | None,
+    seed: int,
+    provider: str | None,
+    emulate: bool,
+    echo: Callable[[str], None] | None,
+    transport: str,
+    pace: bool | None,
+) -> Report:
     clock = VirtualClock(scenario.start_time)
     backend = provider or scenario.provider
     if server is not None:

@@ -40,6 +40,7 @@ from cloudprovider_grpc.simulator.cluster_objects import (
     static_node,
     workload_from_manifest,
 )
+from cloudprovider_grpc.simulator.collector import collector_paused
 from cloudprovider_grpc.simulator.flags import parse_flags
 from cloudprovider_grpc.simulator.model import PODS
 
@@ -71,13 +72,14 @@ def load_dump(path: str | Path) -> list[dict[str, Any]]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SnapshotError(f"{p}: cannot read: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
+    with collector_paused():  # millions of acyclic dicts: see collector.py
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SnapshotError(f"{p}: neither JSON nor YAML: {exc}") from None
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise SnapshotError(f"{p}: neither JSON nor YAML: {exc}") from None
     if not isinstance(data, dict):
         raise SnapshotError(f"{p}: expected a Kubernetes List or object at the top level")
     items = data.get("items") if str(data.get("kind", "")).endswith("List") else [data]
@@ -196,6 +198,19 @@ def build_scenario(
     `client` reports), or None when `client` talks to a running server, whose groups are then
     mirrored into a `sim` twin. `workloads`: the scenario's workloads when the caller built them
     (a replay builds them from controllers and their recorded changes), instead of from the pods."""
+    with collector_paused():  # walks every object of the cluster: see collector.py
+        return _build_scenario(objects, client, provider, name, duration, flags, workloads)
+
+
+def _build_scenario(
+    objects: list[dict[str, Any]],
+    client: CAClient,
+    provider: str | None,
+    name: str,
+    duration: str,
+    flags: list[str] | None,
+    workloads: list[dict[str, Any]] | None,
+) -> Snapshot:
     notes: list[str] = []
     b = ObjectConverter(objects, notes)
     pod_flags, version = b.autoscaler_pod()

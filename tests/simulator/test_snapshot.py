@@ -161,3 +161,17 @@ def test_objects_with_every_field_set_convert_or_are_listed(tmp_path: Path) -> N
     s = parse_scenario(snap.scenario)
     assert len(s.workloads) == 1 and len(s.static_nodes) == 1
     assert any("persistent volume" in n for n in snap.notes)
+
+
+def test_a_controllers_pods_with_different_specs_are_counted_once_each() -> None:
+    """Pods equal to the first are not serialized; each different spec counts once."""
+    pods = dumps.deployment_pods("api", 5, WEB, ["general-0"])
+    pods[2]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1", "memory": "1Gi"}
+    pods[4]["spec"]["containers"] = copy.deepcopy(pods[2]["spec"]["containers"])  # a rollout's second pod
+    snap, _ = _snapshot(pods)
+    assert (
+        "deployment/api in default: 5 pods with 2 different specs (a rollout?); the first is used"
+        in snap.notes
+    )
+    same, _ = _snapshot(dumps.deployment_pods("api", 5, WEB, ["general-0"]))
+    assert not [n for n in same.notes if "different specs" in n]

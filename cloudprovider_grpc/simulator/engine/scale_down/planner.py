@@ -43,7 +43,7 @@ from cloudprovider_grpc.simulator.model import (
     PodShape,
     Resources,
 )
-from cloudprovider_grpc.simulator.predicates import Placement, StaticFitCache, fit_count
+from cloudprovider_grpc.simulator.predicates import Placement, StaticFitCache, fit_count, scheduling_key
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,10 @@ class ScaleDownPlanner:
         self.current: dict[str, Unneeded] = {}
         self._fits = StaticFitCache()
         self._util: dict[str, tuple[int, GroupScaleDownOptions, float, str, Unremovable | None]] = {}
-        self._open: dict[int, list[Node]] = {}
+        #: destinations with room per scheduling key (`predicates.scheduling_key`): workloads
+        #: of one pod spec share a list, as they rule out the same full nodes
+        self._open: dict[tuple[object, ...], list[Node]] = {}
+        self._keys: dict[int, tuple[object, ...]] = {}
 
     def update(
         self,
@@ -218,7 +221,8 @@ class ScaleDownPlanner:
         if not underutilized:
             return self._finish([], unremovable)
         free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
-        self._open = {}  # destinations per pod shape with room, for this pass's `free` only
+        self._open = {}  # destinations per scheduling key with room, for this pass's `free` only
+        self._keys = {}
         view: Placement | None = None
         if interpod:
             view = Placement.of({n.name: n for n in [*destinations, *candidates]}.values())
@@ -335,7 +339,8 @@ class ScaleDownPlanner:
                     landed.append((dest.name, shape, n))
                     remaining -= n
             if full:
-                self._open[id(shape)] = [d for d in self._open[id(shape)] if d.name not in full]
+                key = self._key(shape)
+                self._open[key] = [d for d in self._open[key] if d.name not in full]
             if remaining:
                 ok = False
                 break
@@ -361,11 +366,18 @@ class ScaleDownPlanner:
         statically fitting, not being deleted, and not yet found full. Within a pass committed
         free resources only shrink, so a node found without room for one pod of the shape stays
         so, and later nodes of the pass skip it instead of re-checking a thousand full nodes."""
-        found = self._open.get(id(shape))
+        key = self._key(shape)
+        found = self._open.get(key)
         if found is None:
             found = self._fits.fitting(shape, (d for d in destinations if d.name in free))
-            self._open[id(shape)] = found
+            self._open[key] = found
         return found
+
+    def _key(self, shape: PodShape) -> tuple[object, ...]:
+        key = self._keys.get(id(shape))  # for this pass, whose shapes all stay alive
+        if key is None:
+            key = self._keys[id(shape)] = scheduling_key(shape)
+        return key
 
     def clear(self) -> None:
         """Forget every unneeded timer (CA's CleanUpUnneededNodes, e.g. while the cluster is
