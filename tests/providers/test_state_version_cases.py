@@ -131,7 +131,9 @@ def test_a_journal_restored_at_start_moves_the_version(tmp_path: Path) -> None:
     first.start()
     first.increase_size("b", 2)  # accepted, never sent (inline workers run at the next Refresh)
     first.stop(1.0)
-    second = MachineProvider(SimDriver(cloud), clock=first.core.clock, inline_workers=True, state_file=journal)
+    second = MachineProvider(
+        SimDriver(cloud), clock=first.core.clock, inline_workers=True, state_file=journal
+    )
     reported: list[int] = []
     second.watch_state(reported.append)
     version = second.state_version()

@@ -1,7 +1,7 @@
 """The machine shape of the shared machinery: turns a `MachineDriver` into a full `CloudProvider`.
 
 For clouds where our server owns the size and creates machines one by one (Cherry Servers, SPC, the
-sim cloud's machine mode). The read side is `../base.py`; this shape adds:
+sim cloud's machine mode). The shared part is `GroupProvider` (../base.py); this shape adds:
 
 - **Target-size bookkeeping.** A group's target is derived, never stored: the machines the cloud
   lists for it (not being deleted) plus the creations we have accepted and not yet seen appear.
@@ -26,10 +26,12 @@ sim cloud's machine mode). The read side is `../base.py`; this shape adds:
   resume on start (creations by token lookup first). Without it, a restart recovers the target and
   membership from the cloud alone, and creations not yet sent are dropped (CA asks again).
 
-The parts: machines/core.py (per-group state, creations, placeholders),
-machine_workers.py (background create/delete), machine_listing.py (folding a listing in, expiry),
-and this module (the RPCs that answer from memory and record, DeleteNodes' resolution of nodes,
-the status's operations, and the journal's format).
+The parts, held as fields and each handed what it uses: machines/core.py (per-group state,
+creations, placeholder ids), `MachineWorkers` in workers.py (background create/delete, handed the
+group core, the write rules and the driver), `MachineListingFold` in listing.py (folding a listing
+in, expiry), `MachineShape` in shape.py (the hooks the group core calls, the status's operations
+and the journal's format), and this module (the RPCs that answer from memory and record, and
+DeleteNodes' resolution of nodes).
 """
 
 from __future__ import annotations

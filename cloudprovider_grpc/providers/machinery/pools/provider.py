@@ -2,8 +2,8 @@
 
 For clouds that own the desired size of a group (Vultr VKE `node_quantity`, Exoscale `size`,
 AliCloud ESS `DesiredCapacity`, the sim cloud's pool mode): we set an absolute size and the cloud
-creates the instances; removing a named instance lowers the size. The read side is
-`../base.py`; this shape adds the write side:
+creates the instances; removing a named instance lowers the size. The shared part is
+`GroupProvider` (../base.py); this shape adds the write side:
 
 - **Target.** The size we asked for while a change of ours is queued, in flight, or not yet seen by
   a listing that started after the cloud acknowledged it; otherwise the cloud's own desired size.
@@ -29,10 +29,12 @@ creates the instances; removing a named instance lowers the size. The read side 
   and not yet sent (CA asks again). With `state_file`, wanted sizes and removals are journaled and
   resumed.
 
-The parts: pools/core.py (per-group state, placeholders, failures), pool_listing.py
-(folding a listing in, expiry), pool_sync.py (the sync job), pool_operations.py (polling the
-cloud's operations), and this module (the RPCs that answer from memory and record, DeleteNodes'
-resolution of nodes, the status's operations, and the journal's format).
+The parts, held as fields and each handed what it uses: pools/core.py (per-group state, and
+`PoolPlaceholders`: placeholders and failures), `PoolSync` in sync.py (the sync job), which is handed
+`PoolOperations` in operations.py (polling the cloud's operations), `PoolListingFold` in listing.py
+(folding a listing in, expiry), `PoolShape` in shape.py (the hooks the group core calls, the
+status's operations and the journal's format), and this module (the RPCs that answer from memory and
+record, and DeleteNodes' resolution of nodes).
 """
 
 from __future__ import annotations
