@@ -3,13 +3,14 @@
 Refresh is the one RPC that does cloud I/O: it reloads the catalogue when it is older than
 `catalog_ttl`, runs the shape's one listing call, and folds it into the group states under the
 listing clock (a listing that started before the last applied one returned is not applied over
-it: `ListingSpan` in group_state.py). Per-group listing errors are kept here: a group the
-cloud could not list keeps what was known and shows the error on its placeholders; Refresh answers
-UNAVAILABLE only when nothing could be listed. The size gauges are published after every Refresh
-(this is their one owner).
+it: `ListingSpan` in group_state.py). A group the cloud could not list keeps what was known and
+shows the error on its placeholders (the shape's fold records it through the core's
+`note_listing_error`); Refresh answers UNAVAILABLE only when nothing could be listed. The size
+gauges are published after every Refresh (this is their one owner).
 
 The lifecycle (start, take-over by a new leader, quiesce, stop) lives here too: starting is resuming
-the journal and running a first Refresh.
+the journal and running a first Refresh. `RefreshCycle` reaches the cloud only through the shape's
+hooks and the driver the group core holds.
 """
 
 from __future__ import annotations
