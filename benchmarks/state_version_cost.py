@@ -65,18 +65,18 @@ def measure(shape: str, groups: int, per_group: int, rounds: int) -> tuple[float
     assert provider.state_version() == version, "a steady-state Refresh moved the version"
 
     def full() -> None:
-        with provider._lock:
-            provider._publish()
+        with provider.core.lock:
+            provider.core.version.publish()
 
     def one() -> None:
-        with provider._lock:
-            provider._publish(["pool-0500"])
+        with provider.core.lock:
+            provider.core.version.publish(["pool-0500"])
 
     # Refresh's reindex also compares the rebuilt node index with the previous one
-    by_id, by_name = dict(provider._by_id), dict(provider._by_name)
+    by_id, by_name = dict(provider.core.index.by_id), dict(provider.core.index.by_name)
 
     def index_compare() -> bool:
-        return by_id != provider._by_id or by_name != provider._by_name
+        return by_id != provider.core.index.by_id or by_name != provider.core.index.by_name
 
     added = median_ms(full, rounds) + median_ms(index_compare, rounds)
     scoped = median_ms(one, rounds * 10) * 1000.0

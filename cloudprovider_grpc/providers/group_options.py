@@ -7,7 +7,7 @@ way a `--nodes MIN:MAX:NAME` spec names one), to `AutoscalingOptions` field name
       gpu-pool: {max_node_startup_time: 20m, scale_down_unneeded_time: 300}
 
 Why one mechanism here and not a key per cloud: groups are discovered from each cloud's own listing,
-and every listing's groups pass through the shared machinery (`GroupCore._sync_groups`), so applying
+and every listing's groups pass through the shared machinery (`GroupCore.sync_groups`), so applying
 the options there gives each backend the same options, in the same words, with nothing to write in
 a cloud package; the read side (`ReadSide.options`), the state version and the compiled front's cache
 all read the group's `GroupConfig.options`, which is where they land. A backend's own per-group

@@ -127,11 +127,13 @@ def test_a_journal_restored_at_start_moves_the_version(tmp_path: Path) -> None:
     journal = tmp_path / "state.json"
     first = sim_world("machines", 5).provider
     cloud = first.driver.cloud  # type: ignore[attr-defined]
-    first = MachineProvider(SimDriver(cloud), clock=first._clock, inline_workers=True, state_file=journal)
+    first = MachineProvider(SimDriver(cloud), clock=first.core.clock, inline_workers=True, state_file=journal)
     first.start()
     first.increase_size("b", 2)  # accepted, never sent (inline workers run at the next Refresh)
     first.stop(1.0)
-    second = MachineProvider(SimDriver(cloud), clock=first._clock, inline_workers=True, state_file=journal)
+    second = MachineProvider(
+        SimDriver(cloud), clock=first.core.clock, inline_workers=True, state_file=journal
+    )
     reported: list[int] = []
     second.watch_state(reported.append)
     version = second.state_version()
@@ -241,7 +243,7 @@ def test_a_listing_older_than_the_last_one_applied_changes_nothing(shape: str) -
         target = p.target_size("a")
         older = HeldRefresh(p)
         p.increase_size("a", 3)
-        p._jobs.run_due()  # the creations (or the resize) reach the cloud
+        p.core.jobs.run_due()  # the creations (or the resize) reach the cloud
         p.refresh()  # the newer listing shows them
         assert p.target_size("a") == target + 3
         version = p.state_version()

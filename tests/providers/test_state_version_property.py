@@ -77,7 +77,7 @@ def _rpc_actions(world: World) -> dict[str, Callable[[random.Random], None]]:
             held.append(HeldRefresh(p, after_listing=world.hold_after_listing))
 
     def jobs(rng: random.Random) -> None:
-        p._jobs.run_due()  # background steps without a Refresh
+        p.core.jobs.run_due()  # background steps without a Refresh
 
     def time_passes(rng: random.Random) -> None:
         world.clock.advance(rng.choice([0.5, 2.0, 10.0, 40.0, 400.0, 700.0]))

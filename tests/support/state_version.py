@@ -92,10 +92,10 @@ class Probes:
 
     def gather(self, world: World) -> None:
         p = world.provider
-        with p._lock:
-            ids = set(p._by_id)
-            names = set(p._by_name)
-            for gid in list(p._groups):
+        with p.core.lock:
+            ids = set(p.core.index.by_id)
+            names = set(p.core.index.by_name)
+            for gid in list(p.core.groups):
                 ids.update(i.id for i in p.nodes(gid))
             groups = {g.id for g in p.node_groups()}
         for kind, new in (("id", ids), ("name", names), ("control-plane", ids), ("group", groups)):

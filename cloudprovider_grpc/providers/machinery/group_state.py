@@ -64,3 +64,12 @@ class ListingSpan:
     def follows(self, returned: int) -> bool:
         """Whether this listing started after a listing that returned at `returned`."""
         return self.started > returned
+
+
+def takes_listing(state: GroupStateBase, span: ListingSpan) -> bool:
+    """Whether this listing surely shows the cloud later than the one last applied to the group
+    (if so, it becomes the last one applied). Any other listing leaves the group as it is."""
+    if not span.follows(state.listed_up_to):
+        return False
+    state.listed_up_to = span.returned
+    return True

@@ -67,6 +67,11 @@ class JobRunner:
         with self._cond:
             return len(self._heap) + self._running
 
+    @property
+    def inline(self) -> bool:
+        """Whether jobs run only when `run_due()` is called (simulation, deterministic tests)."""
+        return self._inline
+
     # ---- inline mode ----
     def run_due(self) -> int:
         """Run every job that is due now, including retries that become due meanwhile with zero delay.

@@ -40,19 +40,19 @@ class Journal:
         try:
             doc = json.loads(self.path.read_bytes())
         except OSError as exc:
-            raise self._error(f"cannot be read ({exc.strerror})") from None
+            raise self.error(f"cannot be read ({exc.strerror})") from None
         except (ValueError, UnicodeDecodeError) as exc:
-            raise self._error(f"is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+            raise self.error(f"is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
         if not isinstance(doc, dict):
-            raise self._error("is not a JSON object")
+            raise self.error("is not a JSON object")
         version = doc.get("version")
         shape = doc.get("shape", "machines" if version == 1 else None)
         if version not in (1, VERSION):
-            raise self._error(f"has unknown version {version!r}")
+            raise self.error(f"has unknown version {version!r}")
         if doc.get("backend") not in (None, self.backend):
-            raise self._error(f"belongs to backend {doc.get('backend')!r}, not {self.backend!r}")
+            raise self.error(f"belongs to backend {doc.get('backend')!r}, not {self.backend!r}")
         if shape != self.shape:
-            raise self._error(f"holds {shape!r} state, not {self.shape!r}")
+            raise self.error(f"holds {shape!r} state, not {self.shape!r}")
         return doc
 
     def save(self, content: dict[str, Any], still: Callable[[], bool] | None = None) -> None:
@@ -83,7 +83,8 @@ class Journal:
         finally:
             os.close(dfd)
 
-    def _error(self, problem: str) -> ConfigError:
+    def error(self, problem: str) -> ConfigError:
+        """The error a journal that cannot be used raises (the shapes raise it for a malformed entry)."""
         return ConfigError(
             "state-file", f"{self.path} {problem}; move it away to start from what the cloud lists"
         )

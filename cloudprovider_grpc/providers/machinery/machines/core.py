@@ -1,25 +1,21 @@
-"""What the machine shape tracks per group, and the core its parts share.
+"""What the machine shape tracks per group.
 
 A machine group's target is derived, never stored: the machines the cloud lists for it (not being
 deleted) plus the creations we have accepted and not yet seen appear (`MachineGroupState.target`).
 Each accepted creation is a `Creation` with a token the driver stores on the machine, and a
 placeholder id `<prefix>pending-<token>` CA sees while it is on its way.
 
-`MachineCore` fills in the shared machinery's hooks for this shape and declares the two background
-submissions (machines/workers.py) that the listing fold (machine_listing.py) and the
-write RPCs (provider.py) both start.
+The state is plain data; the parts that change it (the workers in workers.py, the listing fold in
+listing.py, the shape's hooks in shape.py and the write RPCs in provider.py) are each handed the
+group core that holds it.
 """
 
 from __future__ import annotations
 
-import abc
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from cloudprovider_grpc.core.clouderrors import InstanceError
-from cloudprovider_grpc.providers.driver import GroupConfig, Machine, MachineDriver
-from cloudprovider_grpc.providers.machinery.base import GroupProvider
 from cloudprovider_grpc.providers.machinery.group_state import GroupStateBase
 
 
@@ -48,7 +44,7 @@ class Creation:
     cancelled: bool = False  # CA no longer wants it; delete the machine if the inflight create lands
     accepted_at: float = 0.0  # provider clock when IncreaseSize accepted it (the status shows its age)
     # tokened clouds: provider clock before which a listing may not show a machine whose create is
-    # still on its way (see MachineCore's `create_settle`), so a look-up would create it twice
+    # still on its way (see MachineWorkers' `create_settle`), so a look-up would create it twice
     look_up_from: float = 0.0
 
 
@@ -65,40 +61,6 @@ class MachineGroupState(GroupStateBase):
         return self.live_count() + wanted
 
 
-class MachineCore(GroupProvider[MachineGroupState]):
-    """The machine shape's state hooks and placeholders; see the module docstring."""
-
-    driver: MachineDriver
-
-    def __init__(self, driver: MachineDriver, *, create_settle: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(driver, **kwargs)
-        #: how long a create request that may have reached the cloud is given to show in its
-        #: listings before its token is looked up: a request the cloud received can still be carried
-        #: out after our client stopped waiting (a timeout, or a leader killed mid-request), and a
-        #: look-up that comes too early creates the machine a second time. The backends set it to
-        #: their client's connect plus read timeout: at least as long as we let a request take.
-        self._create_settle = create_settle
-
-    # ------------------------------------------------------------------ base hooks
-    def _new_state(self, config: GroupConfig) -> MachineGroupState:
-        return MachineGroupState(config)
-
-    def _target(self, state: MachineGroupState) -> int:
-        return state.target()
-
-    def _placeholder_ids(self, state: MachineGroupState) -> list[str]:
-        ids = [self._placeholder(c.token) for c in state.creations.values() if not c.cancelled]
-        # CA may still hold the placeholder of a machine that now exists
-        ids.extend(self._placeholder(token) for token in state.resolved)
-        return ids
-
-    def _placeholder(self, token: str) -> str:
-        return f"{self.driver.id_prefix}pending-{token}"
-
-    @abc.abstractmethod
-    def _submit_create(self, creation: Creation) -> None:
-        """Queue the creation's next attempt in the background."""
-
-    @abc.abstractmethod
-    def _submit_delete(self, machine: Machine) -> None:
-        """Queue the machine's deletion in the background."""
+def placeholder_id(id_prefix: str, token: str) -> str:
+    """The id CA sees for a creation on its way: `<prefix>pending-<token>`."""
+    return f"{id_prefix}pending-{token}"

@@ -15,40 +15,53 @@ import re
 from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.core.errors import Unavailable
 from cloudprovider_grpc.providers.contract import InstanceState
-from cloudprovider_grpc.providers.driver import Machine, MachineListing
-from cloudprovider_grpc.providers.machinery.group_state import ListingSpan
+from cloudprovider_grpc.providers.driver import Machine, MachineDriver, MachineListing
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, takes_listing
 from cloudprovider_grpc.providers.machinery.machines.core import (
     Creation,
     CreationStatus,
-    MachineCore,
     MachineGroupState,
+    placeholder_id,
 )
+from cloudprovider_grpc.providers.machinery.machines.workers import MachineWorkers
 
 #: one logger for the whole shape
 log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
 
 
-class MachineListingFold(MachineCore):
-    """The machine shape's listing call and what each listing changes."""
+class MachineListingFold:
+    """The machine shape's listing call and what each listing changes. Handed the group core whose
+    groups it folds listings into, the driver, and the workers that delete surplus machines."""
 
-    def _list(self) -> MachineListing:
+    def __init__(
+        self, core: GroupCore[MachineGroupState], driver: MachineDriver, workers: MachineWorkers
+    ) -> None:
+        self._core = core
+        self._driver = driver
+        self._workers = workers
+
+    def _placeholder(self, token: str) -> str:
+        return placeholder_id(self._driver.id_prefix, token)
+
+    def listing(self) -> MachineListing:
         try:
-            listing = self.driver.list_machines()
+            listing = self._driver.list_machines()
         except CloudError as exc:
-            raise Unavailable(f"{self.name}: listing machines failed: {exc.message}") from exc
+            raise Unavailable(f"{self._core.name}: listing machines failed: {exc.message}") from exc
         return listing if isinstance(listing, MachineListing) else MachineListing(listing)
 
-    def _apply(self, listing: MachineListing, started: float, span: ListingSpan) -> None:
-        listed: dict[str, dict[str, Machine]] = {gid: {} for gid in self._groups}
+    def apply(self, listing: MachineListing, started: float, span: ListingSpan) -> None:
+        listed: dict[str, dict[str, Machine]] = {gid: {} for gid in self._core.groups}
         for m in listing:
             if m.group in listed:
                 listed[m.group][m.id] = m
-        now = self._clock()
-        for gid, state in self._groups.items():
-            if not self._takes_listing(state, span):
+        now = self._core.clock()
+        for gid, state in self._core.groups.items():
+            if not takes_listing(state, span):
                 continue
             failure = listing.failed.get(gid)
-            self._note_listing_error(state, failure)
+            self._core.note_listing_error(state, failure)
             if failure is not None:
                 continue  # keep what we knew; its creations and deletions go on in the background
             fresh = listed[gid]
@@ -59,7 +72,7 @@ class MachineListingFold(MachineCore):
                 creation = state.creations.get(m.token) if m.token else None
                 if creation is not None:  # our creation landed (maybe after a timeout or a restart)
                     self._resolve_creation(state, creation, m, now)
-            if not self.driver.create_carries_token:
+            if not self._driver.create_carries_token:
                 self._adopt_untokened(state, fresh, now)
             # keep machines our own create returned after this listing started: the listing may predate them
             for mid, m in state.machines.items():
@@ -77,7 +90,7 @@ class MachineListingFold(MachineCore):
         state.resolved[creation.token] = m.id
         if creation.cancelled and m.id not in state.deleting:
             state.deleting[m.id] = now
-            self._submit_delete(m)
+            self._workers.submit_delete(m)
 
     def _adopt_untokened(self, state: MachineGroupState, fresh: dict[str, Machine], now: float) -> None:
         """Clouds whose create carries no token: each creation whose outcome is unknown adopts one
@@ -107,7 +120,7 @@ class MachineListingFold(MachineCore):
         for creation, machine in zip(waiting, newcomers, strict=False):
             log.info(
                 "node group %s: adopting %s for the create whose outcome was unknown",
-                self._shown(state.config.id),
+                self._core.shown(state.config.id),
                 machine.id,
             )
             self._resolve_creation(state, creation, machine, now)
@@ -134,46 +147,45 @@ class MachineListingFold(MachineCore):
                     continue
                 log.warning(
                     "node group %s: %s duplicates %s (creation token %s); deleting it",
-                    self._shown(state.config.id),
+                    self._core.shown(state.config.id),
                     extra.id,
                     keeper.id,
                     token,
                 )
                 state.deleting[extra.id] = now
-                self._submit_delete(extra)
+                self._workers.submit_delete(extra)
 
-    def _expire(self, now: float) -> None:
-        for state in self._groups.values():
+    def expire(self, now: float) -> None:
+        for state in self._core.groups.values():
             for token, c in list(state.creations.items()):
                 if (
                     c.status == CreationStatus.UNKNOWN
                     and c.unknown_since is not None
-                    and now - c.unknown_since >= self._failed_ttl
+                    and now - c.unknown_since >= self._core.tunables.failed_ttl
                 ):
                     # untokened cloud: no new machine appeared; fail visibly so CA backs off and asks again
                     c.status, c.failed_at = CreationStatus.FAILED, now
                     c.error = InstanceError(
                         "CREATE_OUTCOME_UNKNOWN",
-                        f"no new machine appeared within {self._failed_ttl:.0f}s of a create "
+                        f"no new machine appeared within {self._core.tunables.failed_ttl:.0f}s of a create "
                         "whose answer was lost",
                     )
-                    log.error("node group %s: %s", self._shown(c.group), c.error.message)
-                if c.status == CreationStatus.FAILED and now - c.failed_at >= self._failed_ttl:
+                    log.error("node group %s: %s", self._core.shown(c.group), c.error.message)
+                if c.status == CreationStatus.FAILED and now - c.failed_at >= self._core.tunables.failed_ttl:
                     log.info(
                         "node group %s: dropping failed creation %s",
-                        self._shown(c.group),
+                        self._core.shown(c.group),
                         self._placeholder(token),
                     )
                     del state.creations[token]
                     state.tombstones[self._placeholder(token)] = now
                     if not any(x.status == CreationStatus.FAILED for x in state.creations.values()):
-                        self.activity.expired(c.group)
+                        self._core.activity.expired(c.group)
             state.resolved = {
                 t: mid
                 for t, mid in state.resolved.items()
                 if mid in state.machines or mid in state.tombstones
             }
-        super()._expire(now)
 
 
 def _natural(text: str) -> list[object]:

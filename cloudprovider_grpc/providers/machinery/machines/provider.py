@@ -1,7 +1,7 @@
 """The machine shape of the shared machinery: turns a `MachineDriver` into a full `CloudProvider`.
 
 For clouds where our server owns the size and creates machines one by one (Cherry Servers, SPC, the
-sim cloud's machine mode). The read side is `../base.py`; this shape adds:
+sim cloud's machine mode). The shared part is `GroupProvider` (../base.py); this shape adds:
 
 - **Target-size bookkeeping.** A group's target is derived, never stored: the machines the cloud
   lists for it (not being deleted) plus the creations we have accepted and not yet seen appear.
@@ -26,10 +26,12 @@ sim cloud's machine mode). The read side is `../base.py`; this shape adds:
   resume on start (creations by token lookup first). Without it, a restart recovers the target and
   membership from the cloud alone, and creations not yet sent are dropped (CA asks again).
 
-The parts: machines/core.py (per-group state, creations, placeholders),
-machine_workers.py (background create/delete), machine_listing.py (folding a listing in, expiry),
-and this module (the RPCs that answer from memory and record, DeleteNodes' resolution of nodes,
-the status's operations, and the journal's format).
+The parts, held as fields and each handed what it uses: machines/core.py (per-group state,
+creations, placeholder ids), `MachineWorkers` in workers.py (background create/delete, handed the
+group core, the write rules and the driver), `MachineListingFold` in listing.py (folding a listing
+in, expiry), `MachineShape` in shape.py (the hooks the group core calls, the status's operations
+and the journal's format), and this module (the RPCs that answer from memory and record, and
+DeleteNodes' resolution of nodes).
 """
 
 from __future__ import annotations
@@ -37,12 +39,22 @@ from __future__ import annotations
 import enum
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
-from cloudprovider_grpc.providers.driver import Machine
-from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineGroupState
+from cloudprovider_grpc.providers.driver import Machine, MachineDriver
+from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_write_rules import WriteRules
+from cloudprovider_grpc.providers.machinery.machines.core import (
+    Creation,
+    CreationStatus,
+    MachineGroupState,
+    placeholder_id,
+)
 from cloudprovider_grpc.providers.machinery.machines.listing import MachineListingFold
+from cloudprovider_grpc.providers.machinery.machines.shape import MachineShape
 from cloudprovider_grpc.providers.machinery.machines.workers import MachineWorkers
 
 log = logging.getLogger(__name__)
@@ -57,15 +69,35 @@ class Resolved(enum.Enum):
     FOREIGN = "foreign"  # not in this group
 
 
-class MachineProvider(MachineListingFold, MachineWorkers):
+class MachineProvider(GroupProvider[MachineGroupState]):
     """A `CloudProvider` over any `MachineDriver`; see the module docstring."""
 
     shape = "machines"
+    driver: MachineDriver
+
+    def __init__(
+        self,
+        driver: MachineDriver,
+        *,
+        create_settle: float = 0.0,
+        seed: int | None = None,
+        on_stop: Callable[[], None] | None = None,
+        **settings: Any,
+    ) -> None:
+        core: GroupCore[MachineGroupState] = GroupCore(driver, self.shape, **settings)
+        rules = WriteRules(core, seed)
+        #: the background creates and deletes
+        self.workers = MachineWorkers(core, rules, driver, create_settle)
+        fold = MachineListingFold(core, driver, self.workers)
+        super().__init__(core, MachineShape(core, driver, fold, self.workers), rules, on_stop=on_stop)
+
+    def _placeholder(self, token: str) -> str:
+        return placeholder_id(self.driver.id_prefix, token)
 
     # ------------------------------------------------------------------ read RPCs (memory only)
     def nodes(self, group_id: str) -> list[Instance]:
-        with self._lock:
-            state = self._group(group_id)
+        with self.core.lock:
+            state = self.core.group(group_id)
             out: list[Instance] = []
             for m in state.machines.values():
                 st = InstanceState.DELETING if m.id in state.deleting else m.state
@@ -78,33 +110,33 @@ class MachineProvider(MachineListingFold, MachineWorkers):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        with self._changing(group_id):
-            state, target = self._check_increase(group_id, delta)
-            self._admit("create", group_id, delta)
+        with self.core.changing(group_id):
+            state, target = self.rules.check_increase(group_id, delta)
+            self.rules.admit("create", group_id, delta)
             for _ in range(delta):
-                creation = Creation(token=secrets.token_hex(8), group=group_id, accepted_at=self._clock())
+                creation = Creation(token=secrets.token_hex(8), group=group_id, accepted_at=self.core.clock())
                 state.creations[creation.token] = creation
-                self._index_node(self._placeholder(creation.token), group_id)
-                self._submit_create(creation)
-            self._save_journal()
-        log.info("node group %s: target %d -> %d", self._shown(group_id), target, target + delta)
+                self.core.index.add(self._placeholder(creation.token), group_id)
+                self.workers.submit_create(creation)
+            self.core.save_journal()
+        log.info("node group %s: target %d -> %d", self.core.shown(group_id), target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        with self._changing(group_id):
-            state, target = self._check_decrease(group_id, delta)
-            self._admit("cancel", group_id, -delta)
+        with self.core.changing(group_id):
+            state, target = self.rules.check_decrease(group_id, delta)
+            self.rules.admit("cancel", group_id, -delta)
             new = target + delta
             # cancel the requests least likely to deliver first: failed, then not yet sent, then newest
             wanted = [c for c in state.creations.values() if not c.cancelled]
             wanted.sort(key=lambda c: c.status.value)
             for creation in wanted[:-delta]:
                 self._cancel_creation(state, creation)
-            self._save_journal()
-        log.info("node group %s: target %d -> %d (decrease)", self._shown(group_id), target, new)
+            self.core.save_journal()
+        log.info("node group %s: target %d -> %d (decrease)", self.core.shown(group_id), target, new)
 
     def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
-        with self._changing(group_id):
-            state = self._group(group_id)
+        with self.core.changing(group_id):
+            state = self.core.group(group_id)
             machines: dict[str, Machine] = {}
             creations: dict[str, Creation] = {}
             for node in nodes:
@@ -114,13 +146,13 @@ class MachineProvider(MachineListingFold, MachineWorkers):
                 elif kind is Resolved.CREATION and isinstance(obj, Creation):
                     creations[obj.token] = obj
                 elif kind is Resolved.FOREIGN:
-                    raise self._not_in_group(group_id, node)
+                    raise self.rules.not_in_group(group_id, node)
             reducing = sum(
                 1
                 for m in machines.values()
                 if m.id not in state.deleting and m.state != InstanceState.DELETING
             ) + sum(1 for c in creations.values() if c.status != CreationStatus.FAILED and not c.cancelled)
-            self._check_min(state, reducing)
+            self.rules.check_min(state, reducing)
             leaving = [
                 m.id
                 for m in machines.values()
@@ -128,19 +160,19 @@ class MachineProvider(MachineListingFold, MachineWorkers):
             ]
             leaving += [self._placeholder(c.token) for c in creations.values() if not c.cancelled]
             if leaving:
-                self._admit("delete", group_id, len(leaving), leaving)
+                self.rules.admit("delete", group_id, len(leaving), leaving)
             for creation in creations.values():
                 self._cancel_creation(state, creation)
             for machine in machines.values():
                 if machine.id in state.deleting or machine.state == InstanceState.DELETING:
                     continue  # already on its way out: idempotent
-                state.deleting[machine.id] = self._clock()
-                self._submit_delete(machine)
-            self._save_journal()
+                state.deleting[machine.id] = self.core.clock()
+                self.workers.submit_delete(machine)
+            self.core.save_journal()
         if machines or creations:
             log.info(
                 "node group %s: deleting %s",
-                self._shown(group_id),
+                self.core.shown(group_id),
                 ", ".join([*machines, *map(self._placeholder, creations)]),
             )
 
@@ -150,21 +182,8 @@ class MachineProvider(MachineListingFold, MachineWorkers):
             c.cancelled = True  # the attempt (or a later listing) deletes the machine if it appears
         else:
             state.creations.pop(c.token, None)
-            state.tombstones[self._placeholder(c.token)] = self._clock()
-        self._unindex_node(self._placeholder(c.token))
-
-    def _operations(self, state: MachineGroupState, now: float) -> list[dict[str, Any]]:
-        return [
-            {
-                "kind": "create",
-                "instance": self._placeholder(c.token),
-                "state": c.status.name.lower(),
-                "attempts": c.attempts,
-                "age_seconds": round(max(now - c.accepted_at, 0.0), 1),
-            }
-            for c in state.creations.values()
-            if not c.cancelled
-        ]
+            state.tombstones[self._placeholder(c.token)] = self.core.clock()
+        self.core.index.remove(self._placeholder(c.token))
 
     def _resolve(self, state: MachineGroupState, node: NodeRef) -> tuple[Resolved, Machine | Creation | None]:
         pid = node.provider_id
@@ -192,86 +211,6 @@ class MachineProvider(MachineListingFold, MachineWorkers):
         if mid is not None and mid in state.machines:
             return Resolved.MACHINE, state.machines[mid]
         return Resolved.FOREIGN, None
-
-    # ------------------------------------------------------------------ journal
-    def _journal_doc(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {}
-        for gid, s in self._groups.items():
-            creations = [
-                {"token": c.token, "sent": c.sent}
-                for c in s.creations.values()
-                if c.status != CreationStatus.FAILED and not c.cancelled
-            ]
-            deleting = [_machine_doc(m) for mid in s.deleting if (m := s.machines.get(mid)) is not None]
-            if creations or deleting:
-                doc[gid] = {"creations": creations, "deleting": deleting}
-        return doc
-
-    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
-        entries: dict[str, dict[str, list[Any]]] = {}
-        try:
-            if doc.get("version") == 1:  # flat lists of {"group": ...} items
-                for item in doc.get("creations", []):
-                    entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
-                    entries[str(item["group"])]["creations"].append((str(item["token"]), True))
-                for item in doc.get("deleting", []):
-                    entries.setdefault(str(item["group"]), {"creations": [], "deleting": []})
-                    entries[str(item["group"])]["deleting"].append(_machine_from(item, str(item["group"])))
-                return entries
-            for gid, entry in dict(doc.get("groups", {})).items():
-                entries[str(gid)] = {
-                    "creations": [_creation_from(t) for t in entry.get("creations", [])],
-                    "deleting": [_machine_from(m, str(gid)) for m in entry.get("deleting", [])],
-                }
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise self._journal._error(f"has a malformed entry ({type(exc).__name__}: {exc})") from None
-        return entries
-
-    def _restore(self, state: MachineGroupState, entry: Any) -> None:
-        now = self._clock()
-        for token, sent in entry["creations"]:
-            if sent:  # it may have left before the restart: look the token up (or adopt) first
-                creation = Creation(
-                    token,
-                    state.config.id,
-                    CreationStatus.UNKNOWN,
-                    sent=True,
-                    accepted_at=now,
-                    look_up_from=now + self._create_settle,
-                )
-                if not self.driver.create_carries_token:
-                    creation.unknown_since = now
-            else:  # never sent: send it
-                creation = Creation(token, state.config.id, accepted_at=now)
-            state.creations[token] = creation
-            self._submit_create(creation)
-        for machine in entry["deleting"]:
-            state.machines.setdefault(machine.id, machine)
-            state.deleting[machine.id] = now
-            self._submit_delete(machine)
-
-
-def _creation_from(item: Any) -> tuple[str, bool]:
-    """A journaled creation: (token, whether its request may have left); bare tokens are older
-    journals, where every creation counts as possibly sent."""
-    if isinstance(item, str):
-        return item, True
-    return str(item["token"]), bool(item["sent"])
-
-
-def _machine_doc(m: Machine) -> dict[str, str]:
-    return {"id": m.id, "name": m.name, "token": m.token, "handle": m.handle}
-
-
-def _machine_from(item: Any, group: str) -> Machine:
-    return Machine(
-        str(item["id"]),
-        group,
-        InstanceState.DELETING,
-        str(item.get("name", "")),
-        str(item.get("token", "")),
-        handle=str(item.get("handle", "")),
-    )
 
 
 __all__ = ["MachineProvider"]

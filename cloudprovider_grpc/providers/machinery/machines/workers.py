@@ -1,7 +1,8 @@
 """The machine shape's background operations: creating and deleting machines.
 
 Each runs as a `JobRunner` job with bounded concurrency and per-attempt exponential back-off with
-jitter (the back-off is group_write_rules.py's). Every create carries its creation's
+jitter (the back-off is group_write_rules.py's). `MachineWorkers` is handed the group core, the
+write rules and the driver. Every create carries its creation's
 token; when an attempt leaves its outcome unknown (timeout, 5xx after sending), the next one first
 looks the token up in the cloud's listing and only creates if it is absent, so throttling, timeouts
 and restarts never double a machine. That look-up waits `create_settle` seconds after the outcome
@@ -18,29 +19,51 @@ from dataclasses import replace
 
 from cloudprovider_grpc.core.clouderrors import CloudError, MachineGone
 from cloudprovider_grpc.observability import metrics
-from cloudprovider_grpc.providers.driver import Machine, MachineListing
+from cloudprovider_grpc.providers.driver import Machine, MachineDriver, MachineListing
 from cloudprovider_grpc.providers.machinery import activity
-from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineCore
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_write_rules import WriteRules
+from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineGroupState
 
 #: one logger for the whole shape
 log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
 
 
-class MachineWorkers(MachineCore):
-    """Create and delete attempts, with their retries and outcomes."""
+class MachineWorkers:
+    """Create and delete attempts, with their retries and outcomes. Handed the group core (the
+    groups, the lock, the jobs, the journal), the write rules (the gate, the back-off) and the
+    driver; the listing fold, the journal's restore and the write RPCs submit to it."""
 
-    def _submit_create(self, creation: Creation) -> None:
-        self._jobs.submit(lambda: self._attempt_create(creation), what="create machine")
+    def __init__(
+        self,
+        core: GroupCore[MachineGroupState],
+        rules: WriteRules[MachineGroupState],
+        driver: MachineDriver,
+        create_settle: float = 0.0,
+    ) -> None:
+        self._core = core
+        self._rules = rules
+        self._driver = driver
+        #: how long a create request that may have reached the cloud is given to show in its
+        #: listings before its token is looked up: a request the cloud received can still be carried
+        #: out after our client stopped waiting (a timeout, or a leader killed mid-request), and a
+        #: look-up that comes too early creates the machine a second time. The backends set it to
+        #: their client's connect plus read timeout: at least as long as we let a request take.
+        self.create_settle = create_settle
+
+    def submit_create(self, creation: Creation) -> None:
+        """Queue the creation's next attempt in the background."""
+        self._core.jobs.submit(lambda: self._attempt_create(creation), what="create machine")
 
     def _attempt_create(self, c: Creation) -> float | None:
-        with self._changing(c.group):
-            state = self._groups.get(c.group)
+        with self._core.changing(c.group):
+            state = self._core.groups.get(c.group)
             if state is None or state.creations.get(c.token) is not c or c.cancelled:
                 return None  # resolved by a listing, cancelled before it was sent, or the group is gone
             look_up_first = c.status == CreationStatus.UNKNOWN
-            if look_up_first and not self.driver.create_carries_token:
+            if look_up_first and not self._driver.create_carries_token:
                 return None  # never re-sent: a listing adopts its machine (_adopt_untokened)
-            if look_up_first and (wait := c.look_up_from - self._clock()) > 0:
+            if look_up_first and (wait := c.look_up_from - self._core.clock()) > 0:
                 return wait  # a request that may be on its way is given time to land first
             c.status = CreationStatus.INFLIGHT
             c.attempts += 1
@@ -48,43 +71,43 @@ class MachineWorkers(MachineCore):
                 # journaled before the request leaves: after a crash, a creation never sent is sent
                 # again at once, and only one that may have left is looked up (or, untokened, adopted)
                 c.sent = True
-                self._save_journal()
+                self._core.save_journal()
         sending = False  # whether this attempt sent a create (a failed look-up sends nothing)
         try:
             machine = None
             if look_up_first:
-                listing = self.driver.list_machines()
+                listing = self._driver.list_machines()
                 failed = listing.failed if isinstance(listing, MachineListing) else {}
                 if c.group in failed:
                     raise failed[c.group]
                 machine = next((m for m in listing if m.token == c.token), None)
             if machine is None:
-                if not self._allowed("create", c.group, 1):
-                    with self._lock:
+                if not self._rules.allowed("create", c.group, 1):
+                    with self._core.lock:
                         c.status = CreationStatus.UNKNOWN if c.sent else CreationStatus.QUEUED
                     return None
                 sending = True
-                machine = self.driver.create_machine(c.group, c.token)
+                machine = self._driver.create_machine(c.group, c.token)
         except CloudError as exc:
             return self._create_failed(c, exc, sending)
-        metrics.OPERATIONS.labels(self.name, "create", "ok").inc()
-        with self._changing(c.group):
-            state = self._groups.get(c.group)
+        metrics.OPERATIONS.labels(self._core.name, "create", "ok").inc()
+        with self._core.changing(c.group):
+            state = self._core.groups.get(c.group)
             if state is None:
                 return None
             state.creations.pop(c.token, None)
             state.resolved[c.token] = machine.id  # its placeholder keeps pointing at the group
             state.machines[machine.id] = machine
             if c.cancelled:
-                state.deleting[machine.id] = self._clock()
-                self._submit_delete(machine)
+                state.deleting[machine.id] = self._core.clock()
+                self.submit_delete(machine)
             else:
-                state.created_locally[machine.id] = self._clock()
-                self._index_node(machine.id, c.group, machine.name)
-            self._save_journal()
-        log.info("node group %s: created %s", self._shown(c.group), machine.id)
-        self.activity.succeeded(c.group)
-        self.activity.occurred(
+                state.created_locally[machine.id] = self._core.clock()
+                self._core.index.add(machine.id, c.group, machine.name)
+            self._core.save_journal()
+        log.info("node group %s: created %s", self._core.shown(c.group), machine.id)
+        self._core.activity.succeeded(c.group)
+        self._core.activity.occurred(
             activity.Occurrence(
                 activity.MACHINE_CREATED, f"node group {c.group}: created {machine.id}", c.group
             )
@@ -92,73 +115,76 @@ class MachineWorkers(MachineCore):
         return None
 
     def _create_failed(self, c: Creation, exc: CloudError, sending: bool) -> float | None:
-        with self._changing(c.group):
-            if exc.transient and not self.driver.create_carries_token:
+        with self._core.changing(c.group):
+            if exc.transient and not self._driver.create_carries_token:
                 # the request may have reached the cloud and nothing identifies its machine: never
                 # send it again; the next listings adopt the machine if it appears (_adopt_untokened)
-                c.status, c.unknown_since, c.error = CreationStatus.UNKNOWN, self._clock(), None
-                metrics.OPERATIONS.labels(self.name, "create", "unknown").inc()
+                c.status, c.unknown_since, c.error = CreationStatus.UNKNOWN, self._core.clock(), None
+                metrics.OPERATIONS.labels(self._core.name, "create", "unknown").inc()
                 log.warning(
                     "node group %s: create outcome unknown (%s); waiting for the machine to be listed",
-                    self._shown(c.group),
+                    self._core.shown(c.group),
                     exc.message,
                 )
-                self._save_journal()
+                self._core.save_journal()
                 return None
-            if exc.transient and c.attempts < self._max_attempts:
+            if exc.transient and c.attempts < self._core.tunables.max_attempts:
                 c.status = CreationStatus.UNKNOWN  # the request may have reached the cloud
                 c.error = None
                 if sending:
-                    c.look_up_from = self._clock() + self._create_settle
-                metrics.OPERATIONS.labels(self.name, "create", "retry").inc()
-                delay = self._backoff(c.attempts)
+                    c.look_up_from = self._core.clock() + self.create_settle
+                metrics.OPERATIONS.labels(self._core.name, "create", "retry").inc()
+                delay = self._rules.backoff(c.attempts)
                 log.warning(
                     "node group %s: create attempt %d failed (%s); retrying in %.1fs",
-                    self._shown(c.group),
+                    self._core.shown(c.group),
                     c.attempts,
                     exc.message,
                     delay,
                 )
-                self.activity.backing_off(c.group, "creating a machine", exc.message, delay)
+                self._core.activity.backing_off(c.group, "creating a machine", exc.message, delay)
                 return delay
             c.status = CreationStatus.FAILED
-            c.failed_at = self._clock()
+            c.failed_at = self._core.clock()
             error = exc.as_instance_error()
             if exc.transient:
                 error = replace(error, message=f"gave up after {c.attempts} attempts: {exc.message}")
             c.error = error
-            metrics.OPERATIONS.labels(self.name, "create", "failed").inc()
-            self._save_journal()
-            self.activity.create_failed(
-                c.group, error.code, error.message, error.error_class, self._failed_ttl
+            metrics.OPERATIONS.labels(self._core.name, "create", "failed").inc()
+            self._core.save_journal()
+            self._core.activity.create_failed(
+                c.group, error.code, error.message, error.error_class, self._core.tunables.failed_ttl
             )
-        log.error("node group %s: creating a machine failed: %s", self._shown(c.group), exc.message)
+        log.error("node group %s: creating a machine failed: %s", self._core.shown(c.group), exc.message)
         return None
 
-    def _submit_delete(self, machine: Machine) -> None:
+    def submit_delete(self, machine: Machine) -> None:
+        """Queue the machine's deletion in the background."""
         attempts = [0]
 
         def attempt() -> float | None:
-            with self._lock:
-                state = self._groups.get(machine.group)
+            with self._core.lock:
+                state = self._core.groups.get(machine.group)
                 if state is None or machine.id not in state.deleting:
                     return None  # gone from the cloud meanwhile
             attempts[0] += 1
-            if not self._allowed("delete", machine.group, 1, (machine.id,)):
+            if not self._rules.allowed("delete", machine.group, 1, (machine.id,)):
                 return None
             try:
-                self.driver.delete_machine(machine)
+                self._driver.delete_machine(machine)
             except MachineGone:
                 pass
             except CloudError as exc:
-                if exc.transient and attempts[0] < self._max_attempts:
-                    metrics.OPERATIONS.labels(self.name, "delete", "retry").inc()
-                    delay = self._backoff(attempts[0])
-                    self.activity.backing_off(machine.group, f"deleting {machine.id}", exc.message, delay)
+                if exc.transient and attempts[0] < self._core.tunables.max_attempts:
+                    metrics.OPERATIONS.labels(self._core.name, "delete", "retry").inc()
+                    delay = self._rules.backoff(attempts[0])
+                    self._core.activity.backing_off(
+                        machine.group, f"deleting {machine.id}", exc.message, delay
+                    )
                     return delay
-                metrics.OPERATIONS.labels(self.name, "delete", "failed").inc()
-                self.activity.cloud_failed(machine.group, exc.code, exc.message)
-                self.activity.occurred(
+                metrics.OPERATIONS.labels(self._core.name, "delete", "failed").inc()
+                self._core.activity.cloud_failed(machine.group, exc.code, exc.message)
+                self._core.activity.occurred(
                     activity.Occurrence(
                         activity.MACHINE_DELETE_FAILED,
                         f"node group {machine.group}: deleting {machine.id} failed: {exc.message}",
@@ -169,20 +195,20 @@ class MachineWorkers(MachineCore):
                 )
                 log.error(
                     "node group %s: deleting %s failed: %s",
-                    self._shown(machine.group),
+                    self._core.shown(machine.group),
                     machine.id,
                     exc.message,
                 )
-                with self._changing(machine.group):
-                    state = self._groups.get(machine.group)
+                with self._core.changing(machine.group):
+                    state = self._core.groups.get(machine.group)
                     if state is not None:
                         state.deleting.pop(machine.id, None)
-                    self._save_journal()
+                    self._core.save_journal()
                 return None
-            metrics.OPERATIONS.labels(self.name, "delete", "ok").inc()
-            log.info("node group %s: deleted %s", self._shown(machine.group), machine.id)
-            self.activity.succeeded(machine.group)
-            self.activity.occurred(
+            metrics.OPERATIONS.labels(self._core.name, "delete", "ok").inc()
+            log.info("node group %s: deleted %s", self._core.shown(machine.group), machine.id)
+            self._core.activity.succeeded(machine.group)
+            self._core.activity.occurred(
                 activity.Occurrence(
                     activity.MACHINE_DELETED,
                     f"node group {machine.group}: deleted machine {machine.id}",
@@ -192,4 +218,4 @@ class MachineWorkers(MachineCore):
             )
             return None
 
-        self._jobs.submit(attempt, what="delete machine")
+        self._core.jobs.submit(attempt, what="delete machine")

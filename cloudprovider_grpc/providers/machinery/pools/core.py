@@ -1,26 +1,21 @@
-"""What the pool shape tracks per group, and the core its parts share.
+"""What the pool shape tracks per group, and its placeholders.
 
 A pool's target is the size we asked for while a change of ours is queued, in flight, or not yet
 seen by a listing that started after the cloud acknowledged it; otherwise the cloud's own desired
 size (`PoolGroupState.target`). Wanted - listed instances appear as placeholders
-`<prefix>pending-<group>-<n>`, kept as long as that difference by `_fit_placeholders`, and carry
-the group's failure (ours, the cloud's, or its listing's) as errorInfo.
-
-`PoolCore` fills in the shared machinery's hooks for this shape, keeps the placeholders, records a
-failed scaling, and declares the operation tracking (pools/operations.py) that the sync
-job (pool_sync.py) starts.
+`<prefix>pending-<group>-<n>`, kept as long as that difference by `PoolPlaceholders.fit`, and carry
+the group's failure (ours, the cloud's, or its listing's) as errorInfo; `PoolPlaceholders.fail`
+records a failed scaling of ours.
 """
 
 from __future__ import annotations
 
-import abc
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from cloudprovider_grpc.core.clouderrors import InstanceError
-from cloudprovider_grpc.providers.driver import GroupConfig, Machine, Operation, PoolDriver
-from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.driver import Machine, Operation, PoolDriver
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.group_state import GroupStateBase
 
 #: one logger for the whole shape
@@ -56,52 +51,36 @@ class PoolGroupState(GroupStateBase):
         return self.failed or self.cloud_failure or self.listing_error
 
 
-class PoolCore(GroupProvider[PoolGroupState]):
-    """The pool shape's state hooks, placeholders and failures; see the module docstring."""
+class PoolPlaceholders:
+    """A pool's placeholders and the failure they show, kept for the parts that change a pool's
+    wanted size (the write RPCs, the sync job, the operations, the listing fold). Handed the group
+    core (the clock, the node index, the activity record, the journal) and the driver (the id prefix)."""
 
-    driver: PoolDriver
+    def __init__(self, core: GroupCore[PoolGroupState], driver: PoolDriver) -> None:
+        self._core = core
+        self._driver = driver
 
-    def __init__(self, driver: PoolDriver, *, coalesce_window: float = 0.1, **kwargs: Any) -> None:
-        super().__init__(driver, **kwargs)
-        # write RPCs that arrive within this window share one push: CA's loop may send several
-        # requests for a group back to back, and a push costs an API call under a rate limit.
-        # Inline (simulated) runs have no concurrency to coalesce and act at once.
-        self._coalesce = 0.0 if kwargs.get("inline_workers") else coalesce_window
-
-    # ------------------------------------------------------------------ base hooks
-    def _new_state(self, config: GroupConfig) -> PoolGroupState:
-        return PoolGroupState(config)
-
-    def _target(self, state: PoolGroupState) -> int:
-        return state.target()
-
-    def _placeholder_ids(self, state: PoolGroupState) -> list[str]:
-        return list(state.placeholders)
-
-    def _fit_placeholders(self, state: PoolGroupState, *, drop_newest: bool = False) -> None:
+    def fit(self, state: PoolGroupState, *, drop_newest: bool = False) -> None:
         """Make the placeholder list as long as target - live machines: new ones get new numbers;
         surplus ones leave oldest first (they most likely became the machines now listed), or newest
         first when CA lowered the target."""
         want = max(0, state.target() - state.live_count())
-        now = self._clock()
+        now = self._core.clock()
         while len(state.placeholders) < want:
-            pid = f"{self.driver.id_prefix}pending-{state.config.id}-{state.placeholder_seq}"
+            pid = f"{self._driver.id_prefix}pending-{state.config.id}-{state.placeholder_seq}"
             state.placeholder_seq += 1
             state.placeholders.append(pid)
-            self._index_node(pid, state.config.id)
+            self._core.index.add(pid, state.config.id)
         while len(state.placeholders) > want:
             pid = state.placeholders.pop() if drop_newest else state.placeholders.pop(0)
             state.tombstones[pid] = now
 
-    def _fail(self, state: PoolGroupState, error: InstanceError) -> None:
-        log.error("node group %s: scaling failed: %s", self._shown(state.config.id), error.message)
-        state.failed, state.failed_at = error, self._clock()
-        self.activity.create_failed(
-            state.config.id, error.code, error.message, error.error_class, self._failed_ttl
+    def fail(self, state: PoolGroupState, error: InstanceError) -> None:
+        """A push or operation of ours failed: hold, show it on the placeholders, don't re-push."""
+        log.error("node group %s: scaling failed: %s", self._core.shown(state.config.id), error.message)
+        state.failed, state.failed_at = error, self._core.clock()
+        self._core.activity.create_failed(
+            state.config.id, error.code, error.message, error.error_class, self._core.tunables.failed_ttl
         )
-        self._fit_placeholders(state)
-        self._save_journal()
-
-    @abc.abstractmethod
-    def _track(self, state: PoolGroupState, operation: Operation) -> None:
-        """Poll a cloud operation in the background until it ends."""
+        self.fit(state)
+        self._core.save_journal()

@@ -12,33 +12,42 @@ import logging
 
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.core.errors import Unavailable
-from cloudprovider_grpc.providers.driver import GroupConfig, Pool
-from cloudprovider_grpc.providers.machinery.group_state import ListingSpan
-from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
+from cloudprovider_grpc.providers.driver import GroupConfig, Pool, PoolDriver
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, takes_listing
+from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 
 #: one logger for the whole shape
 log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
 
 
-class PoolListingFold(PoolCore):
-    """The pool shape's listing call and what each listing changes."""
+class PoolListingFold:
+    """The pool shape's listing call and what each listing changes. Handed the group core whose
+    groups it folds listings into, the driver that lists, and the placeholders it refits."""
 
-    def _list(self) -> list[Pool]:
+    def __init__(
+        self, core: GroupCore[PoolGroupState], driver: PoolDriver, placeholders: PoolPlaceholders
+    ) -> None:
+        self._core = core
+        self._driver = driver
+        self._placeholders = placeholders
+
+    def listing(self) -> list[Pool]:
         try:
-            return self.driver.list_pools()
+            return self._driver.list_pools()
         except CloudError as exc:
-            raise Unavailable(f"{self.name}: listing node pools failed: {exc.message}") from exc
+            raise Unavailable(f"{self._core.name}: listing node pools failed: {exc.message}") from exc
 
-    def _configs(self, listing: list[Pool]) -> list[GroupConfig]:
+    def configs(self, listing: list[Pool]) -> list[GroupConfig]:
         return [pool.config for pool in listing]
 
-    def _apply(self, listing: list[Pool], started: float, span: ListingSpan) -> None:
-        now = self._clock()
+    def apply(self, listing: list[Pool], started: float, span: ListingSpan) -> None:
+        now = self._core.clock()
         for pool in listing:
-            state = self._groups.get(pool.config.id)
-            if state is None or not self._takes_listing(state, span):
+            state = self._core.groups.get(pool.config.id)
+            if state is None or not takes_listing(state, span):
                 continue
-            self._note_listing_error(state, pool.listing_error)
+            self._core.note_listing_error(state, pool.listing_error)
             if pool.listing_error is not None:
                 continue  # keep what we knew; queued changes go on in the background
             gid = state.config.id
@@ -52,9 +61,11 @@ class PoolListingFold(PoolCore):
             if pool.failure != state.cloud_failure:  # the cloud reports a new scaling failure, or none
                 if pool.failure is not None:
                     f = pool.failure
-                    self.activity.create_failed(gid, f.code, f.message, f.error_class, self._failed_ttl)
+                    self._core.activity.create_failed(
+                        gid, f.code, f.message, f.error_class, self._core.tunables.failed_ttl
+                    )
                 else:
-                    self.activity.expired(gid)
+                    self._core.activity.expired(gid)
             state.cloud_failure = pool.failure
             state.listed_once = True
             settled = (
@@ -64,7 +75,7 @@ class PoolListingFold(PoolCore):
             )
             if settled:
                 self._settle(state)
-            self._fit_placeholders(state)
+            self._placeholders.fit(state)
 
     def _settle(self, state: PoolGroupState) -> None:
         """A listing newer than every change of ours: the cloud's desired size is the truth now,
@@ -78,23 +89,22 @@ class PoolListingFold(PoolCore):
         elif state.failed is None:
             log.info(
                 "node group %s: the cloud's desired size is %d, not the %d we set; following the cloud",
-                self._shown(state.config.id),
+                self._core.shown(state.config.id),
                 state.desired,
                 state.wanted,
             )
             state.wanted = None
 
-    def _expire(self, now: float) -> None:
-        for state in self._groups.values():
-            if state.failed is not None and now - state.failed_at >= self._failed_ttl:
+    def expire(self, now: float) -> None:
+        for state in self._core.groups.values():
+            if state.failed is not None and now - state.failed_at >= self._core.tunables.failed_ttl:
                 log.info(
                     "node group %s: dropping the failed scale-up shown since %.0fs",
-                    self._shown(state.config.id),
+                    self._core.shown(state.config.id),
                     now - state.failed_at,
                 )
                 state.failed = None
-                self.activity.expired(state.config.id)
+                self._core.activity.expired(state.config.id)
                 if not state.sync_queued and not state.operations:
                     state.wanted = None
-                self._fit_placeholders(state)
-        super()._expire(now)
+                self._placeholders.fit(state)

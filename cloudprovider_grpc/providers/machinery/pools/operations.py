@@ -12,8 +12,9 @@ import logging
 
 from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.observability import metrics
-from cloudprovider_grpc.providers.driver import Operation, OperationState
-from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
+from cloudprovider_grpc.providers.driver import Operation, OperationState, PoolDriver
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 
 #: one logger for the whole shape
 log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
@@ -24,60 +25,69 @@ POLL_FIRST, POLL_MAX = 1.0, 15.0
 OPERATION_GIVE_UP = 1800.0
 
 
-class PoolOperations(PoolCore):
-    """Polling the cloud's operations until they end."""
+class PoolOperations:
+    """Polling the cloud's operations until they end. Handed the group core (the groups, the lock,
+    the jobs), the driver that polls, and the placeholders a failed operation shows on."""
 
-    def _track(self, state: PoolGroupState, operation: Operation) -> None:
+    def __init__(
+        self, core: GroupCore[PoolGroupState], driver: PoolDriver, placeholders: PoolPlaceholders
+    ) -> None:
+        self._core = core
+        self._driver = driver
+        self._placeholders = placeholders
+
+    def track(self, state: PoolGroupState, operation: Operation) -> None:
+        """Poll a cloud operation in the background until it ends."""
         state.operations[operation.ref] = operation
-        started = self._clock()
+        started = self._core.clock()
         state.started[operation.ref] = started
         delay = [POLL_FIRST]
 
         def poll() -> float | None:
-            with self._lock:
-                current = self._groups.get(operation.group)
+            with self._core.lock:
+                current = self._core.groups.get(operation.group)
                 if current is None or operation.ref not in current.operations:
                     return None
             try:
-                status = self.driver.poll(operation)
+                status = self._driver.poll(operation)
             except CloudError as exc:
                 if not exc.transient:
                     log.warning(
                         "node group %s: polling operation %s failed: %s",
-                        self._shown(operation.group),
+                        self._core.shown(operation.group),
                         operation.ref,
                         exc.message,
                     )
-                    with self._changing(operation.group):
+                    with self._core.changing(operation.group):
                         current.operations.pop(operation.ref, None)
                         current.started.pop(operation.ref, None)
                     return None
                 status = None
             if status is None or status.state is OperationState.PENDING:
-                if self._clock() - started >= OPERATION_GIVE_UP:
+                if self._core.clock() - started >= OPERATION_GIVE_UP:
                     log.warning(
                         "node group %s: operation %s still pending after %.0fs; no longer polled",
-                        self._shown(operation.group),
+                        self._core.shown(operation.group),
                         operation.ref,
                         OPERATION_GIVE_UP,
                     )
-                    with self._changing(operation.group):
+                    with self._core.changing(operation.group):
                         current.operations.pop(operation.ref, None)
                         current.started.pop(operation.ref, None)
                     return None
                 delay[0] = min(POLL_MAX, delay[0] * 1.5)
                 return delay[0]
-            with self._changing(operation.group):
+            with self._core.changing(operation.group):
                 current.operations.pop(operation.ref, None)
                 current.started.pop(operation.ref, None)
                 if status.state is OperationState.FAILED:
-                    metrics.OPERATIONS.labels(self.name, operation.kind, "failed").inc()
-                    self._fail(
+                    metrics.OPERATIONS.labels(self._core.name, operation.kind, "failed").inc()
+                    self._placeholders.fail(
                         current,
                         status.error or InstanceError("OPERATION_FAILED", "the cloud's operation failed"),
                     )
                 else:
-                    metrics.OPERATIONS.labels(self.name, operation.kind, "ok").inc()
+                    metrics.OPERATIONS.labels(self._core.name, operation.kind, "ok").inc()
             return None
 
-        self._jobs.submit(poll, POLL_FIRST, what="poll cloud operation")
+        self._core.jobs.submit(poll, POLL_FIRST, what="poll cloud operation")

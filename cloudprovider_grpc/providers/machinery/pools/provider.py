@@ -2,8 +2,8 @@
 
 For clouds that own the desired size of a group (Vultr VKE `node_quantity`, Exoscale `size`,
 AliCloud ESS `DesiredCapacity`, the sim cloud's pool mode): we set an absolute size and the cloud
-creates the instances; removing a named instance lowers the size. The read side is
-`../base.py`; this shape adds the write side:
+creates the instances; removing a named instance lowers the size. The shared part is
+`GroupProvider` (../base.py); this shape adds the write side:
 
 - **Target.** The size we asked for while a change of ours is queued, in flight, or not yet seen by
   a listing that started after the cloud acknowledged it; otherwise the cloud's own desired size.
@@ -29,23 +29,30 @@ creates the instances; removing a named instance lowers the size. The read side 
   and not yet sent (CA asks again). With `state_file`, wanted sizes and removals are journaled and
   resumed.
 
-The parts: pools/core.py (per-group state, placeholders, failures), pool_listing.py
-(folding a listing in, expiry), pool_sync.py (the sync job), pool_operations.py (polling the
-cloud's operations), and this module (the RPCs that answer from memory and record, DeleteNodes'
-resolution of nodes, the status's operations, and the journal's format).
+The parts, held as fields and each handed what it uses: pools/core.py (per-group state, and
+`PoolPlaceholders`: placeholders and failures), `PoolSync` in sync.py (the sync job), which is handed
+`PoolOperations` in operations.py (polling the cloud's operations), `PoolListingFold` in listing.py
+(folding a listing in, expiry), `PoolShape` in shape.py (the hooks the group core calls, the
+status's operations and the journal's format), and this module (the RPCs that answer from memory and
+record, and DeleteNodes' resolution of nodes).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from cloudprovider_grpc.providers.contract import Instance, InstanceState, NodeRef
-from cloudprovider_grpc.providers.driver import Machine
-from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState
+from cloudprovider_grpc.providers.driver import Machine, PoolDriver
+from cloudprovider_grpc.providers.machinery.base import GroupProvider
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_write_rules import WriteRules
+from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 from cloudprovider_grpc.providers.machinery.pools.listing import PoolListingFold
 from cloudprovider_grpc.providers.machinery.pools.operations import PoolOperations
+from cloudprovider_grpc.providers.machinery.pools.shape import PoolShape
 from cloudprovider_grpc.providers.machinery.pools.sync import PoolSync
 
 log = logging.getLogger(__name__)
@@ -60,15 +67,38 @@ class Resolved(enum.Enum):
     FOREIGN = "foreign"
 
 
-class PoolProvider(PoolListingFold, PoolSync, PoolOperations):
+class PoolProvider(GroupProvider[PoolGroupState]):
     """A `CloudProvider` over any `PoolDriver`; see the module docstring."""
 
     shape = "pools"
+    driver: PoolDriver
+
+    def __init__(
+        self,
+        driver: PoolDriver,
+        *,
+        coalesce_window: float = 0.1,
+        seed: int | None = None,
+        on_stop: Callable[[], None] | None = None,
+        **settings: Any,
+    ) -> None:
+        core: GroupCore[PoolGroupState] = GroupCore(driver, self.shape, **settings)
+        rules = WriteRules(core, seed)
+        #: the placeholders and the failure they show
+        self.placeholders = PoolPlaceholders(core, driver)
+        operations = PoolOperations(core, driver, self.placeholders)
+        #: the one coalescing sync job per group
+        self.sync = PoolSync(
+            core, rules, driver, self.placeholders, operations, coalesce_window=coalesce_window
+        )
+        fold = PoolListingFold(core, driver, self.placeholders)
+        hooks = PoolShape(core, driver, fold, self.placeholders, self.sync)
+        super().__init__(core, hooks, rules, on_stop=on_stop)
 
     # ------------------------------------------------------------------ read RPCs (memory only)
     def nodes(self, group_id: str) -> list[Instance]:
-        with self._lock:
-            state = self._group(group_id)
+        with self.core.lock:
+            state = self.core.group(group_id)
             out = [
                 Instance(m.id, InstanceState.DELETING if m.id in state.deleting else m.state, m.error)
                 for m in state.machines.values()
@@ -79,31 +109,31 @@ class PoolProvider(PoolListingFold, PoolSync, PoolOperations):
 
     # ------------------------------------------------------------------ write RPCs (record and return)
     def increase_size(self, group_id: str, delta: int) -> None:
-        with self._changing(group_id):
-            state, target = self._check_increase(group_id, delta)
-            self._admit("create", group_id, delta)
+        with self.core.changing(group_id):
+            state, target = self.rules.check_increase(group_id, delta)
+            self.rules.admit("create", group_id, delta)
             state.wanted = target + delta
             state.failed = None  # a new request: try again
-            self._fit_placeholders(state)
-            self._queue_sync(state)
-            self._save_journal()
-        log.info("node group %s: target %d -> %d", self._shown(group_id), target, target + delta)
+            self.placeholders.fit(state)
+            self.sync.queue(state)
+            self.core.save_journal()
+        log.info("node group %s: target %d -> %d", self.core.shown(group_id), target, target + delta)
 
     def decrease_target_size(self, group_id: str, delta: int) -> None:
-        with self._changing(group_id):
+        with self.core.changing(group_id):
             # never below the listed machines: the cloud would delete random instances to meet it
-            state, target = self._check_decrease(group_id, delta)
+            state, target = self.rules.check_decrease(group_id, delta)
             new = target + delta
-            self._admit("set_size", group_id, new)
+            self.rules.admit("set_size", group_id, new)
             state.wanted = new
-            self._fit_placeholders(state, drop_newest=True)
-            self._queue_sync(state)
-            self._save_journal()
-        log.info("node group %s: target %d -> %d (decrease)", self._shown(group_id), target, new)
+            self.placeholders.fit(state, drop_newest=True)
+            self.sync.queue(state)
+            self.core.save_journal()
+        log.info("node group %s: target %d -> %d (decrease)", self.core.shown(group_id), target, new)
 
     def delete_nodes(self, group_id: str, nodes: list[NodeRef]) -> None:
-        with self._changing(group_id):
-            state = self._group(group_id)
+        with self.core.changing(group_id):
+            state = self.core.group(group_id)
             machines: dict[str, Machine] = {}
             placeholders: list[str] = []
             for node in nodes:
@@ -114,7 +144,7 @@ class PoolProvider(PoolListingFold, PoolSync, PoolOperations):
                     if obj not in placeholders:
                         placeholders.append(obj)
                 elif kind is Resolved.FOREIGN:
-                    raise self._not_in_group(group_id, node)
+                    raise self.rules.not_in_group(group_id, node)
             leaving = [
                 m
                 for m in machines.values()
@@ -122,11 +152,11 @@ class PoolProvider(PoolListingFold, PoolSync, PoolOperations):
             ]
             reducing = len(leaving) + len(placeholders)
             target = state.target()
-            self._check_min(state, reducing)
+            self.rules.check_min(state, reducing)
             if not reducing:
                 return  # everything named is already gone or going: idempotent
-            self._admit("delete", group_id, reducing, [*(m.id for m in leaving), *placeholders])
-            now = self._clock()
+            self.rules.admit("delete", group_id, reducing, [*(m.id for m in leaving), *placeholders])
+            now = self.core.clock()
             for m in leaving:
                 state.deleting[m.id] = now
                 state.removing[m.id] = m
@@ -134,37 +164,16 @@ class PoolProvider(PoolListingFold, PoolSync, PoolOperations):
                 state.placeholders.remove(pid)
                 state.tombstones[pid] = now
             state.wanted = target - reducing
-            self._fit_placeholders(state)
+            self.placeholders.fit(state)
             if not state.placeholders:
                 state.failed = None  # CA has taken the failed instances away: nothing left to show
-            self._queue_sync(state)
-            self._save_journal()
+            self.sync.queue(state)
+            self.core.save_journal()
         log.info(
             "node group %s: deleting %s",
-            self._shown(group_id),
+            self.core.shown(group_id),
             ", ".join([*(m.id for m in leaving), *placeholders]),
         )
-
-    def _operations(self, state: PoolGroupState, now: float) -> list[dict[str, Any]]:
-        def age(key: str) -> float:
-            return round(max(now - state.started.get(key, now), 0.0), 1)
-
-        out: list[dict[str, Any]] = []
-        if state.sync_queued:
-            out.append(
-                {
-                    "kind": "set_size",
-                    "size": state.wanted,
-                    "removals": len(state.removing),
-                    "attempts": state.sync_attempts,
-                    "age_seconds": age("sync"),
-                }
-            )
-        out.extend(
-            {"kind": op.kind, "operation": op.ref, "age_seconds": age(op.ref)}
-            for op in state.operations.values()
-        )
-        return out
 
     # ------------------------------------------------------------------ helpers
     def _resolve(self, state: PoolGroupState, node: NodeRef) -> tuple[Resolved, Machine | str | None]:
@@ -176,7 +185,7 @@ class PoolProvider(PoolListingFold, PoolSync, PoolOperations):
                 return Resolved.PLACEHOLDER, pid
             if pid in state.tombstones:
                 return Resolved.GONE, None
-            mid = self.driver.machine_of(node)  # the driver's fallback, as NodeGroupForNode uses it
+            mid = self.core.driver.machine_of(node)  # the driver's fallback, as NodeGroupForNode uses it
             if mid and mid in state.machines:
                 return Resolved.MACHINE, state.machines[mid]
             return Resolved.FOREIGN, None
@@ -184,52 +193,6 @@ class PoolProvider(PoolListingFold, PoolSync, PoolOperations):
             if node.name and m.name == node.name:
                 return Resolved.MACHINE, m
         return Resolved.FOREIGN, None
-
-    # ------------------------------------------------------------------ journal
-    def _journal_doc(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {}
-        for gid, s in self._groups.items():
-            wanted = s.wanted if s.failed is None else None
-            removing = [
-                {"id": m.id, "name": m.name, "handle": m.handle}
-                for mid in s.deleting
-                if (m := s.machines.get(mid)) is not None
-            ]
-            if wanted is not None or removing:
-                doc[gid] = {"wanted": wanted, "removing": removing}
-        return doc
-
-    def _parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
-        entries: dict[str, tuple[int | None, list[Machine]]] = {}
-        try:
-            for gid, entry in dict(doc.get("groups", {})).items():
-                wanted = entry.get("wanted")
-                removing = [
-                    Machine(
-                        str(raw["id"]),
-                        str(gid),
-                        InstanceState.RUNNING,
-                        str(raw.get("name", "")),
-                        handle=str(raw.get("handle", "")),
-                    )
-                    for raw in entry.get("removing", [])
-                ]
-                entries[str(gid)] = (None if wanted is None else max(int(wanted), 0), removing)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise self._journal._error(f"has a malformed entry ({type(exc).__name__}: {exc})") from None
-        return entries
-
-    def _restore(self, state: PoolGroupState, entry: Any) -> None:
-        wanted, removing = entry
-        now = self._clock()
-        if wanted is not None:
-            state.wanted = min(wanted, state.config.max_size)
-        for m in removing:
-            state.machines.setdefault(m.id, m)
-            state.deleting[m.id] = now
-            state.removing[m.id] = m
-        self._fit_placeholders(state)
-        self._queue_sync(state)
 
 
 __all__ = ["PoolProvider"]

@@ -15,76 +15,102 @@ from collections.abc import Sequence
 
 from cloudprovider_grpc.core.clouderrors import CloudError, InstanceError
 from cloudprovider_grpc.observability import metrics
-from cloudprovider_grpc.providers.driver import Machine
+from cloudprovider_grpc.providers.driver import Machine, PoolDriver
 from cloudprovider_grpc.providers.machinery import activity
-from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
+from cloudprovider_grpc.providers.machinery.group_core import GroupCore
+from cloudprovider_grpc.providers.machinery.group_write_rules import WriteRules
+from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
+from cloudprovider_grpc.providers.machinery.pools.operations import PoolOperations
 
 #: one logger for the whole shape
 log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
 
 
-class PoolSync(PoolCore):
-    """The sync job and its outcomes."""
+class PoolSync:
+    """The sync job and its outcomes. Handed the group core (the groups, the lock, the jobs, the
+    journal), the write rules (the gate, the back-off), the driver, the placeholders a failure
+    shows on, and the operation tracking a push may start."""
 
-    def _queue_sync(self, state: PoolGroupState) -> None:
+    def __init__(
+        self,
+        core: GroupCore[PoolGroupState],
+        rules: WriteRules[PoolGroupState],
+        driver: PoolDriver,
+        placeholders: PoolPlaceholders,
+        operations: PoolOperations,
+        *,
+        coalesce_window: float = 0.1,
+    ) -> None:
+        self._core = core
+        self._rules = rules
+        self._driver = driver
+        self._placeholders = placeholders
+        self._operations = operations
+        # write RPCs that arrive within this window share one push: CA's loop may send several
+        # requests for a group back to back, and a push costs an API call under a rate limit.
+        # Inline (simulated) runs have no concurrency to coalesce and act at once.
+        self._coalesce = 0.0 if core.jobs.inline else coalesce_window
+
+    def queue(self, state: PoolGroupState) -> None:
+        """Queue the group's sync job unless it is queued already."""
         if state.sync_queued:
             return
         state.sync_queued = True
-        state.started["sync"] = self._clock()
+        state.started["sync"] = self._core.clock()
         gid = state.config.id
-        self._jobs.submit(lambda: self._sync(gid), self._coalesce, what="sync group size")
+        self._core.jobs.submit(lambda: self._sync(gid), self._coalesce, what="sync group size")
 
     def _sync(self, gid: str) -> float | None:
         """One round for a group: the pending removals in one call, then one absolute size push.
         Returns the delay before the next round (0: more arrived meanwhile), or None when done."""
-        with self._changing(gid):
-            state = self._groups.get(gid)
+        with self._core.changing(gid):
+            state = self._core.groups.get(gid)
             if state is None:
                 return None  # the group left the cloud
             batch = list(state.removing.values())
             state.removing.clear()
         if batch:
-            if not self._allowed("remove", gid, len(batch), [m.id for m in batch]):
+            if not self._rules.allowed("remove", gid, len(batch), [m.id for m in batch]):
                 self._sync_refused(state)
                 return None
             retry = self._remove(state, batch)
             if retry is not None:
                 return retry
-        with self._changing(gid):
+        with self._core.changing(gid):
             if state.removing:
                 return self._coalesce
             size = self._size_to_push(state)
             if size is None:
                 state.sync_queued = False
                 state.sync_attempts = 0
-                self._save_journal()
+                self._core.save_journal()
                 return None
-        if not self._allowed("set_size", gid, size):
+        if not self._rules.allowed("set_size", gid, size):
             self._sync_refused(state)
             return None
         try:
-            operation = self.driver.set_size(gid, size)
+            operation = self._driver.set_size(gid, size)
         except CloudError as exc:
             return self._push_failed(state, size, exc)
-        metrics.SIZE_PUSHES.labels(self.name, gid, "ok").inc()
-        self.activity.succeeded(gid)
-        log.info("node group %s: cloud desired size set to %d", self._shown(gid), size)
-        with self._changing(gid):
+        metrics.SIZE_PUSHES.labels(self._core.name, gid, "ok").inc()
+        self._core.activity.succeeded(gid)
+        log.info("node group %s: cloud desired size set to %d", self._core.shown(gid), size)
+        with self._core.changing(gid):
             state.expected = size
-            state.acked_at = self._clock()
+            state.acked_at = self._core.clock()
             state.sync_attempts = 0
             if operation is not None:
-                self._track(state, operation)
+                self._operations.track(state, operation)
             if state.removing or (state.wanted is not None and self._size_to_push(state) is not None):
                 return self._coalesce  # more arrived while we pushed: one more round
             state.sync_queued = False
-            self._save_journal()
+            self._core.save_journal()
         return None
 
     def _sync_refused(self, state: PoolGroupState) -> None:
         """The write gate refused the sync's next write: the round ends here; a later write RPC
         queues a new one (and meets the gate again)."""
-        with self._changing(state.config.id):
+        with self._core.changing(state.config.id):
             state.sync_queued = False
             state.sync_attempts = 0
 
@@ -101,20 +127,22 @@ class PoolSync(PoolCore):
     def _remove(self, state: PoolGroupState, batch: Sequence[Machine]) -> float | None:
         gid = state.config.id
         try:
-            outcome = self.driver.remove_machines(gid, batch)
+            outcome = self._driver.remove_machines(gid, batch)
         except CloudError as exc:
-            with self._changing(gid):
+            with self._core.changing(gid):
                 state.sync_attempts += 1
-                if exc.transient and state.sync_attempts < self._max_attempts:
+                if exc.transient and state.sync_attempts < self._core.tunables.max_attempts:
                     for m in batch:  # all of them again, unless a listing showed them gone meanwhile
                         if m.id in state.deleting:
                             state.removing.setdefault(m.id, m)
-                    metrics.OPERATIONS.labels(self.name, "remove", "retry").inc()
-                    delay = self._backoff(state.sync_attempts)
-                    self.activity.backing_off(gid, f"removing {len(batch)} machine(s)", exc.message, delay)
+                    metrics.OPERATIONS.labels(self._core.name, "remove", "retry").inc()
+                    delay = self._rules.backoff(state.sync_attempts)
+                    self._core.activity.backing_off(
+                        gid, f"removing {len(batch)} machine(s)", exc.message, delay
+                    )
                     log.warning(
                         "node group %s: removing %d machine(s) failed (%s); retrying in %.1fs",
-                        self._shown(gid),
+                        self._core.shown(gid),
                         len(batch),
                         exc.message,
                         delay,
@@ -123,12 +151,12 @@ class PoolSync(PoolCore):
                 failed = {m.id: exc for m in batch}
                 self._removal_failed(state, failed)
                 return None
-        with self._changing(gid):
+        with self._core.changing(gid):
             removed = [m for m in batch if m.id not in outcome.failed]
             # a machine the cloud cannot remove yet (an ESS instance still Pending) is sent again
             # after a backoff, like a batch that failed as a whole; the others' refusals are final
             retry = {k for k, v in outcome.failed.items() if v.transient}
-            if retry and state.sync_attempts + 1 >= self._max_attempts:
+            if retry and state.sync_attempts + 1 >= self._core.tunables.max_attempts:
                 retry = set()
             final = {k: v for k, v in outcome.failed.items() if k not in retry}
             if final:
@@ -139,23 +167,23 @@ class PoolSync(PoolCore):
                 for m in batch:
                     if m.id in retry and m.id in state.deleting:
                         state.removing.setdefault(m.id, m)
-                metrics.OPERATIONS.labels(self.name, "remove", "retry").inc(len(retry))
-                retry_in = self._backoff(state.sync_attempts)
+                metrics.OPERATIONS.labels(self._core.name, "remove", "retry").inc(len(retry))
+                retry_in = self._rules.backoff(state.sync_attempts)
                 log.warning(
                     "node group %s: the cloud cannot remove %s yet (%s); retrying in %.1fs",
-                    self._shown(gid),
+                    self._core.shown(gid),
                     ", ".join(sorted(retry)),
                     outcome.failed[min(retry)].message,
                     retry_in,
                 )
             if removed:
-                metrics.OPERATIONS.labels(self.name, "remove", "ok").inc(len(removed))
-                if self.driver.remove_lowers_size:
+                metrics.OPERATIONS.labels(self._core.name, "remove", "ok").inc(len(removed))
+                if self._driver.remove_lowers_size:
                     state.expected = state.base_size() - len(removed)
-                state.acked_at = self._clock()
-                log.info("node group %s: removed %s", self._shown(gid), ", ".join(m.id for m in removed))
+                state.acked_at = self._core.clock()
+                log.info("node group %s: removed %s", self._core.shown(gid), ", ".join(m.id for m in removed))
                 for m in removed:
-                    self.activity.occurred(
+                    self._core.activity.occurred(
                         activity.Occurrence(
                             activity.MACHINE_DELETED,
                             f"node group {gid}: removed machine {m.id}",
@@ -164,7 +192,7 @@ class PoolSync(PoolCore):
                         )
                     )
             if outcome.operation is not None:
-                self._track(state, outcome.operation)
+                self._operations.track(state, outcome.operation)
             if retry_in is None:
                 state.sync_attempts = 0
         return retry_in
@@ -172,11 +200,13 @@ class PoolSync(PoolCore):
     def _removal_failed(self, state: PoolGroupState, failed: dict[str, CloudError]) -> None:
         """Machines the cloud refused to remove stay: they count again, and so does the size."""
         for mid, exc in failed.items():
-            metrics.OPERATIONS.labels(self.name, "remove", "failed").inc()
-            log.error("node group %s: removing %s failed: %s", self._shown(state.config.id), mid, exc.message)
+            metrics.OPERATIONS.labels(self._core.name, "remove", "failed").inc()
+            log.error(
+                "node group %s: removing %s failed: %s", self._core.shown(state.config.id), mid, exc.message
+            )
             machine = state.machines.get(mid)
-            self.activity.cloud_failed(state.config.id, exc.code, exc.message)
-            self.activity.occurred(
+            self._core.activity.cloud_failed(state.config.id, exc.code, exc.message)
+            self._core.activity.occurred(
                 activity.Occurrence(
                     activity.MACHINE_DELETE_FAILED,
                     f"node group {state.config.id}: removing {mid} failed: {exc.message}",
@@ -187,27 +217,27 @@ class PoolSync(PoolCore):
             )
             if state.deleting.pop(mid, None) is not None and state.wanted is not None:
                 state.wanted += 1
-        self._fit_placeholders(state)
-        self._save_journal()
+        self._placeholders.fit(state)
+        self._core.save_journal()
 
     def _push_failed(self, state: PoolGroupState, size: int, exc: CloudError) -> float | None:
         gid = state.config.id
-        with self._changing(gid):
+        with self._core.changing(gid):
             state.sync_attempts += 1
-            if exc.transient and state.sync_attempts < self._max_attempts:
-                metrics.SIZE_PUSHES.labels(self.name, gid, "retry").inc()
-                delay = self._backoff(state.sync_attempts)
+            if exc.transient and state.sync_attempts < self._core.tunables.max_attempts:
+                metrics.SIZE_PUSHES.labels(self._core.name, gid, "retry").inc()
+                delay = self._rules.backoff(state.sync_attempts)
                 log.warning(
                     "node group %s: setting size %d failed (%s); retrying in %.1fs",
-                    self._shown(gid),
+                    self._core.shown(gid),
                     size,
                     exc.message,
                     delay,
                 )
-                self.activity.backing_off(gid, f"setting size {size}", exc.message, delay)
+                self._core.activity.backing_off(gid, f"setting size {size}", exc.message, delay)
                 return delay
-            metrics.SIZE_PUSHES.labels(self.name, gid, "failed").inc()
-            self._fail(
+            metrics.SIZE_PUSHES.labels(self._core.name, gid, "failed").inc()
+            self._placeholders.fail(
                 state,
                 exc.as_instance_error()
                 if not exc.transient
