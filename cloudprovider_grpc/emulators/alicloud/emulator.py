@@ -2,7 +2,7 @@
 2014-08-28 and 2022-02-22), ECS DescribeInstanceTypes (2014-05-26), STS AssumeRoleWithOIDC
 (2015-04-01) and the ECS metadata server's RAM-role paths, all on one port.
 
-What it reproduces (research alicloud.md §5, vendor API references, the Tea SDK's models):
+What it reproduces (the vendor API references, the Tea SDK's models):
 - RPC routing on `/` (GET or POST) by `Action`/`Version` (query or form body) or the V3 headers
   `x-acs-action`/`x-acs-version`; unknown action `InvalidAction.NotFound`, bad version
   `InvalidVersion`;

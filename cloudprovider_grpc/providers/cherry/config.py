@@ -254,8 +254,8 @@ _SECTION_KEYS = frozenset({*(PoolSpec.keys() - {"name"}), *BOUND_KEYS})
 #: in-tree pool name rule (cherry_cloud_provider.go), at most 63 characters
 _POOL_NAME_RE = re.compile(r"^[a-z0-9A-Z]+[a-z0-9A-Z\-._]*[a-z0-9A-Z]+$|^[a-z0-9A-Z]$")
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a server stays
-#: `deploying` this long. Cherry Servers publishes no deploy time ("bare metal takes minutes, VPS
-#: less; no published figure", research notes); 300 s is this project's assumption for bare metal,
+#: `deploying` this long. Cherry Servers publishes no deploy time (its API documentation,
+#: https://api.cherryservers.com/doc/, gives none); 300 s is this project's assumption for bare metal,
 #: stated in every report that uses it. A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"deploy-seconds": 300.0}
 #: the order options problems are told in (the order they were always checked in): an unknown key

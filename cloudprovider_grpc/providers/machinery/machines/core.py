@@ -6,7 +6,7 @@ Each accepted creation is a `Creation` with a token the driver stores on the mac
 placeholder id `<prefix>pending-<token>` CA sees while it is on its way.
 
 `MachineCore` fills in the shared machinery's hooks for this shape and declares the two background
-submissions (machines/workers.py) that the listing fold (machine_listing.py) and the
+submissions (machines/workers.py) that the listing fold (machines/listing.py) and the
 write RPCs (provider.py) both start.
 """
 

@@ -27,7 +27,7 @@ sim cloud's machine mode). The read side is `../base.py`; this shape adds:
   membership from the cloud alone, and creations not yet sent are dropped (CA asks again).
 
 The parts: machines/core.py (per-group state, creations, placeholders),
-machine_workers.py (background create/delete), machine_listing.py (folding a listing in, expiry),
+machines/workers.py (background create/delete), machines/listing.py (folding a listing in, expiry),
 and this module (the RPCs that answer from memory and record, DeleteNodes' resolution of nodes,
 the status's operations, and the journal's format).
 """

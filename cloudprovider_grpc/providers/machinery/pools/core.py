@@ -8,7 +8,7 @@ the group's failure (ours, the cloud's, or its listing's) as errorInfo.
 
 `PoolCore` fills in the shared machinery's hooks for this shape, keeps the placeholders, records a
 failed scaling, and declares the operation tracking (pools/operations.py) that the sync
-job (pool_sync.py) starts.
+job (pools/sync.py) starts.
 """
 
 from __future__ import annotations

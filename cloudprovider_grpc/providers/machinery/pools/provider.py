@@ -29,8 +29,8 @@ creates the instances; removing a named instance lowers the size. The read side 
   and not yet sent (CA asks again). With `state_file`, wanted sizes and removals are journaled and
   resumed.
 
-The parts: pools/core.py (per-group state, placeholders, failures), pool_listing.py
-(folding a listing in, expiry), pool_sync.py (the sync job), pool_operations.py (polling the
+The parts: pools/core.py (per-group state, placeholders, failures), pools/listing.py
+(folding a listing in, expiry), pools/sync.py (the sync job), pools/operations.py (polling the
 cloud's operations), and this module (the RPCs that answer from memory and record, DeleteNodes'
 resolution of nodes, the status's operations, and the journal's format).
 """
