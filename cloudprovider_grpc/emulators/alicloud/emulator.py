@@ -26,9 +26,6 @@ Reconstructions (not documented anywhere we could read) are marked in comments.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cloudprovider_grpc.emulators.alicloud import seed
 from cloudprovider_grpc.emulators.alicloud.acs import (
     ECS_VERSION,
     ESS_VERSIONS,
@@ -40,7 +37,7 @@ from cloudprovider_grpc.emulators.alicloud.acs import (
 from cloudprovider_grpc.emulators.alicloud.ess import EssActions
 from cloudprovider_grpc.emulators.alicloud.services import ServiceActions
 
-__all__ = ["AcsError", "AliCloudEmulator", "demo_emulator"]
+__all__ = ["AcsError", "AliCloudEmulator"]
 
 
 class AliCloudEmulator(EssActions, ServiceActions):
@@ -67,13 +64,3 @@ class AliCloudEmulator(EssActions, ServiceActions):
             "DescribeLaunchTemplateVersions": ((ECS_VERSION,), self._describe_launch_template_versions),
             "AssumeRoleWithOIDC": ((STS_VERSION,), self._assume_role_with_oidc),
         }
-
-
-def demo_emulator(**kwargs: Any) -> AliCloudEmulator:
-    """The emulated region `--emulate` starts with: the two demo groups (one with a GPU type)."""
-    emu = AliCloudEmulator(**kwargs)
-    for g in seed.DEMO_GROUPS:
-        emu.add_group(g)
-    for c in seed.DEMO_CONFIGURATIONS:
-        emu.add_configuration(c)
-    return emu

@@ -114,10 +114,6 @@ class VultrEmulator(EmulatorServer):
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
-    def add_token(self, token: str) -> None:
-        with self.lock:
-            self.tokens.add(token)
-
     def add_cluster(
         self,
         cluster_id: str,
