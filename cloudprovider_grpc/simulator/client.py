@@ -147,7 +147,7 @@ class _Decodings:
     so each distinct answer is decoded once and the same message object handed back (callers read
     answers, never change them). Emptied when it reaches `limit` entries."""
 
-    def __init__(self, response_type: Any, limit: int = 8192) -> None:
+    def __init__(self, response_type: Any, limit: int = 1024) -> None:
         self.decode = response_type.FromString
         self.limit = limit
         self.memo: dict[bytes, Any] = {}
