@@ -10,14 +10,14 @@ benchmarks/simulate.py (1,000 nodes in 10 node groups, 20,000 pods of 20 Deploym
 - the real cluster's own node churn (recorded, not replayed);
 about 1,700 records, with a pod template written once per object.
 
-It then times what `simulate --replay DIR --provider sim --cloud FILE` does, in two steps:
-reading the recording into a scenario (snapshot.json through NodeGroupForNode for each node, the
-event log into schedules) and simulating the hour, with CA's call pattern (`rpc_profile: ca`) and
-`lean`, on the in-process transport (the servicer called directly, as benchmarks/simulate.py does;
-over a loopback socket each of the ~400,000 NodeGroupForNode calls of the `ca` profile would cost
-grpcio ~0.6 ms, see benchmarks/rpc_latency.py). Then the command itself, over loopback gRPC with
-`--set rpc_profile=lean`, reports written. Wall and CPU seconds are both printed: on a shared
-machine wall time also counts the other processes' turns.
+It then times what `simulate --replay DIR --provider sim --cloud FILE` does, in two steps: reading
+the recording into a scenario (snapshot.json through NodeGroupForNode for each node, the event log
+into schedules) and simulating the hour, with CA's call pattern (`rpc_profile: ca`) and `lean`, on
+the in-process transport (the request bytes handed to the server's handlers without a socket, as
+benchmarks/simulate.py does; over a loopback socket each of the ~400,000 NodeGroupForNode calls of
+the `ca` profile would cost grpcio ~0.6 ms, see benchmarks/rpc_latency.py). Then the command itself,
+over loopback gRPC with `--set rpc_profile=lean`, reports written. Wall and CPU seconds are both
+printed: on a shared machine wall time also counts the other processes' turns.
 
 Each measurement runs in a fresh process and prints its peak memory (the RSS high-water mark).
 `--size 5000` is the same hour on a cluster five times as wide (5,000 nodes in 50 groups,

@@ -6,7 +6,7 @@
 2. A 24-hour simulated day with about 500 nodes at CA's default 10 s scan interval (8,641 loops),
    target < 60 s with CA's real call pattern (`rpc_profile: ca`: NodeGroupForNode for every node
    every loop, ~530 RPCs a loop), and with `lean` for comparison. It uses the in-process
-   transport (the servicer called directly, same messages, no socket): the RPCs over loopback
+   transport (the server's request path without a socket: same bytes, same handlers): the RPCs over loopback
    gRPC would measure grpcio, not the simulator (see benchmarks/rpc_latency.py for that).
 3. A cluster snapshot of 1,000 nodes and 20,000 pods (a `kubectl get -o json` dump file, its nodes
    matched to 10 node groups through NodeGroupForNode): loaded and its first loop decided, target

@@ -1,6 +1,6 @@
 """Errors that carry their gRPC status.
 
-Providers raise these; the service maps them to status codes in one place (service.py), so a
+Providers raise these; the service maps them to status codes in one place (grpcapi/outcome.py), so a
 backend never touches gRPC and a handler never returns UNKNOWN or a traceback. Messages must be
 safe to show to the caller: no secrets, no stack traces.
 """

@@ -2,7 +2,8 @@
 (HMAC-SHA1, RPC style), which the emulator also verifies because older clients (the in-tree Go
 provider, aliyun-python-sdk-core) still send it.
 
-Facts (research alicloud.md §5; vendor doc "V3 request structure and signature"; the Tea SDK's
+Facts (vendor doc "V3 request structure and signature",
+https://www.alibabacloud.com/help/en/sdk/product-overview/v3-request-structure-and-signature; the Tea SDK's
 alibabacloud_tea_openapi.utils, read to confirm):
 - percent-encoding is RFC 3986: everything but `A-Za-z0-9-_.~` is escaped, so a space is `%20`,
   `*` is `%2A` and `~` stays;

@@ -1,10 +1,10 @@
 """The instance sizes StackPointCloud's Go SDK knew, as data: CPU count, memory in MB, cloud.
 
-SPC's node-pool JSON carries only `instance_size`; the SDK filled the pool's `cpu` and `memory`
-from a client-side table keyed by that size (StackPointCloud/stackpoint-sdk-go
-`pkg/stackpointio/machine_specs.go` at b87d5ae, read through the justinhopper fork; research note
-cherry-spc.md §B2). The figures below are that table's facts: the fork's template used them as
-`cpu` cores and `memory` MB x 2^20, so memory is kept in MiB here. The `cloud` column is ours: it
+SPC's node-pool JSON carries only `instance_size`; the SDK filled the pool's `cpu` and `memory` from
+a client-side table keyed by that size (StackPointCloud/stackpoint-sdk-go
+`pkg/stackpointio/machine_specs.go` at b87d5ae, read through the justinhopper fork). The figures
+below are that table's facts: the fork's template used them as `cpu` cores and `memory` MB x 2^20,
+so memory is kept in MiB here. The `cloud` column is ours: it
 names the provider whose catalogue each size comes from (AWS EC2, Google Compute Engine,
 DigitalOcean, Azure), inferred from the size names; sizes whose provider we could not identify
 with certainty ("M".."4XL", the ProfitBricks-style spec string) are `other`. It decides how a

@@ -91,9 +91,6 @@ class LinkContext:
     def time_remaining(self) -> float | None:
         return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
 
-    def is_active(self) -> bool:
-        return self.deadline is None or time.monotonic() < self.deadline
-
 
 def answer(
     code: int, message: str = "", body: bytes = b"", version: str | None = None

@@ -197,6 +197,86 @@ def front_binary(settings: Settings) -> Path | None:
     return binary
 
 
+def _private_grpc_socket(server: grpc.Server, directory: Path) -> Path:
+    """Python's gRPC server listening on a private unix socket in `directory`, for the streaming
+    calls the front passes through."""
+    socket_path = directory / "grpc.sock"
+    if len(str(socket_path)) > MAX_SOCKET_PATH:
+        raise ServerStartError(
+            f"the private socket path {socket_path} is longer than {MAX_SOCKET_PATH} characters, "
+            "the limit for unix sockets; set TMPDIR to a shorter directory"
+        )
+    try:
+        bound = server.add_insecure_port(f"unix:{socket_path}")
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        raise ServerStartError(f"cannot listen on the private socket {socket_path}")
+    return socket_path
+
+
+def _link_server(directory: Path, calls: dict[str, Call], settings: Settings) -> LinkServer:
+    """The link serving `calls` on a private unix socket, room for every worker's connection."""
+    try:
+        return LinkServer(directory / "link.sock", calls, max_connections=2 * settings.grpc_workers + 2)
+    except OSError as exc:
+        raise ServerStartError(
+            f"cannot listen on the private socket {directory / 'link.sock'}: {exc.strerror or exc}"
+        ) from None
+
+
+def _spawner(
+    binary: Path,
+    settings: Settings,
+    socket_path: Path,
+    counters: FrontCounters,
+    link_server: LinkServer,
+    directory: Path,
+    tls_paths: list[Path] | None,
+) -> Callable[[str], FrontProcess]:
+    """How a front process is started on `listen` (again after it died): its backend, its link and
+    what it caches; with TLS, the files Python checked once here (the front loads and re-reads them
+    itself)."""
+    service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
+    unix = settings.unix_socket
+
+    def spawn(listen: str) -> FrontProcess:
+        if unix is not None:
+            unixsocket.clear_stale(unix)  # the socket of a front that died
+        return FrontProcess(
+            binary,
+            listen=listen,
+            socket_mode=settings.socket_mode if unix is not None else None,
+            backend=socket_path,
+            counters=counters,
+            cacheable=[f"/{SERVICE_NAME}/{name}" for name in CACHEABLE],
+            maps={
+                f"/{SERVICE_NAME}/{name}": map_field_paths(service.methods_by_name[name].input_type)
+                for name in CACHEABLE
+            },
+            link=link_server.path,
+            link_methods=link_server.methods,
+            link_calls=settings.grpc_workers,
+            directory=directory,
+            tls_paths=tls_paths,
+        )
+
+    return spawn
+
+
+def _wait_ready(link: FrontLink, settings: Settings) -> int:
+    """The port the front listens on once it is ready; closes the link when it did not start."""
+    try:
+        return link.wait_ready(settings.address.rpartition(":")[0])
+    except FrontStartError as exc:
+        link.close()
+        if exc.kind == "listen":
+            raise ServerStartError(
+                f"cannot listen on {settings.address}: address in use or not available"
+            ) from None
+        raise ServerStartError(f"compiled front: {exc.message}") from None
+
+
 def start_front(
     binary: Path, settings: Settings, server: grpc.Server, calls: dict[str, Call]
 ) -> tuple[FrontLink, int]:
@@ -205,58 +285,15 @@ def start_front(
 
     With TLS, Python checks the files once here (a clear error before anything listens); the front
     then loads them, and re-reads them when they change, itself."""
-    service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
     tls_paths = CertReloader(settings.tls).paths if settings.tls.enabled else None
     directory = Path(tempfile.mkdtemp(prefix="cloudprovider-grpc-"))  # mode 0700
     link_server: LinkServer | None = None
     try:
-        socket_path = directory / "grpc.sock"
-        if len(str(socket_path)) > MAX_SOCKET_PATH:
-            raise ServerStartError(
-                f"the private socket path {socket_path} is longer than {MAX_SOCKET_PATH} characters, "
-                "the limit for unix sockets; set TMPDIR to a shorter directory"
-            )
-        try:
-            bound = server.add_insecure_port(f"unix:{socket_path}")
-        except RuntimeError:
-            bound = 0
-        if not bound:
-            raise ServerStartError(f"cannot listen on the private socket {socket_path}")
-        try:
-            link_server = LinkServer(
-                directory / "link.sock",
-                calls,
-                max_connections=2 * settings.grpc_workers + 2,
-            )
-        except OSError as exc:
-            raise ServerStartError(
-                f"cannot listen on the private socket {directory / 'link.sock'}: {exc.strerror or exc}"
-            ) from None
+        socket_path = _private_grpc_socket(server, directory)
+        link_server = _link_server(directory, calls, settings)
         counters = FrontCounters(directory / "counters", CACHEABLE, metrics._LATENCY_BUCKETS)
-
+        spawn = _spawner(binary, settings, socket_path, counters, link_server, directory, tls_paths)
         unix = settings.unix_socket
-
-        def spawn(listen: str) -> FrontProcess:
-            if unix is not None:
-                unixsocket.clear_stale(unix)  # the socket of a front that died
-            return FrontProcess(
-                binary,
-                listen=listen,
-                socket_mode=settings.socket_mode if unix is not None else None,
-                backend=socket_path,
-                counters=counters,
-                cacheable=[f"/{SERVICE_NAME}/{name}" for name in CACHEABLE],
-                maps={
-                    f"/{SERVICE_NAME}/{name}": map_field_paths(service.methods_by_name[name].input_type)
-                    for name in CACHEABLE
-                },
-                link=link_server.path,
-                link_methods=link_server.methods,
-                link_calls=settings.grpc_workers,
-                directory=directory,
-                tls_paths=tls_paths,
-            )
-
         link = FrontLink(
             spawn, str(unix) if unix is not None else settings.address, directory, counters, link_server
         )
@@ -270,13 +307,4 @@ def start_front(
             link_server.close()
         shutil.rmtree(directory, ignore_errors=True)
         raise
-    try:
-        port = link.wait_ready(settings.address.rpartition(":")[0])
-    except FrontStartError as exc:
-        link.close()
-        if exc.kind == "listen":
-            raise ServerStartError(
-                f"cannot listen on {settings.address}: address in use or not available"
-            ) from None
-        raise ServerStartError(f"compiled front: {exc.message}") from None
-    return link, port
+    return link, _wait_ready(link, settings)

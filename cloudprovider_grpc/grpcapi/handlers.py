@@ -3,10 +3,11 @@
 Why not let grpcio deserialize: a body that does not parse makes grpcio log a full traceback at
 error level and keeps about 19 KB per failed request alive for good (RSS 58 -> 524 MB over 50,000
 fuzzed requests; it reproduces on a bare grpcio server). Parsing here answers INVALID_ARGUMENT with
-one line and costs nothing afterwards. The same handlers serve grpcio (`register`) and the compiled
-front's link (front/link.py), so both transports share one implementation: admission at shutdown
-(admission.py), the hand-over relay of a leader-elected replica, the state-version trailer the front
-caches by, and the status mapping (outcome.py).
+one line and costs nothing afterwards. The same handlers serve grpcio (`register`), the compiled
+front's link (front/link.py) and the simulator's in-process transport (simulator/client.py), so every
+caller meets one implementation: admission at shutdown (admission.py), the parse of the request
+bytes, the hand-over relay of a leader-elected replica, the state-version trailer the front caches
+by, and the status mapping (outcome.py).
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ def _send_version(
     context.set_trailing_metadata(((VERSION_TRAILER, str(after) if store else f"{after}!"),))
 
 
-def _raw_call(servicer: CloudProviderServicer, method: MethodDescriptor) -> Callable[[bytes, Any], bytes]:
-    """A handler that gets the request as bytes and returns bytes: `handle(raw, context)`. A servicer
-    method may also return ready-made response bytes, or a Prebuilt answer whose bytes are sent."""
+def raw_call(servicer: CloudProviderServicer, method: MethodDescriptor) -> Callable[[bytes, Any], bytes]:
+    """The request path of one RPC, as a handler that gets the request as bytes and returns bytes:
+    `handle(raw, context)`, what grpcio, the compiled front's link and the in-process transport all
+    call. A servicer method may also return ready-made response bytes, or a Prebuilt answer whose
+    bytes are sent."""
     name = method.name
     impl = getattr(type(servicer), name).__wrapped__
     parse_or_none = rawparse.parser(method)
@@ -94,9 +97,9 @@ def _raw_call(servicer: CloudProviderServicer, method: MethodDescriptor) -> Call
 
 def raw_calls(servicer: CloudProviderServicer) -> dict[str, Callable[[bytes, Any], bytes]]:
     """Every RPC of the service descriptor as `handle(raw request, context) -> raw response`, by
-    method name: the one implementation behind both transports."""
+    method name: the one implementation behind every caller."""
     service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
-    return {m.name: _raw_call(servicer, m) for m in service.methods}
+    return {m.name: raw_call(servicer, m) for m in service.methods}
 
 
 def method_handlers(servicer: CloudProviderServicer) -> dict[str, grpc.RpcMethodHandler]:

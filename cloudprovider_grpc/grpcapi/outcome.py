@@ -1,9 +1,10 @@
 """What an RPC's outcome becomes on the wire: its status code, a caller-safe message, its metrics.
 
-Why one place: every RPC, over either transport (grpcio or the compiled front's link), ends here, so
-CA never sees UNKNOWN or a stack trace, no registered secret reaches a status message, and every
-call is counted by method and status code. ProviderError subclasses carry their status code;
-anything else is a bug and becomes INTERNAL with a generic message (the traceback goes to the log).
+Why one place: every RPC, whoever calls it (grpcio, the compiled front's link, the simulator's
+in-process transport), ends here, so CA never sees UNKNOWN or a stack trace, no registered secret
+reaches a status message, and every call is counted by method and status code. ProviderError
+subclasses carry their status code; anything else is a bug and becomes INTERNAL with a generic
+message (the traceback goes to the log).
 The metric tallies are resolved once per (method, code) and kept (RpcTimer): recording a metric
 must cost next to nothing on RPCs that answer in microseconds.
 """

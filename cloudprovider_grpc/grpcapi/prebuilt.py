@@ -17,8 +17,8 @@ V = TypeVar("V")
 @dataclass(frozen=True, slots=True)
 class Prebuilt:
     """A response encoded once and served many times: the raw-bytes path sends `raw` without
-    encoding anything, the typed path (the simulator's in-process transport) gets the same message
-    object every time.
+    encoding anything, the typed path (a servicer method called with a message) gets the same
+    message object every time.
 
     Why: CA asks NodeGroupGetOptions, NodeGroupForNode and NodeGroupTargetSize per node, several
     times a loop (~5,000 calls per loop at 1,000 nodes); building and encoding the answer

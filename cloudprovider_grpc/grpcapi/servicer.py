@@ -4,7 +4,7 @@ This is the only module that knows both the wire schema and the contract, and ea
 more than map its request onto the contract and the answer back. What surrounds the methods lives
 where its concern says: the field conversions, legacy and current fields alike (wire.py); answers
 kept between calls (answers.py, getoptions.py); the status mapping and per-RPC metrics (outcome.py,
-applied by `@rpc`); the raw-bytes handlers that parse requests and serve both transports
+applied by `@rpc`); the raw-bytes handlers that parse requests and serve every caller
 (handlers.py); admission at shutdown (admission.py).
 """
 

@@ -32,14 +32,14 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from cloudprovider_grpc.config.settings import TLSSettings
 from cloudprovider_grpc.core.errors import ProviderError, Unavailable
@@ -81,26 +81,20 @@ class Relayed(ProviderError):
 def certificate_name(cert_pem: bytes) -> str:
     """The first DNS name of a PEM certificate (else its first IP address, else its common name).
 
-    Read with the standard library's own certificate decoder (the one behind
-    `SSLSocket.getpeercert`), which takes a file: no extra dependency for one field."""
-    decode: Callable[[str], dict[str, Any]] = ssl._ssl._test_decode_cert  # type: ignore[attr-defined]
-    fd, path = tempfile.mkstemp(prefix="cert-name-")
+    Read with the `cryptography` package's public X.509 parser: the standard library decodes a
+    certificate's fields only through a private test helper."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(cert_pem)
-        decoded = decode(path)
-    finally:
-        os.unlink(path)
-    names = decoded.get("subjectAltName", ())
-    for kind in ("DNS", "IP Address"):
-        for entry_kind, value in names:
-            if entry_kind == kind:
-                return str(value)
-    for rdn in decoded.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return ""
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        names = None
+    if names is not None:
+        for kind in (x509.DNSName, x509.IPAddress):
+            found = names.get_values_for_type(kind)
+            if found:
+                return str(found[0])
+    common = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(common[0].value) if common else ""
 
 
 class HandOverRelay:

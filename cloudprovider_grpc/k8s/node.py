@@ -5,8 +5,9 @@ CA decodes them with Go's `v1.Node.Unmarshal`. That decoder rejects the whole No
 Quantity string, so every quantity is parsed and re-written in canonical form before anything is
 serialized, and a bad one raises ValueError here instead of making CA silently drop the template.
 
-What CA needs from a template (research notes §2.2; kubernetes/autoscaler
-cluster-autoscaler/cloudprovider/utils.go BuildReadyConditions, simulator/node_info_utils.go):
+What CA needs from a template (kubernetes/autoscaler at release-1.35:
+cluster-autoscaler/cloudprovider/utils.go BuildReadyConditions, simulator/node_info_utils.go; the
+scheduler's kubernetes/kubernetes pkg/scheduler/framework/plugins/noderesources/fit.go):
 labels for os/arch/instance type/zone, taints, capacity and allocatable with `pods` in both (the
 scheduler's NodeResourcesFit rejects every pod when allocatable pods is 0), and a Ready condition.
 Time fields stay unset: Go reads an absent Time as the zero time, but `seconds = 0` as 1970-01-01.

@@ -15,8 +15,9 @@ Mirrors k/a `cluster-autoscaler/cloudprovider/externalgrpc/externalgrpc_cloud_pr
 Every call is counted by method, so a run doubles as an RPC load profile of a CA loop.
 
 Two transports carry the calls: `GrpcTransport` (a real channel, 5 s deadline per call as CA's
-default `grpc_timeout`) and `InProcessTransport`, which invokes the same servicer methods
-directly for runs too long for sockets (the 24-hour benchmark); both see identical bytes.
+default `grpc_timeout`) and `InProcessTransport`, which hands the request bytes to the same
+handlers grpcio calls, without a socket, for runs too long for sockets (the 24-hour benchmark); both
+see identical bytes and the same request path.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import grpc
 from google.protobuf import timestamp_pb2
 from google.protobuf.message_factory import GetMessageClass
 
+from cloudprovider_grpc.grpcapi.handlers import raw_calls
+from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
 from cloudprovider_grpc.grpcapi.wire import startup_bytes, startup_field, unknown_fields
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
@@ -97,67 +100,103 @@ class _AbortError(Exception):
 
 
 class _DirectContext:
-    """What the servicer needs from a ServicerContext when called without a socket."""
+    """What the request path needs from a ServicerContext when called without a socket: `abort`
+    ends the call with a status, as grpcio's does; there is no deadline (`time_remaining` is None, as
+    for a grpcio call sent without one); the state-version trailer, sent only when the servicer
+    serves the compiled front, is kept in `trailing_metadata`."""
+
+    def __init__(self) -> None:
+        self.trailing_metadata: tuple[tuple[str, str], ...] = ()
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise _AbortError(code, details)
 
+    def time_remaining(self) -> float | None:
+        return None
 
-class _WireCopies:
-    """Decoded copies of messages that crossed the in-process "wire", memoised per message object.
+    def set_trailing_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.trailing_metadata = metadata
 
-    CA's loop sends byte-identical requests again and again (NodeGroupForNode for every node,
-    every loop) and the server answers some of them with the same prebuilt response object, so
-    the decoded copy of an object seen before is reused instead of encoded and decoded again.
-    Entries hold the original object, so its id cannot be reused while the entry lives; the memo
-    is emptied when it reaches `limit` entries (one-off messages never pile up)."""
+
+class _Encodings:
+    """The wire encoding of request messages, memoised per message object.
+
+    CA's loop sends the same request objects again and again (NodeGroupForNode for every node,
+    every loop; `CAClient` builds each node's request once), so the encoding of an object seen before
+    is reused. Entries hold the original object, so its id cannot be reused while the entry lives;
+    the memo is emptied when it reaches `limit` entries (one-off messages never pile up)."""
 
     def __init__(self, limit: int = 8192) -> None:
         self.limit = limit
-        self.memo: dict[int, tuple[Any, Any]] = {}
+        self.memo: dict[int, tuple[Any, bytes]] = {}
 
-    def __call__(self, msg: Any) -> Any:
+    def __call__(self, msg: Any) -> bytes:
         hit = self.memo.get(id(msg))
         if hit is not None and hit[0] is msg:
             return hit[1]
-        copy = type(msg).FromString(msg.SerializeToString())
+        raw: bytes = msg.SerializeToString()
         if len(self.memo) >= self.limit:
             self.memo.clear()
-        self.memo[id(msg)] = (msg, copy)
-        return copy
+        self.memo[id(msg)] = (msg, raw)
+        return raw
+
+
+class _Decodings:
+    """Decoded answers of one method, memoised by their bytes: equal bytes decode to equal messages,
+    and the server answers the per-node RPCs with the same encoded answer many times (prebuilt.py),
+    so each distinct answer is decoded once and the same message object handed back (callers read
+    answers, never change them). Emptied when it reaches `limit` entries."""
+
+    def __init__(self, response_type: Any, limit: int = 1024) -> None:
+        self.decode = response_type.FromString
+        self.limit = limit
+        self.memo: dict[bytes, Any] = {}
+
+    def __call__(self, raw: bytes) -> Any:
+        msg = self.memo.get(raw)
+        if msg is None:
+            msg = self.decode(raw)
+            if len(self.memo) >= self.limit:
+                self.memo.clear()
+            self.memo[raw] = msg
+        return msg
 
 
 class InProcessTransport:
-    """Calls the servicer's methods directly (same request/response messages, no socket).
+    """Calls the servicer through the same request path as grpcio and the compiled front, without a
+    socket: the request is encoded, handed as bytes to the handler `grpcapi.handlers.raw_call` built
+    for the method, and the answer's bytes decoded. So admission (a closed gate answers UNAVAILABLE),
+    the parse of the request bytes (a malformed body answers INVALID_ARGUMENT), the hand-over relay
+    of a leader-elected replica, the status mapping and the metrics are the ones a grpcio client
+    meets. No step of that path is skipped; what the socket itself adds (HTTP/2 framing, the 5 s
+    deadline of `GrpcTransport`) is absent.
 
-    Every message still goes through its wire encoding once, so both transports exercise
-    serialization identically; repeats of the same message object reuse the decoded copy (see
-    `_WireCopies`). Callers must not mutate a request after sending it (`CAClient` never does)."""
+    Repeats of the same request object reuse its encoding, and repeats of the same answer bytes
+    reuse the decoded message (`_Encodings`, `_Decodings`). Callers must not mutate a request after
+    sending it, nor an answer (`CAClient` never does)."""
 
-    def __init__(self, servicer: Any) -> None:
-        self._servicer = servicer
+    def __init__(self, servicer: CloudProviderServicer) -> None:
+        self._handlers = raw_calls(servicer)
         self._context = _DirectContext()
-        self._handlers: dict[str, Any] = {}
-        self._requests = _WireCopies()
-        self._responses = _WireCopies()
+        self._encode = _Encodings()
         service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
-        self._response_types = {m.name: GetMessageClass(m.output_type) for m in service.methods}
+        self._decoders = {m.name: _Decodings(GetMessageClass(m.output_type)) for m in service.methods}
 
-    def call(self, method: str, request: Any) -> Any:
+    def call_raw(self, method: str, raw: bytes) -> bytes:
+        """The encoded request in, the encoded answer out: what grpcio hands the same handler."""
         handler = self._handlers.get(method)
-        if handler is None:
-            handler = self._handlers[method] = getattr(self._servicer, method)
-        # _WireCopies inlined for the hit path: this runs for every NodeGroupForNode of a day
-        hit = self._requests.memo.get(id(request))
-        req = hit[1] if hit is not None and hit[0] is request else self._requests(request)
+        if handler is None:  # what grpcio answers for a method the server does not serve
+            raise RpcError(method, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
         try:
-            resp = handler(req, self._context)
+            return handler(raw, self._context)
         except _AbortError as exc:
             raise RpcError(method, exc.code, exc.details) from None
-        if isinstance(resp, bytes):  # a handler may answer with ready-made response bytes
-            return self._response_types[method].FromString(resp)
-        hit = self._responses.memo.get(id(resp))
-        return hit[1] if hit is not None and hit[0] is resp else self._responses(resp)
+
+    def call(self, method: str, request: Any) -> Any:
+        # _Encodings inlined for the hit path: this runs for every NodeGroupForNode of a day
+        hit = self._encode.memo.get(id(request))
+        raw = hit[1] if hit is not None and hit[0] is request else self._encode(request)
+        return self._decoders[method](self.call_raw(method, raw))
 
     def close(self) -> None:
         return None

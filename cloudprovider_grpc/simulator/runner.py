@@ -39,7 +39,7 @@ def run(
     `server`: HOST:PORT of a running cloudprovider-grpc (or any externalgrpc server); None starts
     ours in-process. `provider`/`emulate`: the in-process backend (default: the scenario's) and
     whether it runs against its API emulator. `transport`: "grpc" (a real loopback socket) or
-    "in-process" (the same servicer called directly; for very long runs such as benchmarks).
+    "in-process" (the same request path without a socket; for very long runs such as benchmarks).
     `pace`: wait for wall time to catch up with virtual time before each loop; defaults to True
     with `server` (real clock) and False in-process (virtual clock). The cyclic garbage
     collector is paused meanwhile (`collector.py`: the world's pods and nodes hold no cycles).

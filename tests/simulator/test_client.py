@@ -1,12 +1,14 @@
 """The CA-like client against our real server on a loopback port: CA's caching, RPC counting."""
 
+import grpc
 import pytest
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.grpcapi.server import start_server
+from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
-from cloudprovider_grpc.simulator.client import CAClient, GroupOptions, GrpcTransport, RpcError
+from cloudprovider_grpc.simulator.client import GRPC_TIMEOUT, CAClient, GroupOptions, GrpcTransport, RpcError
 
 pytestmark = pytest.mark.integration
 
@@ -132,12 +134,69 @@ def test_pricing_rpcs(client):
 def test_in_process_transport_takes_ready_made_response_bytes():
     # service handlers may answer with prebuilt response bytes (the raw-bytes server path); the
     # in-process transport decodes them with the method's response type
-    from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+    from cloudprovider_grpc.grpcapi.outcome import rpc
+    from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
     from cloudprovider_grpc.simulator.client import InProcessTransport
 
-    class Servicer:
+    class Servicer(CloudProviderServicer):
+        @rpc
         def NodeGroups(self, request, context):
             return pb.NodeGroupsResponse(nodeGroups=[pb.NodeGroup(id="a", maxSize=3)]).SerializeToString()
 
-    resp = InProcessTransport(Servicer()).call("NodeGroups", pb.NodeGroupsRequest())
+    servicer = Servicer(build_provider("sim", ProviderContext(options=SIM, inline_workers=True)))
+    resp = InProcessTransport(servicer).call("NodeGroups", pb.NodeGroupsRequest())
     assert [(g.id, g.maxSize) for g in resp.nodeGroups] == [("a", 3)]
+
+
+def _grpc_raw(address: str, method: str, raw: bytes) -> tuple[grpc.StatusCode, str]:
+    """A grpcio client sending `raw` as the request body of `method`: the status it gets."""
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary(f"/{SERVICE_NAME}/{method}", lambda b: b, lambda b: b)
+        try:
+            call(raw, timeout=GRPC_TIMEOUT)
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details()
+    raise AssertionError(f"{method} answered OK")
+
+
+def _in_process_raw(transport, method: str, raw: bytes) -> tuple[grpc.StatusCode, str]:
+    try:
+        transport.call_raw(method, raw)
+    except RpcError as exc:
+        return exc.code, exc.details
+    raise AssertionError(f"{method} answered OK")
+
+
+def test_in_process_calls_take_the_request_path_of_grpcio_clients():
+    """The in-process transport hands request bytes to the handlers grpcio runs: a malformed body
+    and a call after shutdown began reach it with the status and message a grpcio client gets, and
+    a well-formed call answers the same bytes."""
+    from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
+    from cloudprovider_grpc.simulator.client import InProcessTransport
+
+    cloud = build_provider("sim", ProviderContext(options=SIM, inline_workers=True))
+    handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=cloud)
+    servicer = CloudProviderServicer(cloud)
+    transport = InProcessTransport(servicer)
+    try:
+        request = pb.NodeGroupTargetSizeRequest(id="general").SerializeToString()
+        with grpc.insecure_channel(handle.address) as channel:
+            stub = channel.unary_unary(f"/{SERVICE_NAME}/NodeGroupTargetSize", lambda b: b, lambda b: b)
+            assert transport.call_raw("NodeGroupTargetSize", request) == stub(request, timeout=GRPC_TIMEOUT)
+
+        malformed = b"\xff\xff\xff"
+        got = _in_process_raw(transport, "NodeGroupForNode", malformed)
+        assert got[0] == grpc.StatusCode.INVALID_ARGUMENT
+        assert got == _grpc_raw(handle.address, "NodeGroupForNode", malformed)
+
+        # admission: once the gate is closed, neither caller's request runs
+        handle.gate.close()
+        servicer.gate.close()
+        before = cloud.target_size("general")
+        grow = pb.NodeGroupIncreaseSizeRequest(id="general", delta=1).SerializeToString()
+        got = _in_process_raw(transport, "NodeGroupIncreaseSize", grow)
+        assert got[0] == grpc.StatusCode.UNAVAILABLE and "shutting down" in got[1]
+        assert got == _grpc_raw(handle.address, "NodeGroupIncreaseSize", grow)
+        assert cloud.target_size("general") == before
+    finally:
+        handle.stop(grace=1.0)

@@ -15,7 +15,7 @@ ESS_VERSIONS = ("2014-08-28", "2022-02-22")
 ECS_VERSION = "2014-05-26"
 VPC_VERSION = "2016-04-28"
 STS_VERSION = "2015-04-01"
-#: ±15 minutes (research §5)
+#: ±15 minutes (InvalidTimeStamp.Expired outside it: the vendor doc "V3 request structure and signature")
 TIMESTAMP_WINDOW = 15 * 60
 #: signature nonces remembered for replay detection, at most (the newest)
 NONCES_KEPT = 10_000

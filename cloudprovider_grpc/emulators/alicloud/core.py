@@ -111,10 +111,6 @@ class AliCloudCore(EmulatorServer):
         """The routes, added by the request side (rpc.py) and the assembled emulator."""
 
     # ------------------------------------------------------------------ seeding and inspection
-    def add_access_key(self, key_id: str, secret: str) -> None:
-        with self.lock:
-            self.keys[key_id] = AccessKey(secret)
-
     def add_group(self, group: Mapping[str, Any], *, instances: int | None = None) -> dict[str, Any]:
         """A scaling group (fields as DescribeScalingGroups answers; `Zones` lists where its
         vSwitches are). `instances` InService instances are created at once (default: its

@@ -2,7 +2,7 @@
 2014-08-28 and 2022-02-22), ECS DescribeInstanceTypes (2014-05-26), STS AssumeRoleWithOIDC
 (2015-04-01) and the ECS metadata server's RAM-role paths, all on one port.
 
-What it reproduces (research alicloud.md §5, vendor API references, the Tea SDK's models):
+What it reproduces (the vendor API references, the Tea SDK's models):
 - RPC routing on `/` (GET or POST) by `Action`/`Version` (query or form body) or the V3 headers
   `x-acs-action`/`x-acs-version`; unknown action `InvalidAction.NotFound`, bad version
   `InvalidVersion`;
@@ -26,9 +26,6 @@ Reconstructions (not documented anywhere we could read) are marked in comments.
 
 from __future__ import annotations
 
-from typing import Any
-
-from cloudprovider_grpc.emulators.alicloud import seed
 from cloudprovider_grpc.emulators.alicloud.acs import (
     ECS_VERSION,
     ESS_VERSIONS,
@@ -40,7 +37,7 @@ from cloudprovider_grpc.emulators.alicloud.acs import (
 from cloudprovider_grpc.emulators.alicloud.ess import EssActions
 from cloudprovider_grpc.emulators.alicloud.services import ServiceActions
 
-__all__ = ["AcsError", "AliCloudEmulator", "demo_emulator"]
+__all__ = ["AcsError", "AliCloudEmulator"]
 
 
 class AliCloudEmulator(EssActions, ServiceActions):
@@ -67,13 +64,3 @@ class AliCloudEmulator(EssActions, ServiceActions):
             "DescribeLaunchTemplateVersions": ((ECS_VERSION,), self._describe_launch_template_versions),
             "AssumeRoleWithOIDC": ((STS_VERSION,), self._assume_role_with_oidc),
         }
-
-
-def demo_emulator(**kwargs: Any) -> AliCloudEmulator:
-    """The emulated region `--emulate` starts with: the two demo groups (one with a GPU type)."""
-    emu = AliCloudEmulator(**kwargs)
-    for g in seed.DEMO_GROUPS:
-        emu.add_group(g)
-    for c in seed.DEMO_CONFIGURATIONS:
-        emu.add_configuration(c)
-    return emu

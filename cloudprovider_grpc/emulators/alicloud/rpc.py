@@ -69,7 +69,7 @@ class AcsRpc(AliCloudCore):
     ) -> None:
         # The base answers its rate limit and throttle faults with 429 + Retry-After; ESS answers
         # throttling with HTTP 400 `Throttling.User` and `x-acs-retry-after` in milliseconds
-        # (research §5; the Tea SDK raises ThrottlingException only with that header).
+        # (the Tea SDK, alibabacloud-tea-openapi 0.4.6, raises ThrottlingException only with that header).
         # The base writes the headers and the body separately; without TCP_NODELAY each answer
         # waits ~40 ms for the client's delayed ACK (Nagle), which would dominate every figure.
         with contextlib.suppress(OSError, AttributeError):

@@ -1,6 +1,8 @@
 """A Cherry Servers API emulator served over real HTTP, shipped with the product.
 
-Faithful to what the API documents and its clients rely on (research notes cherry-spc.md §A2, §A5):
+Faithful to what the API documents and its clients rely on (the API documentation
+https://api.cherryservers.com/doc/; kubernetes/autoscaler
+`cluster-autoscaler/cloudprovider/cherryservers/cherry_manager_rest.go`; cherryservers/cherrygo):
 paths under `/v1/`; Bearer auth (401 for a missing or unknown token, 403 for another team's project);
 JSON error bodies `{"code": N, "message": "..."}` on every error; `limit`/`offset` pagination with
 `X-Total-Count`; server JSON with `id`, `hostname`, `state`, `status`, `plan`, `region`, `tags`,

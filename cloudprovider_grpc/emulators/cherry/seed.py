@@ -1,10 +1,11 @@
 """The emulated Cherry Servers catalogue: regions, images and plans in the API's JSON shapes.
 
-Shapes follow the official SDK's fixtures (cherryservers-sdk-python tests/unit/plans/conftest.py and
-servers/conftest.py) and cherrygo's types. Figures are illustrative, not a live price list. Plan
-`e5_1620v4` carries id 113 so the in-tree example cloud-config (`plan=113`) works against the
-emulator. Like the API's, plan specs carry no GPU entry: a pool's GPUs come from its config
-(`gpu-count`, `gpu-type`).
+Shapes follow the official SDK's fixtures
+(cherryservers/cherryservers-sdk-python:tests/unit/plans/conftest.py and
+cherryservers/cherryservers-sdk-python:tests/unit/servers/conftest.py) and cherrygo's types. Figures
+are illustrative, not a live price list. Plan `e5_1620v4` carries id 113 so the in-tree example
+cloud-config (`plan=113`) works against the emulator. Like the API's, plan specs carry no GPU entry:
+a pool's GPUs come from its config (`gpu-count`, `gpu-type`).
 """
 
 from __future__ import annotations

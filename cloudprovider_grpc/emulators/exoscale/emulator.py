@@ -1,6 +1,6 @@
 """An Exoscale API v2 emulator served over real HTTP, shipped with the product.
 
-Faithful to what the API documents and its clients rely on (research vultr-exoscale.md B2, B5; the
+Faithful to what the API documents and its clients rely on (the
 OpenAPI document python-exoscale ships, which the test suite validates every answer against):
 - paths under `/v2/`, `:scale`/`:evict` verbs in the last path segment, any Host;
 - EXO2-HMAC-SHA256 verification over the raw path, the raw body bytes as received, the signed
@@ -22,7 +22,7 @@ OpenAPI document python-exoscale ships, which the test suite validates every ans
   fill fails while the others scale; destroyed members give their capacity back;
 - seeded faults, slow answers and 429s from the shared base, inspectable state, a state file.
 Undocumented details (the exact auth-failure status, quota, capacity and conflict behaviour,
-messages) are our reconstruction and configurable where the research left them open. That capacity
+messages) are our reconstruction and configurable where no source settles them. That capacity
 runs out per instance type and zone is Exoscale's own word: "Dedicated Inference may be
 capacity-constrained on certain offerings", per GPU family and zone (community.exoscale.com,
 product/concrete-ai/dedicated-inference/service-boundaries/limits-and-quotas).

@@ -1,7 +1,9 @@
 """A StackPointCloud API emulator served over real HTTP, shipped with the product.
 
 SPC was shut down around 2020, so this is a reconstruction of exactly the surface the fork and the
-SDKs used (research note cherry-spc.md §B2, §B5), faithful where a source documents it:
+SDKs used (StackPointCloud/stackpoint-sdk-go `pkg/stackpointio/client.go` at b87d5ae via the
+justinhopper fork, NetApp/nks-sdk-go `nks/`, and the API docs StackPointCloud/stackpoint-api-docs
+`source/includes/` at f612c5f), faithful where a source documents it:
 
 - any base URL, no version prefix; Bearer tokens (only org Owners' tokens were accepted); DRF-style
   errors `{"detail": "..."}`: 401 "Authentication credentials were not provided." without a token,

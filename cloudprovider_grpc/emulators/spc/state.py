@@ -73,10 +73,6 @@ class SpcCloud(EmulatorServer):
         """The API's routes, added by the emulator (emulator.py)."""
 
     # ------------------------------------------------------------------ seeding
-    def add_token(self, token: str, *orgs: int) -> None:
-        with self.lock:
-            self.tokens.setdefault(token, set()).update(orgs)
-
     def add_org(self, org: int, name: str = "") -> None:
         with self.lock:
             self.orgs.setdefault(
@@ -200,9 +196,6 @@ class SpcCloud(EmulatorServer):
             return [
                 self._node_json(n) for _, n in sorted(self.nodes.items()) if cluster in (None, n["cluster"])
             ]
-
-    def pool_nodes(self, pool_pk: int) -> list[dict[str, Any]]:
-        return [n for n in self.node_records() if n["pool"] == pool_pk]
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """A Vultr API v2 emulator for VKE node pools, served over real HTTP, shipped with the product.
 
-What it reproduces (research vultr-exoscale.md §A2, §A5; govultr kubernetes.go and its test
+What it reproduces (govultr kubernetes.go and its test
 fixtures; the API v2 introduction):
 - routes under `/v2/`: GET `kubernetes/clusters/{id}` (`vke_cluster` with embedded `node_pools`),
   GET `.../node-pools` (`node_pools` + `meta`), GET and PATCH `.../node-pools/{pool}` (`node_pool`;
@@ -113,10 +113,6 @@ class VultrEmulator(EmulatorServer):
     # ------------------------------------------------------------------ seeding and inspection
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-
-    def add_token(self, token: str) -> None:
-        with self.lock:
-            self.tokens.add(token)
 
     def add_cluster(
         self,

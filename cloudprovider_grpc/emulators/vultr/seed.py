@@ -1,9 +1,9 @@
 """The emulated Vultr catalogue and demo cluster, in the API's JSON shapes.
 
-Plan fields follow GET /v2/plans (govultr plans.go, the API v2 docs): `id`, `vcpu_count`, `ram` (MB),
-`disk` (GB), `disk_count`, `bandwidth` (GB), `monthly_cost` (USD), `type`, `locations`, and for GPU
-plans `gpu_vram_gb` and `gpu_type`. Ids are real plan ids (`vc2-1c-2gb` has 2048 MB, research §A2);
-the prices are illustrative, not a live price list.
+Plan fields follow GET /v2/plans (govultr plans.go, the API v2 docs): `id`, `vcpu_count`, `ram`
+(MB), `disk` (GB), `disk_count`, `bandwidth` (GB), `monthly_cost` (USD), `type`, `locations`, and
+for GPU plans `gpu_vram_gb` and `gpu_type`. Ids are real plan ids (`vc2-1c-2gb` has 2048 MB in the
+API's GET /v2/plans); the prices are illustrative, not a live price list.
 """
 
 from __future__ import annotations

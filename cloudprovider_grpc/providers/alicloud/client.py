@@ -1,7 +1,8 @@
 """The ESS and ECS calls the AliCloud backend makes, RPC style, signed with V3 (signer.py), on the
 shared HTTP layer.
 
-Transport facts (research alicloud.md §2, §6; the Tea SDK's generated clients): every action is
+Transport facts (the Tea SDK's generated clients, alibabacloud-ess20220222 1.13.3 and
+alibabacloud-ecs20140526 7.11.8): every action is
 `/` with its parameters in the query string; repeated parameters are numbered (`InstanceIds.1`);
 ESS 2022-02-22 answers plain JSON arrays; ECS 2014-05-26 wraps lists (`InstanceTypes.InstanceType`).
 Reads (`Describe*`) are sent as GET (the RPC gateway accepts GET and POST; the vendor's request
@@ -9,7 +10,7 @@ examples use GET), so the shared HTTP layer may re-send them after a lost answer
 and are never re-sent once they may have reached the cloud, except after a throttling answer (a
 refusal before processing).
 
-Endpoints: the regional public endpoints the vendor SDKs compute (research §6), or explicit
+Endpoints: the regional public endpoints the vendor SDKs compute, or explicit
 overrides; never the Location service the in-tree SDK depended on (kubernetes/autoscaler #8168,
 #3670).
 """
@@ -45,7 +46,8 @@ GROUP_PAGE_SIZE = 50
 REMOVE_BATCH = 20
 #: DescribeInstanceTypes: at most 10 InstanceTypes.N filters; MaxResults up to 1600 (vendor doc)
 TYPES_PER_CALL = 10
-#: regions whose ESS endpoint is the central one (research §6, from the SDK's endpoint map)
+#: regions whose ESS endpoint is the central one (the endpoint map of the alibabacloud-ess20220222
+#: 1.13.3 client)
 _CENTRAL_ESS_REGIONS = frozenset(
     {
         "cn-hangzhou",

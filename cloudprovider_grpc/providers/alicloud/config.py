@@ -1,6 +1,6 @@
 """AliCloud configuration: the in-tree provider's inputs, accepted verbatim, plus our options.
 
-In-tree facts (kubernetes/autoscaler cloudprovider/alicloud, research alicloud.md §1):
+In-tree facts (kubernetes/autoscaler `cluster-autoscaler/cloudprovider/alicloud/` at 55c37cd):
 - node groups only from `--nodes=MIN:MAX:<ScalingGroupId>`; bounds from the flag, not from ESS;
 - credentials from the environment, first complete mode wins: AK/SK (`ACCESS_KEY_ID`,
   `ACCESS_KEY_SECRET`, `REGION_ID`), then RRSA (`ALIBABA_CLOUD_OIDC_PROVIDER_ARN`,
@@ -78,7 +78,7 @@ _REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 _GROUP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,127}$")
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a new ESS instance
 #: stays `Pending` this long. Alibaba Cloud publishes no figure for an ECS instance to start and join
-#: (research notes have none); 120 s is this project's assumption, stated in every report that uses it.
+#: (none is documented); 120 s is this project's assumption, stated in every report that uses it.
 #: A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"pending-seconds": 120.0, "removing-seconds": 30.0}
 REMOVE_POLICIES = ("release", "recycle")

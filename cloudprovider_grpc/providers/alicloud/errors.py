@@ -1,7 +1,7 @@
 """Alibaba Cloud's error envelope turned into precise `CloudError`s.
 
 Every product answers errors as JSON `{"RequestId", "HostId", "Code", "Message", "Recommend"}`
-(research alicloud.md §5). What we decide from the `Code`:
+(the vendor's API references; the Tea SDK, alibabacloud-tea-openapi 0.4.6). What we decide from the `Code`:
 - throttling (`Throttling`, `Throttling.User`, `Throttling.Api`, any `Throttling.*`): refused before
   processing, so any call may be sent again, after `x-acs-retry-after` milliseconds when the answer
   has that header (the Tea SDK reads it as a delay it sleeps in milliseconds, darabonba/core.py);

@@ -254,8 +254,8 @@ _SECTION_KEYS = frozenset({*(PoolSpec.keys() - {"name"}), *BOUND_KEYS})
 #: in-tree pool name rule (cherry_cloud_provider.go), at most 63 characters
 _POOL_NAME_RE = re.compile(r"^[a-z0-9A-Z]+[a-z0-9A-Z\-._]*[a-z0-9A-Z]+$|^[a-z0-9A-Z]$")
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a server stays
-#: `deploying` this long. Cherry Servers publishes no deploy time ("bare metal takes minutes, VPS
-#: less; no published figure", research notes); 300 s is this project's assumption for bare metal,
+#: `deploying` this long. Cherry Servers publishes no deploy time (its API documentation,
+#: https://api.cherryservers.com/doc/, gives none); 300 s is this project's assumption for bare metal,
 #: stated in every report that uses it. A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"deploy-seconds": 300.0}
 #: the order options problems are told in (the order they were always checked in): an unknown key
@@ -320,12 +320,10 @@ def _options(given: Mapping[str, Any]) -> tuple[CherryOptions | None, ConfigErro
 # ---------------------------------------------------------------- assembly
 
 
-def load_config(ctx: ProviderContext) -> CherryConfig:
-    """Validate every input and build the configuration; raise ConfigError naming the problem (the
-    missing node groups, pool definition and token all at once)."""
-    opts = options_input(ctx)
-    options, late = _options(opts)
-
+def _sections(ctx: ProviderContext, opts: Mapping[str, Any]) -> tuple[RawSection, dict[str, RawSection]]:
+    """The pool definition every pool starts from (`[nodegroupdef "default"]`, else `[global]`) and
+    each named pool's own section: the cloud-config file's, with the `cherry:` section's keys merged
+    over them."""
     glob, default, file_pools = (
         (None, None, {}) if ctx.cloud_config is None else read_cloud_config(ctx.cloud_config, _SECTION_KEYS)
     )
@@ -343,10 +341,12 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
             merge_yaml_pool(
                 file_pools.setdefault(str(name), RawSection()), section, f"cherry.pools.{name}", _SECTION_KEYS
             )
-    base = default or glob
-    cluster_flag = (ctx.cluster_name or "").strip() or str(opts.get("cluster-name") or "").strip()
+    return default or glob, file_pools
 
-    # groups: --nodes, then sections carrying min-size/max-size
+
+def _bounds(ctx: ProviderContext, file_pools: Mapping[str, RawSection]) -> dict[str, tuple[int, int, str]]:
+    """The node groups' sizes and where they were given: sections carrying min-size/max-size, then
+    --nodes (which wins)."""
     bounds: dict[str, tuple[int, int, str]] = {}
     for name, raw in file_pools.items():
         if raw.get("min-size") or raw.get("max-size"):
@@ -359,15 +359,18 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
             bounds[name] = (lo, hi, "config")
     for spec in ctx.nodes:
         bounds[spec.name] = (spec.min_size, spec.max_size, "--nodes")
-    if ctx.emulate:
-        # a demo that needs nothing else: `serve --provider cherry --emulate`
-        base = RawSection(
-            {**{k: ([v], f"--emulate default {k}") for k, v in EMULATE_DEFAULTS.items()}, **base.values}
-        )
-        cluster_flag = cluster_flag or EMULATE_CLUSTER
-        if not bounds:
-            bounds = {name: (lo, hi, "--emulate default") for name, lo, hi in EMULATE_POOLS}
-    # the three inputs a first run is most likely to lack are checked together and reported at once
+    return bounds
+
+
+def _token(
+    ctx: ProviderContext,
+    base: RawSection,
+    file_pools: Mapping[str, RawSection],
+    bounds: Mapping[str, tuple[int, int, str]],
+) -> str:
+    """The API token, once the three inputs a first run is most likely to lack (node groups, a pool
+    definition, the token) are checked together and reported at once. Secrets are stripped (a
+    Secret made with --from-file ends in a newline), header-safe and masked in logs."""
     missing: list[ConfigError] = []
     if not bounds:
         missing.append(
@@ -384,7 +387,6 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
                 "give the in-tree cloud-config file with --cloud-config, or a cherry: section in --config",
             )
         )
-    # secrets: stripped (a Secret made with --from-file ends in a newline), header-safe, masked in logs
     token = ""
     try:
         token = ctx.secret(
@@ -395,14 +397,17 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
     except ConfigError as exc:
         missing.append(exc)
     raise_all(missing)
-    boot_id = ctx.secret("BOOTSTRAP_TOKEN_ID")
-    boot_secret = ctx.secret("BOOTSTRAP_TOKEN_SECRET")
+    return token
 
-    context = {
-        "cluster_name": cluster_flag,
-        "bootstrap_token_id": boot_id,
-        "bootstrap_token_secret": boot_secret,
-    }
+
+def _pools(
+    bounds: Mapping[str, tuple[int, int, str]],
+    base: RawSection,
+    file_pools: Mapping[str, RawSection],
+    context: dict[str, Any],
+) -> tuple[dict[str, PoolSpec], list[GroupConfig]]:
+    """Each node group's validated pool (the base definition with its own section over it) and its
+    GroupConfig, in name order."""
     pools: dict[str, PoolSpec] = {}
     groups: list[GroupConfig] = []
     for name, (lo, hi, origin) in sorted(bounds.items()):
@@ -421,7 +426,34 @@ def load_config(ctx: ProviderContext) -> CherryConfig:
         except ValidationError as exc:
             raise first_problem(exc, _pool_where(name, sources)) from None
         groups.append(GroupConfig(id=name, min_size=lo, max_size=hi, debug=f"cherry pool {name} ({origin})"))
+    return pools, groups
 
+
+def load_config(ctx: ProviderContext) -> CherryConfig:
+    """Validate every input and build the configuration; raise ConfigError naming the problem (the
+    missing node groups, pool definition and token all at once)."""
+    opts = options_input(ctx)
+    options, late = _options(opts)
+    base, file_pools = _sections(ctx, opts)
+    cluster_flag = (ctx.cluster_name or "").strip() or str(opts.get("cluster-name") or "").strip()
+    bounds = _bounds(ctx, file_pools)
+    if ctx.emulate:
+        # a demo that needs nothing else: `serve --provider cherry --emulate`
+        base = RawSection(
+            {**{k: ([v], f"--emulate default {k}") for k, v in EMULATE_DEFAULTS.items()}, **base.values}
+        )
+        cluster_flag = cluster_flag or EMULATE_CLUSTER
+        if not bounds:
+            bounds = {name: (lo, hi, "--emulate default") for name, lo, hi in EMULATE_POOLS}
+    token = _token(ctx, base, file_pools, bounds)
+    boot_id = ctx.secret("BOOTSTRAP_TOKEN_ID")
+    boot_secret = ctx.secret("BOOTSTRAP_TOKEN_SECRET")
+    context = {
+        "cluster_name": cluster_flag,
+        "bootstrap_token_id": boot_id,
+        "bootstrap_token_secret": boot_secret,
+    }
+    pools, groups = _pools(bounds, base, file_pools, context)
     if late is not None or options is None:
         raise late or ConfigError("cherry", "invalid options")
     return CherryConfig(

@@ -7,7 +7,7 @@ GET /instance?manager-id=&manager-type=instance-pool, `get-instance-type` GET /i
 `scale-instance-pool` PUT /instance-pool/{id}:scale, `evict-sks-nodepool-members` PUT
 .../nodepool/{np}:evict, `evict-instance-pool-members` PUT /instance-pool/{id}:evict and
 `get-operation` GET /operation/{id}. Every success is HTTP 200 with JSON; mutating calls answer an
-`operation` (research vultr-exoscale.md B2). Errors carry `{"message": ...}`.
+`operation` (the OpenAPI document python-exoscale ships). Errors carry `{"message": ...}`.
 
 Requests are signed as `formats/exoscale_signature.py` describes.
 """
@@ -27,7 +27,7 @@ from cloudprovider_grpc.formats.exoscale_signature import SIGNATURE_TTL, authori
 from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
 
 #: quota refusals, whether answered synchronously or as a failed operation's message (the live
-#: wording is not documented; research B5 open question 3)
+#: wording is not documented: this pattern is our assumption)
 _QUOTA_RE = re.compile(r"quota|limit (?:reached|exceeded)|insufficient", re.I)
 
 

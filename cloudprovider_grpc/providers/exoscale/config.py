@@ -60,12 +60,12 @@ _ZONE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _ENV_RE = _ZONE_RE
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): a new Instance Pool
 #: member stays `starting` this long. Users report that CA on Exoscale takes about 5 to 15 minutes to
-#: add a node (kubernetes/autoscaler#4796, research notes B); 300 s of boot is the low end of that,
+#: add a node (kubernetes/autoscaler#4796); 300 s of boot is the low end of that,
 #: before CA's own loop delays. A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"boot-seconds": 300.0, "destroy-seconds": 30.0}
 
 
-#: HTTP client defaults; Exoscale publishes no rate limit (research B5), so ours only smooths bursts
+#: HTTP client defaults; Exoscale publishes no rate limit, so ours only smooths bursts
 TUNING = ClientTuning(read_timeout=10.0, retries=4, rate_limit=10.0)
 
 

@@ -1,7 +1,9 @@
 """A thin client for the StackPointCloud API calls the backend needs, on the shared HTTP layer.
 
-Calls and shapes (research note cherry-spc.md §B2: the fork's SDK S3, the API docs S4, the NKS SDK
-S5): Bearer token; bare JSON arrays, no pagination; DRF-style errors `{"detail": "..."}`.
+Calls and shapes (the SDK StackPointCloud/stackpoint-sdk-go `pkg/stackpointio/client.go` at b87d5ae,
+read through the justinhopper fork; the API docs StackPointCloud/stackpoint-api-docs
+`source/includes/_nodes.md` and `_nodepools.md` at f612c5f; NetApp/nks-sdk-go `nks/nodes.go`):
+Bearer token; bare JSON arrays, no pagination; DRF-style errors `{"detail": "..."}`.
 
 - GET  `orgs/{org}/clusters/{cluster}/nodepools`            -> [pool]
 - GET  `orgs/{org}/clusters/{cluster}/nodes`                -> [node] (transitioning or running)

@@ -1,7 +1,8 @@
 """StackPointCloud configuration: the fork's inputs, read verbatim, plus our documented options.
 
-In-tree (fork) facts (StackPointCloud/autoscaler `stackpointio-1.1.0.c`, `spc_manager.go` and
-`deploy-spc/cluster-autoscaler-deployment.yml.j2`; research note cherry-spc.md §B1):
+In-tree (fork) facts (StackPointCloud/autoscaler at tag `stackpointio-1.1.0.c`,
+`cluster-autoscaler/cloudprovider/spc/spc_manager.go` and
+`deploy-spc/cluster-autoscaler-deployment.yml.j2`):
 
 - environment, all required: `CLUSTER_API_TOKEN`, `SPC_API_BASE_URL` (a code comment calls it
   `SPC_BASE_API_URL`; we accept both and prefer the former), `ORGANIZATION_ID` and `CLUSTER_ID`
@@ -173,8 +174,9 @@ class SpcOptions(TuningOptions):
 DEFAULT_API_URL = "https://api.stackpoint.io/"
 
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): `draft` ->
-#: `building` -> `provisioned` -> `running`. SPC documents no per-state times; the fork's logs show a
-#: one-node scale-up at 21:03 and the group full at 21:18 (research notes, gen 2), so a node takes
+#: `building` -> `provisioned` -> `running`. SPC documents no per-state times; the first fork's logs
+#: show a one-node scale-up at 21:03 and the group full at 21:18 (StackPointCloud/contrib
+#: `cluster-autoscaler/cloudprovider/spc/` at spc-autoscaler-0.4.3), so a node takes
 #: minutes; 60 + 420 + 120 s (10 minutes) is this project's reading of it, under CA's 15-minute
 #: max-node-provision-time. A scenario's `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {

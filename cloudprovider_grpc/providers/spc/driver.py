@@ -9,7 +9,10 @@ One Refresh costs one GET nodepools (skipped when the `stackpoint-node-pools` ov
 one GET nodes; the groups are re-discovered from that listing every time (pools with
 `autoscaled: true`, id `autoscaling-<pool instance_id>`, bounds `min_count`/`max_count`).
 
-States (research note cherry-spc.md §B2, §B4.5): `draft`, `building`, `provisioned` (and
+States (the SDK StackPointCloud/stackpoint-sdk-go `pkg/stackpointio/types.go` at
+b87d5ae, read through the justinhopper fork; StackPointCloud/stackpoint-api-docs at f612c5f; the
+design notes in StackPointCloud/contrib `cluster-autoscaler/cloudprovider/spc/README.md` at
+spc-autoscaler-0.4.3): `draft`, `building`, `provisioned` (and
 `provisioning`, the design notes' word) are creating; `running` is running; `deleting`/`deleted` are
 deleting; `is_failed` or `failed` is a creating instance with errorInfo (class OTHER), and so is a
 node that stays in `draft` longer than `draft-timeout` (failed builds often stayed in draft, so CA

@@ -4,7 +4,7 @@ StackPointCloud had no providerID scheme of its own: its nodes ran on AWS, GCE, 
 Azure and others, and each node's kubelet set the providerID of the underlying cloud. The fork
 (gen 2) read the Kubernetes Nodes to learn them; we have no cluster access, so we derive the id from
 the SPC API's node fields, the way each cloud's kubelet/cloud-controller-manager writes it
-(research note cherry-spc.md §B3 end, open question 5, option b):
+(our own reconstruction: SPC had no provider-ID scheme of its own):
 
 - AWS (in-tree/legacy AWS cloud provider, also CA's `aws` provider): `aws:///<zone>/<instance id>`,
   with the instance id from `provider_node_id` (`i-...`) and the availability zone from `zone`, or

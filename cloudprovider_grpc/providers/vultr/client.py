@@ -1,6 +1,6 @@
 """A thin client for the Vultr API v2 calls the VKE backend needs, on the shared HTTP layer.
 
-Endpoints and shapes (research vultr-exoscale.md §A2; govultr v3 kubernetes.go and plans.go; the API
+Endpoints and shapes (govultr v3 kubernetes.go and plans.go; the API
 v2 introduction): request paths are absolute (`/v2/...`); `Authorization: Bearer <key>`;
 GET `kubernetes/clusters/{id}` -> `{"vke_cluster": {...}}`; GET `.../node-pools` ->
 `{"node_pools": [...], "meta": {"total", "links": {"next", "prev"}}}`, paginated with `per_page` and

@@ -74,8 +74,8 @@ _FILE_KEYS = frozenset({"cluster_id", "token", "api_url"})
 #: times (govultr.go SetRetryLimit default); 20 requests/s stays under the API's 30/s per IP
 TUNING = ClientTuning(read_timeout=4.0, retries=3, rate_limit=20.0)
 #: the emulator's timers in a simulation (virtual time; `simulate --emulate`): how long a new VKE node
-#: stays `pending`. Vultr publishes no figure for a pool node to boot and join (research notes, Part A,
-#: have none); 120 s is this project's assumption, stated in every report that uses it. A scenario's
+#: stays `pending`. Vultr publishes no figure for a pool node to boot and join (none is
+#: documented); 120 s is this project's assumption, stated in every report that uses it. A scenario's
 #: `cloud: {emulator: {...}}` overrides it.
 SIMULATED_TIMINGS: dict[str, float] = {"provision-seconds": 120.0}
 

@@ -7,7 +7,8 @@ the nodes; deleting a named node lowers the quantity with it. Groups are the clu
 them. One paginated list of the cluster's pools (nodes embedded) serves a whole Refresh; plans and
 the cluster's region are the catalogue, reloaded only when `catalog_ttl` has passed.
 
-Facts used (research vultr-exoscale.md §A3): providerID `vultr://<node id>` (set by
+Facts used (kubernetes/autoscaler `cluster-autoscaler/cloudprovider/vultr/`;
+vultr/vultr-cloud-controller-manager): providerID `vultr://<node id>` (set by
 vultr-cloud-controller-manager); node labels `vke.vultr.com/node-pool` (the pool label) and
 `vke.vultr.com/node-id` (the node id); instance-type = plan id; region = the cluster's region.
 """

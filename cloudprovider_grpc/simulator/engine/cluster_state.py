@@ -1,6 +1,6 @@
 """Node lifecycle and cluster state: what CA sees of the cloud and the cluster before deciding.
 
-Follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce up to the scale-up (research notes 3.1):
+Follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce up to the scale-up:
 NodeGroupNodes for groups whose cached listing is stale (2m, as
 `pkg/clusterstate/utils/node_instances_cache.go`) or that are scaling up / just deleted nodes;
 kubelets register machines the cloud reports running (NotReady for `node_ready_delay`), the

@@ -1,6 +1,6 @@
 """The loop: CA's RunOnce on a virtual clock, calling the phases in CA's order.
 
-Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research notes section 3.1):
+Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce:
 1. controllers act (workload arrivals, departures, Job completions) - the world, not CA;
 2. Refresh (an error aborts the loop), NodeGroups;
 3. node lifecycle (`cluster_state`): listings, kubelets, node events, readiness, the scheduler;
