@@ -38,7 +38,7 @@ from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.tls.reload import CertReloader
 
-log = logging.getLogger("cloudprovider_grpc.grpcapi.server")
+log = logging.getLogger(__name__)
 
 #: restarts of a dead front allowed within RESTART_WINDOW seconds; one more and the server exits 1
 MAX_RESTARTS = 5
@@ -232,7 +232,7 @@ def start_front(
             raise ServerStartError(
                 f"cannot listen on the private socket {directory / 'link.sock'}: {exc.strerror or exc}"
             ) from None
-        counters = FrontCounters(directory / "counters", CACHEABLE, metrics._LATENCY_BUCKETS)
+        counters = FrontCounters(directory / "counters", CACHEABLE, metrics.LATENCY_BUCKETS)
 
         unix = settings.unix_socket
 

@@ -3,9 +3,9 @@
 import pytest
 
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+from cloudprovider_grpc.server.assembly import start_server
 from cloudprovider_grpc.simulator.client import CAClient, GroupOptions, GrpcTransport, RpcError
 
 pytestmark = pytest.mark.integration

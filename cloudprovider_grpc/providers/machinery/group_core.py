@@ -46,7 +46,7 @@ from cloudprovider_grpc.providers.machinery.jobs import JobRunner
 from cloudprovider_grpc.providers.machinery.journal import Journal
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.base")
+log = logging.getLogger(__name__)
 
 
 class GroupCore(CloudProvider, Generic[S]):

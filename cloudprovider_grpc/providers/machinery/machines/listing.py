@@ -25,7 +25,7 @@ from cloudprovider_grpc.providers.machinery.machines.core import (
 )
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
+log = logging.getLogger(__name__)
 
 
 class MachineListingFold(MachineCore):

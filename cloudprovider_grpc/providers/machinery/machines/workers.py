@@ -23,7 +23,7 @@ from cloudprovider_grpc.providers.machinery import activity
 from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineCore
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
+log = logging.getLogger(__name__)
 
 
 class MachineWorkers(MachineCore):

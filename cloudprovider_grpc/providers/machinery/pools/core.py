@@ -24,7 +24,7 @@ from cloudprovider_grpc.providers.machinery.base import GroupProvider
 from cloudprovider_grpc.providers.machinery.group_state import GroupStateBase
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
+log = logging.getLogger(__name__)
 
 
 @dataclass

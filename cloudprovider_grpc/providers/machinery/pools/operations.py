@@ -16,7 +16,7 @@ from cloudprovider_grpc.providers.driver import Operation, OperationState
 from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
+log = logging.getLogger(__name__)
 
 #: how often an operation is polled: first after POLL_FIRST seconds, then backing off to POLL_MAX
 POLL_FIRST, POLL_MAX = 1.0, 15.0

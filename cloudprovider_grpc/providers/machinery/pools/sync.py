@@ -20,7 +20,7 @@ from cloudprovider_grpc.providers.machinery import activity
 from cloudprovider_grpc.providers.machinery.pools.core import PoolCore, PoolGroupState
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
+log = logging.getLogger(__name__)
 
 
 class PoolSync(PoolCore):
