@@ -27,6 +27,7 @@ import grpc
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core import unixsocket
+from cloudprovider_grpc.core.addresses import host_of
 from cloudprovider_grpc.core.errors import ConfigError, ServerStartError
 from cloudprovider_grpc.front import binary as front_binary_mod
 from cloudprovider_grpc.front.counters import FrontCounters
@@ -271,7 +272,7 @@ def start_front(
         shutil.rmtree(directory, ignore_errors=True)
         raise
     try:
-        port = link.wait_ready(settings.address.rpartition(":")[0])
+        port = link.wait_ready(host_of(settings.address))
     except FrontStartError as exc:
         link.close()
         if exc.kind == "listen":

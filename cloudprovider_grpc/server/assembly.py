@@ -24,7 +24,7 @@ import grpc
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core import unixsocket
-from cloudprovider_grpc.core.addresses import is_loopback
+from cloudprovider_grpc.core.addresses import host_of, is_loopback
 from cloudprovider_grpc.core.errors import ServerStartError
 from cloudprovider_grpc.core.stopsignals import StopSignals
 from cloudprovider_grpc.front.link import unary_calls
@@ -215,7 +215,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     health_servicer, standard = add_standard_services(server)
     address = _grpc_address(settings.address)
     link, port = _open_public_port(binary, settings, server, handlers, standard, address)
-    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
+    handle = ServerHandle(server, provider, health_servicer, port, host_of(address), servicer.gate)
     if settings.unix_socket is not None:
         handle.unix_socket = settings.unix_socket
         handle.socket_inode = unixsocket.inode(settings.unix_socket)
@@ -234,7 +234,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if elector is None:
         set_serving(health_servicer, True)
     else:
-        _start_election(handle, elector, advertised_address(address.rpartition(":")[0], port))
+        _start_election(handle, elector, advertised_address(host_of(address), port))
     _log_started(handle, settings, address)
     return handle
 
