@@ -29,10 +29,10 @@ from loop_pattern import one_loop  # noqa: E402
 
 from cloudprovider_grpc.config.settings import Settings  # noqa: E402
 from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator  # noqa: E402
-from cloudprovider_grpc.grpcapi.server import start_server  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, build_provider  # noqa: E402
+from cloudprovider_grpc.server.assembly import start_server  # noqa: E402
 
 AK, SK, REGION = "LTAI5tBenchAccessKey0001", "bench-secret", "cn-hangzhou"
 

@@ -30,10 +30,10 @@ from loop_pattern import one_loop  # noqa: E402
 
 from cloudprovider_grpc.config.settings import Settings  # noqa: E402
 from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator  # noqa: E402
-from cloudprovider_grpc.grpcapi.server import start_server  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb  # noqa: E402
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc  # noqa: E402
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider  # noqa: E402
+from cloudprovider_grpc.server.assembly import start_server  # noqa: E402
 
 KEY, SECRET, ZONE = "EXObenchkey", "bench-secret", "ch-gva-2"
 

@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cloudprovider_grpc.config.settings import parse_duration  # noqa: E402
+from cloudprovider_grpc.core.durations import parse_duration  # noqa: E402
 from tests.support.backends import backend  # noqa: E402
 from tests.support.certs import write_pki  # noqa: E402
 from tests.support.failover import Kill, kill_chain, rolling_upgrade  # noqa: E402

@@ -20,8 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cloudprovider_grpc.observability import status, tracing  # noqa: E402
+from cloudprovider_grpc.observability import tracing  # noqa: E402
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider  # noqa: E402
+from cloudprovider_grpc.server import status  # noqa: E402
 
 
 def main() -> int:

@@ -256,7 +256,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from cloudprovider_grpc.grpcapi.server import ServerStartError, serve_forever
+    from cloudprovider_grpc.server.assembly import ServerStartError, serve_forever
 
     settings = _settings(args)
     logs.setup(settings.log_level, settings.log_format)
@@ -400,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cloudprovider_grpc.config.secrets import register_environment
+    from cloudprovider_grpc.core.secrets import register_environment
 
     register_environment(os.environ)
     logs.install_hooks()

@@ -1,7 +1,9 @@
 """The package's layout rules (docs/architecture.md#the-layout), read from the code's own imports:
-no cloud imports another, nothing but the registry reaches into a cloud's folder, an emulator stays
-independent of its cloud's client and driver, the top level holds folders and the command line, and
-no hand-written source file (the package's, the tests' or the tools') grows past 500 lines."""
+each folder sits on one floor and imports only the floors below it, no two folders import each
+other (directly or through others), no cloud imports another, nothing but the registry reaches into
+a cloud's folder, an emulator stays independent of its cloud's client and driver, the top level
+holds folders and the command line, and no hand-written source file (the package's, the tests' or
+the tools') grows past 500 lines."""
 
 from __future__ import annotations
 
@@ -22,6 +24,25 @@ MAX_LINES = 500
 #: where the project's own code lives, and what counts as code (prose and data do not)
 SOURCE_FOLDERS = ("cloudprovider_grpc", "tests", "benchmarks", "scripts")
 SOURCE_SUFFIXES = frozenset({".py", ".go", ".sh", ".js", ".css"})
+
+#: the floors of the package, from the ground up (docs/architecture.md draws the same table): a
+#: folder may import only folders on a floor below its own; folders sharing a floor never import
+#: each other. The top floors hold the command line (`cli.py`) and `python -m`'s entry (`__main__.py`).
+BANDS: tuple[tuple[str, ...], ...] = (
+    ("protos", "core"),
+    ("formats", "k8s", "tls", "observability"),
+    ("http", "emulators"),
+    ("providers",),
+    ("ha",),
+    ("config", "grpcapi"),
+    ("front",),
+    ("server",),
+    ("simulator",),
+    ("commands",),
+    ("cli",),
+    ("__main__",),
+)
+FLOOR = {folder: n for n, band in enumerate(BANDS) for folder in band}
 
 
 def modules() -> Iterator[Path]:
@@ -66,6 +87,64 @@ def test_no_module_reaches_into_a_cloud_folder_but_the_registry_and_that_cloud()
             if cloud is not None and cloud != cloud_of(here):
                 crossings.append(f"{here} imports {name}")
     assert crossings == []
+
+
+def folder_of(name: str) -> str | None:
+    """The package folder (or top-level module) a dotted module or imported name belongs to; None
+    outside the package and for the package's own root (`cloudprovider_grpc.__version__`)."""
+    parts = name.split(".")
+    if parts[0] != "cloudprovider_grpc" or len(parts) < 2:
+        return None
+    top = parts[1]
+    return top if (PACKAGE / top).is_dir() or (PACKAGE / f"{top}.py").is_file() else None
+
+
+def folder_imports() -> Iterator[tuple[str, str, str, str]]:
+    """(folder, imported folder, module, imported name) for every import that crosses folders,
+    generated code included (it sits on the ground floor and must stay there)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        here = folder_of(dotted(path))
+        if here is None or "__pycache__" in path.parts:
+            continue
+        for name in imports(path):
+            there = folder_of(name)
+            if there is not None and there != here:
+                yield here, there, dotted(path), name
+
+
+def test_every_folder_and_top_level_module_has_one_floor() -> None:
+    present = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    present |= {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    listed = [folder for band in BANDS for folder in band]
+    assert len(listed) == len(set(listed))
+    assert present == set(listed)
+
+
+def test_no_module_imports_a_folder_on_its_floor_or_above() -> None:
+    upward = [
+        f"{module} imports {name} (floor {FLOOR[there]} from floor {FLOOR[here]})"
+        for here, there, module, name in folder_imports()
+        if FLOOR[there] >= FLOOR[here]
+    ]
+    assert upward == []
+
+
+def test_no_two_folders_import_each_other_even_through_others() -> None:
+    graph: dict[str, set[str]] = {}
+    for here, there, _, _ in folder_imports():
+        graph.setdefault(here, set()).add(there)
+    loops = []
+    for start in sorted(graph):
+        seen, stack = set(), [[start]]
+        while stack:  # every path from `start`; a path that comes back to it is a loop
+            path = stack.pop()
+            for nxt in sorted(graph.get(path[-1], ())):
+                if nxt == start:
+                    loops.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append([*path, nxt])
+    assert loops == []
 
 
 def test_an_emulator_never_imports_its_clouds_client_or_driver() -> None:

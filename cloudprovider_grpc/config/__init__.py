@@ -1,4 +1,4 @@
 """The service's configuration: flags, environment, secret files and the YAML file, merged and
-validated (pydantic errors shown as the CLI prints them), and the secrets read from them. It may
-import core; settings.py also reads tls/files.py (certificate files are checked when they are
-read) and providers/registry.py (the backends a setting may name)."""
+validated into one `Settings`. It sits above the parts it configures and holds their own settings
+as fields: the TLS files (`tls/settings.py`), leader election (`ha/settings.py`) and the backends a
+setting may name (`providers/registry.py`). The server and the command line read it."""

@@ -11,7 +11,6 @@ validation failure is reported as a ConfigError naming the offending key.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -19,16 +18,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from cloudprovider_grpc.config.pydantic_errors import problems
-from cloudprovider_grpc.config.secrets import register_environment
 from cloudprovider_grpc.core import unixsocket
+from cloudprovider_grpc.core.addresses import is_loopback
 from cloudprovider_grpc.core.errors import ConfigError, raise_all
+from cloudprovider_grpc.core.pydantic_errors import problems
+from cloudprovider_grpc.core.secrets import register_environment
+from cloudprovider_grpc.ha.settings import LeaderElection
 from cloudprovider_grpc.providers.group_options import GroupOptions
 from cloudprovider_grpc.providers.registry import BACKENDS, NodesSpec, ProviderContext
-from cloudprovider_grpc.tls.files import TLSFileError, TLSFiles, load_tls_files
+from cloudprovider_grpc.tls.settings import TLSSettings
 
 ENV_PREFIX = "CLOUDPROVIDER_GRPC_"
 _ADDRESS_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):(?P<port>\d{1,5})$")
@@ -45,139 +46,6 @@ def yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
     if mark is None:
         return f"{path} is not valid YAML: {problem}"
     return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
-
-
-def is_loopback(address: str) -> bool:
-    """True when HOST:PORT binds only this host's loopback interface (127.0.0.0/8, ::1, localhost)."""
-    host = address.rpartition(":")[0].strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # "" (all interfaces), a name that may resolve anywhere
-
-
-class TLSSettings(BaseModel):
-    """Server certificate, key and (for mutual TLS) the CA that signs client certificates: the same
-    triple CA's cloud-config names `cert`/`key`/`cacert` on the client side."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    cert: Path | None = None
-    key: Path | None = None
-    ca: Path | None = None
-
-    @model_validator(mode="after")
-    def _complete(self) -> TLSSettings:
-        if (self.cert is None) != (self.key is None):
-            raise ValueError("cert and key must be given together")
-        if self.ca is not None and self.cert is None:
-            raise ValueError("ca (client verification) needs cert and key too")
-        for name in ("cert", "key", "ca"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{name}: file {str(path)!r} does not exist")
-        if self.cert is not None and self.key is not None:
-            try:  # readable, PEM, and the key belongs to the certificate: found now, not at the handshake
-                load_tls_files(self.cert, self.key, self.ca)
-            except TLSFileError as exc:
-                raise ValueError(str(exc)) from None
-        return self
-
-    @property
-    def enabled(self) -> bool:
-        return self.cert is not None
-
-    def load(self) -> TLSFiles:
-        """The files read and pair-checked now (TLSFileError names the one at fault). Only for a
-        configuration with TLS on: cert and key are always given together."""
-        if self.cert is None or self.key is None:
-            raise TLSFileError("cert", "TLS is not configured")
-        return load_tls_files(self.cert, self.key, self.ca)
-
-
-_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from a Go duration ("15s", "1m30s", "500ms"), as CA's flags take them, or a number."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    if not _DURATION_RE.match(text):
-        raise ValueError(f"{value!r} is not a duration (e.g. 15s, 1m30s, 500ms)")
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
-
-
-class LeaderElection(BaseModel):
-    """`--leader-elect` and its companions, named and defaulted as cluster-autoscaler's own
-    (lease 15s, renew deadline 10s, retry period 2s), with the same consistency rules as
-    client-go's leader election: lease > renew deadline > 1.2 x retry period."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = False
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    resource_name: str = "cloudprovider-grpc"
-    #: empty: the pod's own namespace (the service account's), else "default"
-    resource_namespace: str = ""
-    #: empty: the pod name (POD_NAME, else the host name, which Kubernetes sets to the pod name)
-    identity: str = ""
-    #: empty: in-cluster configuration (the pod's service account), else this kubeconfig file
-    kubeconfig: Path | None = None
-    #: how often a standby lists the cloud to stay warm (read only)
-    standby_refresh: float = 30.0
-    #: at a hand-over, how long the old leader keeps its port open (forwarding every call) after its
-    #: successor answers: the time a Service needs to see the new leader ready (a readiness probe
-    #: period of 1 s, and the endpoint's way to every node's proxy)
-    handover_linger: float = 3.0
-
-    @field_validator(
-        "lease_duration",
-        "renew_deadline",
-        "retry_period",
-        "standby_refresh",
-        "handover_linger",
-        mode="before",
-    )
-    @classmethod
-    def _duration(cls, v: Any, info: Any) -> float:
-        seconds = parse_duration(v)
-        if seconds < 0 or (seconds == 0 and info.field_name != "handover_linger"):
-            raise ValueError("must be positive")
-        return seconds
-
-    @field_validator("resource_name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", v):
-            raise ValueError(f"{v!r} is not a Kubernetes object name (lower case, digits, '-', '.')")
-        return v
-
-    @model_validator(mode="after")
-    def _ordered(self) -> LeaderElection:
-        if self.lease_duration <= self.renew_deadline:
-            raise ValueError(
-                f"lease duration {self.lease_duration:g}s must be longer than the renew deadline "
-                f"{self.renew_deadline:g}s (a leader must give up before others may take over)"
-            )
-        if self.renew_deadline <= 1.2 * self.retry_period:
-            raise ValueError(
-                f"renew deadline {self.renew_deadline:g}s must be longer than 1.2 x the retry period "
-                f"{self.retry_period:g}s"
-            )
-        if self.kubeconfig is not None and not Path(self.kubeconfig).is_file():
-            raise ValueError(f"kubeconfig: file {str(self.kubeconfig)!r} does not exist")
-        return self
 
 
 class _YamlFile(PydanticBaseSettingsSource):

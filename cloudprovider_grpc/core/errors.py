@@ -69,7 +69,7 @@ class ConfigError(Exception):
 
 class ServerStartError(Exception):
     """The server could not start (port in use, unreadable certificates); importable from
-    cloudprovider_grpc.grpcapi.server as well."""
+    cloudprovider_grpc.server.assembly as well."""
 
 
 class ConfigErrors(ConfigError):

@@ -27,8 +27,8 @@ from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 from cloudprovider_grpc.core.clock import Clock
+from cloudprovider_grpc.core.ratelimit import TokenBucket
 from cloudprovider_grpc.emulators.faults import FaultPlan
-from cloudprovider_grpc.http.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ import grpc
 from cloudprovider_grpc.grpcapi.handlers import VERSION_TRAILER
 from cloudprovider_grpc.observability.logs import OncePer
 
-log = logging.getLogger("cloudprovider_grpc.front")
+log = logging.getLogger(__name__)
 
 #: the largest request frame: grpcio's (and the front's) 4 MiB request limit plus the header
 MAX_FRAME = (4 << 20) + 6

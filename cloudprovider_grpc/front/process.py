@@ -33,7 +33,7 @@ from google.protobuf.descriptor import Descriptor
 
 from cloudprovider_grpc.front.counters import FrontCounters
 
-log = logging.getLogger("cloudprovider_grpc.front")
+log = logging.getLogger(__name__)
 
 #: how long the front may take to bind its port and report
 START_TIMEOUT = 15.0

@@ -27,6 +27,7 @@ import grpc
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core import unixsocket
+from cloudprovider_grpc.core.addresses import host_of
 from cloudprovider_grpc.core.errors import ConfigError, ServerStartError
 from cloudprovider_grpc.front import binary as front_binary_mod
 from cloudprovider_grpc.front.counters import FrontCounters
@@ -38,7 +39,7 @@ from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.tls.reload import CertReloader
 
-log = logging.getLogger("cloudprovider_grpc.grpcapi.server")
+log = logging.getLogger(__name__)
 
 #: restarts of a dead front allowed within RESTART_WINDOW seconds; one more and the server exits 1
 MAX_RESTARTS = 5
@@ -267,7 +268,7 @@ def _spawner(
 def _wait_ready(link: FrontLink, settings: Settings) -> int:
     """The port the front listens on once it is ready; closes the link when it did not start."""
     try:
-        return link.wait_ready(settings.address.rpartition(":")[0])
+        return link.wait_ready(host_of(settings.address))
     except FrontStartError as exc:
         link.close()
         if exc.kind == "listen":
@@ -291,7 +292,7 @@ def start_front(
     try:
         socket_path = _private_grpc_socket(server, directory)
         link_server = _link_server(directory, calls, settings)
-        counters = FrontCounters(directory / "counters", CACHEABLE, metrics._LATENCY_BUCKETS)
+        counters = FrontCounters(directory / "counters", CACHEABLE, metrics.LATENCY_BUCKETS)
         spawn = _spawner(binary, settings, socket_path, counters, link_server, directory, tls_paths)
         unix = settings.unix_socket
         link = FrontLink(

@@ -24,7 +24,7 @@ from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import NodeGroup
 
 # the servicer's logger: the warning is about its RPC, and operators filter on its name
-log = logging.getLogger("cloudprovider_grpc.grpcapi.servicer")
+log = logging.getLogger(__name__)
 
 #: an empty NodeGroup (id "") tells CA the node belongs to no group (upstream fix #7334)
 _NO_GROUP = Prebuilt.of(pb.NodeGroupForNodeResponse(nodeGroup=pb.NodeGroup()))

@@ -49,7 +49,7 @@ from cloudprovider_grpc.observability.logs import OncePer
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions, CloudProvider
 
-log = logging.getLogger("cloudprovider_grpc.grpcapi.servicer")
+log = logging.getLogger(__name__)
 
 #: no per-group options (cluster-autoscaler-1.25.0 .. 1.36.x: `if pbOpts == nil { return nil, nil }`)
 NO_OPTIONS = Prebuilt.of(pb.NodeGroupAutoscalingOptionsResponse())

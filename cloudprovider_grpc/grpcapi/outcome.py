@@ -19,15 +19,15 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cloudprovider_grpc.config.secrets import redact
 from cloudprovider_grpc.core.errors import ProviderError
+from cloudprovider_grpc.core.secrets import redact
 from cloudprovider_grpc.grpcapi.admission import ShuttingDown
 from cloudprovider_grpc.grpcapi.prebuilt import Prebuilt
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.observability import metrics, tracing
 
 # the servicer's logger: these lines are about its RPCs, and operators filter on its name
-log = logging.getLogger("cloudprovider_grpc.grpcapi.servicer")
+log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from cloudprovider_grpc.observability.logs import OncePer
 
-log = logging.getLogger("cloudprovider_grpc.grpcapi.servicer")
+log = logging.getLogger(__name__)
 
 
 class MalformedLog:

@@ -18,7 +18,7 @@ from cloudprovider_grpc.core.errors import NotImplementedByProvider
 from cloudprovider_grpc.observability.logs import OncePer
 from cloudprovider_grpc.providers.contract import CloudProvider
 
-log = logging.getLogger("cloudprovider_grpc.grpcapi.servicer")
+log = logging.getLogger(__name__)
 
 #: what gives such a group a template, said the same way by `serve` and `check-config`
 REMEDY = (

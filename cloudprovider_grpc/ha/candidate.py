@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cloudprovider_grpc.config.settings import LeaderElection
 from cloudprovider_grpc.ha.handover import ADDRESS_ANNOTATION
 from cloudprovider_grpc.ha.lease import LeaseLock, api_problem
+from cloudprovider_grpc.ha.settings import LeaderElection
 from cloudprovider_grpc.ha.term_gate import LeaderGate
 
-log = logging.getLogger("cloudprovider_grpc.ha.election")
+log = logging.getLogger(__name__)
 
 
 @dataclass

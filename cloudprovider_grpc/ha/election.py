@@ -43,7 +43,6 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from cloudprovider_grpc.config.settings import LeaderElection
 from cloudprovider_grpc.core.errors import Unavailable
 from cloudprovider_grpc.ha.candidate import LeaseCandidate, ObservedLease
 from cloudprovider_grpc.ha.handover import ADDRESS_ANNOTATION, HandOverRelay
@@ -55,6 +54,7 @@ from cloudprovider_grpc.ha.lease import (
     default_namespace,
 )
 from cloudprovider_grpc.ha.podrole import PodRole, build_pod_role
+from cloudprovider_grpc.ha.settings import LeaderElection
 from cloudprovider_grpc.ha.term_gate import LeaderGate
 
 log = logging.getLogger(__name__)

@@ -41,9 +41,9 @@ import grpc
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from cloudprovider_grpc.config.settings import TLSSettings
 from cloudprovider_grpc.core.errors import ProviderError, Unavailable
 from cloudprovider_grpc.tls.files import TLSFileError
+from cloudprovider_grpc.tls.settings import TLSSettings
 
 log = logging.getLogger(__name__)
 

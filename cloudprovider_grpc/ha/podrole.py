@@ -25,7 +25,7 @@ from typing import Any
 
 from cloudprovider_grpc.ha.lease import api_problem
 
-log = logging.getLogger("cloudprovider_grpc.ha.election")
+log = logging.getLogger(__name__)
 
 LEADER_LABEL = "cloudprovider-grpc.io/leader"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"

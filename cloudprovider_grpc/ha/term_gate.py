@@ -14,7 +14,7 @@ from cloudprovider_grpc.core.errors import Unavailable
 from cloudprovider_grpc.providers.machinery.gate import Write, WriteGate
 
 #: the election's own logger: a refused write is a line of the election's story
-log = logging.getLogger("cloudprovider_grpc.ha.election")
+log = logging.getLogger(__name__)
 
 
 class LeaderGate(WriteGate):

@@ -1,7 +1,7 @@
-"""The shared HTTP layer for cloud API clients (timeouts, retries, rate limit, metrics, redaction)."""
+"""The shared HTTP layer for cloud API clients (timeouts, retries, rate limit, metrics, redaction).
+It imports core and observability only."""
 
 from cloudprovider_grpc.http.client import BearerAuth, HttpClient, Reply, SecretAuth, error_message_from_body
-from cloudprovider_grpc.http.ratelimit import TokenBucket
 from cloudprovider_grpc.http.retry import RetryPolicy, parse_retry_after, status_is_retryable
 
 __all__ = [
@@ -10,7 +10,6 @@ __all__ = [
     "Reply",
     "RetryPolicy",
     "SecretAuth",
-    "TokenBucket",
     "error_message_from_body",
     "parse_retry_after",
     "status_is_retryable",

@@ -24,8 +24,8 @@ import urllib3.exceptions
 
 from cloudprovider_grpc.core.clock import Clock, or_wall
 from cloudprovider_grpc.core.clouderrors import CloudError
+from cloudprovider_grpc.core.ratelimit import TokenBucket
 from cloudprovider_grpc.http.fence import check_fence
-from cloudprovider_grpc.http.ratelimit import TokenBucket
 from cloudprovider_grpc.http.retry import (
     IDEMPOTENT_METHODS,
     RetryPolicy,

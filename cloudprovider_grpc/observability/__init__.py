@@ -1,5 +1,4 @@
-"""What the server tells people and other systems: structured logs, Prometheus metrics and the
-metrics/health HTTP port, traces, the status page and the status ConfigMap with Kubernetes Events.
-It may import config and core, and read what it reports on: the provider contract, the machinery's
-activity record (providers/machinery/activity.py) and the Lease (ha/lease.py); never the gRPC
-surface."""
+"""What every part tells people and other systems: structured logs, Prometheus metrics, traces, the
+status document in cluster-autoscaler's shape and the correlation of Kubernetes Events. It imports
+only core, so any floor above may report through it; what reads the whole running server (the
+metrics and probe port, /status, the status ConfigMap's writer) lives in server/."""

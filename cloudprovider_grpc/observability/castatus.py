@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from cloudprovider_grpc.config.secrets import redact
+from cloudprovider_grpc.core.secrets import redact
 
 
 def go_time(wall: float) -> str:

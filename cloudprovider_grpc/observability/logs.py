@@ -16,7 +16,7 @@ import threading
 import time
 from types import TracebackType
 
-from cloudprovider_grpc.config.secrets import redact
+from cloudprovider_grpc.core.secrets import redact
 
 _STD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 

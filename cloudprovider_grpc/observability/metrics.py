@@ -24,7 +24,7 @@ from cloudprovider_grpc import __version__
 # restart (process_start_time_seconds) does not.
 disable_created_metrics()
 
-_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1, 2.5, 5)
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1, 2.5, 5)
 
 RPC_REQUESTS_NAME = "cloudprovider_grpc_rpc_requests"
 RPC_REQUESTS_HELP = "externalgrpc RPCs handled, by method and gRPC status code."
@@ -41,11 +41,11 @@ class _Tally:
         self.lock = threading.Lock()
         self.count = 0
         self.total = 0.0
-        self.buckets = [0] * (len(_LATENCY_BUCKETS) + 1)
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
 
     def observe(self, seconds: float) -> None:
         # bisect_left: a duration equal to a bound falls in that bound's bucket (le = "<=")
-        index = bisect.bisect_left(_LATENCY_BUCKETS, seconds)
+        index = bisect.bisect_left(LATENCY_BUCKETS, seconds)
         with self.lock:
             self.count += 1
             self.total += seconds
@@ -119,7 +119,7 @@ class RpcMetrics:
         data = self._snapshot()
         requests = CounterMetricFamily(RPC_REQUESTS_NAME, RPC_REQUESTS_HELP, labels=["method", "code"])
         latency = HistogramMetricFamily(RPC_LATENCY_NAME, RPC_LATENCY_HELP, labels=["method", "code"])
-        bounds = [*(floatToGoString(b) for b in _LATENCY_BUCKETS), "+Inf"]
+        bounds = [*(floatToGoString(b) for b in LATENCY_BUCKETS), "+Inf"]
         for (method, code), (count, total, buckets) in sorted(data.items()):
             requests.add_metric([method, code], count)
             cumulative, running = [], 0

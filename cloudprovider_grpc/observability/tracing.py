@@ -192,7 +192,7 @@ def cloud_call(backend: str, operation: str, method: str, path: str, host: str) 
 def end_cloud_call(span: Any, *, status: int | None, resends: int, throttled: int, error: str = "") -> None:
     from opentelemetry import trace
 
-    from cloudprovider_grpc.config.secrets import redact
+    from cloudprovider_grpc.core.secrets import redact
 
     if status is not None:
         span.set_attribute("http.response.status_code", status)

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudprovider_grpc.core.durations import parse_duration
 from cloudprovider_grpc.core.errors import ConfigError, raise_all, unknown_key
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
 from cloudprovider_grpc.providers.driver import GroupConfig
@@ -123,8 +124,6 @@ def _value(option: str, value: Any, where: str) -> float | bool:
         if not 0.0 <= ratio <= 1.0:  # also NaN
             raise ConfigError(where, f"must be between 0 and 1, got {ratio:g}")
         return ratio
-    from cloudprovider_grpc.config.settings import parse_duration  # settings imports the providers
-
     try:
         seconds = parse_duration(value)
     except ValueError as exc:

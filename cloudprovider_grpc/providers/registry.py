@@ -87,9 +87,9 @@ class ProviderContext:
 
     def secret(self, name: str, *, required: bool = False, default: str = "") -> str:
         """The secret environment variable `name`: stripped, checked for header safety, and masked in
-        every log line from now on (see cloudprovider_grpc/config/secrets.py). Backends read every secret
+        every log line from now on (see cloudprovider_grpc/core/secrets.py). Backends read every secret
         through this."""
-        from cloudprovider_grpc.config.secrets import read_secret
+        from cloudprovider_grpc.core.secrets import read_secret
 
         return read_secret(self.env, name, required=required, default=default)
 

@@ -81,9 +81,9 @@ def _run(
             world.close()
 
     from cloudprovider_grpc.config.settings import Settings
-    from cloudprovider_grpc.grpcapi.server import start_server
     from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+    from cloudprovider_grpc.server.assembly import start_server
 
     # the scenario's `cloud:` section configures the scenario's own backend; another backend chosen
     # with --provider runs on its own defaults (with --emulate every backend needs nothing else)

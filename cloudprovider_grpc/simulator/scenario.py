@@ -29,13 +29,11 @@ from pydantic import (
     model_validator,
 )
 
+from cloudprovider_grpc.core.durations import parse_duration as go_duration
 from cloudprovider_grpc.k8s.quantity import parse_quantity
 from cloudprovider_grpc.simulator.limits import Limits
 
 SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ScenarioError(ValueError):
@@ -43,29 +41,12 @@ class ScenarioError(ValueError):
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from a Go-style duration ("10s", "1h30m", "500ms") or a plain number of seconds.
-
-    CA's duration flags take Go durations, so scenarios accept exactly those spellings."""
-    if isinstance(value, bool):
-        raise ValueError("a duration must be a number of seconds or a string like '10m'")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(value)
-    if not isinstance(value, str):
-        raise ValueError("a duration must be a number of seconds or a string like '10m'")
-    text = value.strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"{value!r} is not a duration (use Go syntax such as '10s', '1h30m')")
-    return total
+    """Seconds from a Go duration ("10s", "1h30m", "500ms") or a plain number of seconds, never
+    negative: CA's duration flags take Go durations, so scenarios accept exactly those spellings."""
+    seconds = go_duration(value)
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
 
 
 def _quantity_text(value: Any) -> str:
@@ -448,7 +429,7 @@ class Scenario(_Strict):
 def _format_errors(exc: ValidationError) -> str:
     """Every problem, in the wording configuration errors use (an unknown key with the nearest
     known one), not pydantic's."""
-    from cloudprovider_grpc.config.pydantic_errors import problems
+    from cloudprovider_grpc.core.pydantic_errors import problems
 
     return "; ".join(f"{p.key}: {p.problem}" for p in problems(exc, Scenario))
 

@@ -1,2 +1,2 @@
-"""The server's TLS files: loaded and checked at start, re-read when they change. It may import
-config and core only."""
+"""The server's TLS files and their settings: loaded and checked at start, re-read when they change.
+It imports only core."""

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import grpc
 
-from cloudprovider_grpc.config.settings import TLSSettings
 from cloudprovider_grpc.core.errors import ServerStartError
 from cloudprovider_grpc.tls.files import TLSFileError, TLSFiles
+from cloudprovider_grpc.tls.settings import TLSSettings
 
-log = logging.getLogger("cloudprovider_grpc.grpcapi.server")
+log = logging.getLogger(__name__)
 
 
 class CertReloader:

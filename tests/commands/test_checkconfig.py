@@ -235,11 +235,11 @@ def test_serve_names_a_group_with_no_template_source_after_refresh_once_a_minute
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from cloudprovider_grpc.config.settings import Settings
-    from cloudprovider_grpc.grpcapi.server import start_server
     from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+    from cloudprovider_grpc.server.assembly import start_server
     from tests.support.servers import channel, stub
 
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi")
     settings = Settings(address="127.0.0.1:0", metrics_address="")
     handle = start_server(settings, provider=MachineProvider(_ShapelessDriver(), inline_workers=True))
     try:

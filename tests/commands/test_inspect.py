@@ -13,7 +13,7 @@ import pytest
 
 from cloudprovider_grpc.cli import main
 from cloudprovider_grpc.commands import inspect as inspect_cli
-from cloudprovider_grpc.grpcapi.server import ServerHandle
+from cloudprovider_grpc.server.assembly import ServerHandle
 from tests.support.certs import Pki
 from tests.support.ports import free_port
 from tests.support.servers import sim_server
@@ -159,8 +159,8 @@ def test_a_group_is_addressed_by_the_clouds_name_as_well_as_its_id(
     column and the status page next to the id) works in every command, the id still does, and a
     name no group carries is NOT_FOUND as before."""
     from cloudprovider_grpc.config.settings import Settings
-    from cloudprovider_grpc.grpcapi.server import start_server
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+    from cloudprovider_grpc.server.assembly import start_server
 
     provider = build_provider(cloud, ProviderContext(emulate=True, inline_workers=True))
     provider.refresh()
@@ -189,8 +189,8 @@ def test_a_name_two_groups_share_is_refused_and_an_id_always_wins(capsys: pytest
     """Two Vultr pools labelled `web`, a third whose label is the first one's id: the shared name is
     NOT_FOUND naming both ids, and the id means its own group, never the pool labelled with it."""
     from cloudprovider_grpc.config.settings import Settings
-    from cloudprovider_grpc.grpcapi.server import start_server
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+    from cloudprovider_grpc.server.assembly import start_server
 
     first = "11111111-1111-4111-8111-111111111111"
     pools = [

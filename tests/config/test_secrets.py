@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from cloudprovider_grpc.config.secrets import read_secret, redact
 from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.core.secrets import read_secret, redact
 from cloudprovider_grpc.observability import logs
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,7 @@ def test_an_uncaught_crash_at_startup_prints_no_secret() -> None:
     code = (
         "import os\n"
         "from cloudprovider_grpc.observability import logs\n"
-        "from cloudprovider_grpc.config.secrets import register_environment\n"
+        "from cloudprovider_grpc.core.secrets import register_environment\n"
         "register_environment(os.environ)\n"
         "logs.install_hooks()\n"
         "raise RuntimeError('header Authorization: Bearer ' + os.environ['CHERRY_AUTH_TOKEN'])\n"

@@ -23,7 +23,7 @@ from tests.deploy_support.tools import Objects, helm_template_error
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-#: the rules `--kube-status` needs (observability/kubereport.py): its one ConfigMap, and Events on it
+#: the rules `--kube-status` needs (server/kubereport.py): its one ConfigMap, and Events on it
 #: and on Nodes
 STATUS_RULES = [
     ("", "configmaps", ("create",), None),

@@ -229,7 +229,7 @@ def test_standalone_mtls_works_as_cluster_autoscaler_dials(layout: str, tmp_path
     host, _ = split_host_port(config["address"])
     # the layout elects a leader on a Lease, which needs an API server: that is held to account in
     # tests/ha/test_election.py; here the wiring of TLS is, on one replica
-    # (and writes its status to the API server: tests/observability/test_kube_status.py)
+    # (and writes its status to the API server: tests/server/test_kube_status.py)
     assert leader_elected(objects) and kube_status(objects)
     with running_server(
         [*mat.args, "--leader-elect=false", "--kube-status=false"], mat.env, tmp_path

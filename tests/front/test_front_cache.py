@@ -20,10 +20,10 @@ import pytest
 
 from cloudprovider_grpc.grpcapi import rawparse
 from cloudprovider_grpc.grpcapi.handlers import VERSION_TRAILER
-from cloudprovider_grpc.grpcapi.server import ServerHandle
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.observability import metrics
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.server.assembly import ServerHandle
 from tests.support.dial import Dial, dial_server, target, wait_until
 from tests.support.servers import channel, stub
 
@@ -246,7 +246,7 @@ def test_malformed_bodies_reach_python_every_time(monkeypatch, caplog) -> None:
     with dial_server(Dial()) as handle, channel(handle) as ch:
         raw = ch.unary_unary(f"/{SERVICE_NAME}/{TARGET}")
         _, python0 = split_counts(handle, TARGET, "INVALID_ARGUMENT")
-        with caplog.at_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer"):
+        with caplog.at_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi"):
             for _ in range(3):
                 with pytest.raises(grpc.RpcError) as info:
                     raw(b"\xff\xff\xff", timeout=5)

@@ -18,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.front import binary
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.server.assembly import start_server
 from tests.support.dial import Dial, target, wait_until
 from tests.support.front import children, gone, serve
 from tests.support.ports import free_port

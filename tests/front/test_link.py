@@ -124,7 +124,7 @@ def test_bad_frames_from_a_local_process_get_a_precise_status_and_leave_nothing_
         poll(lambda: link.connections == baseline, 10, "the connections' threads to end")
         poll(lambda: link_threads() == threads, 10, "the threads to end")
         assert stub(ch).NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups  # still serving
-    records = [r for r in caplog.records if r.name == "cloudprovider_grpc.front"]
+    records = [r for r in caplog.records if r.name == "cloudprovider_grpc.front.link"]
     assert records and all(r.levelno == logging.WARNING and r.exc_info is None for r in records)
     assert len(records) == 1  # rate-limited: one warning, the others counted in the next one
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

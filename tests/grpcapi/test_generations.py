@@ -19,10 +19,10 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from cloudprovider_grpc.grpcapi.server import ServerHandle
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME, options_to_pb
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import AutoscalingOptions
+from cloudprovider_grpc.server.assembly import ServerHandle
 from tests.support.servers import channel, sim_server
 
 pytestmark = pytest.mark.integration
@@ -176,7 +176,7 @@ def front(request: pytest.FixtureRequest) -> str:
 def test_ca_1_25_to_1_28_gets_no_options_for_any_group(
     front: str, compiled_front: Path | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi")
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
         legacy = defaults_of("1.25-1.28")
@@ -220,7 +220,7 @@ def test_ca_1_35_to_1_36_gets_no_options_for_any_group(
 ) -> None:
     """Their client drops the startup time of an answer and uses 0 (kubernetes/autoscaler#10245), so
     booting nodes would count as unready at once: they keep CA's own defaults, with a warning."""
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi")
     with server(front, compiled_front) as (_, ch):
         options = raw_call(ch, "NodeGroupGetOptions")
         for group in ("plain", "tuned", "slow", "tuned"):
@@ -270,7 +270,7 @@ def test_unusable_defaults_get_the_answer_of_a_request_without_them(
     """A negative, malformed or out-of-range duration in CA's defaults: OK, with the group's options
     over our defaults (CA's flag defaults) or none, never an error that would stop CA's scale-down; one
     warning names what CA sent."""
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi")
     malformed = pb.NodeGroupAutoscalingOptions.FromString(defaults_of(generation))
     malformed.MaxNodeProvisionDuration.nanos = -5  # seconds 900, nanos -5: signs differ
     huge = pb.NodeGroupAutoscalingOptions.FromString(defaults_of(generation))

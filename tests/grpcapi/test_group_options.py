@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.grpcapi.wire import options_to_pb
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 from tests.grpcapi.test_generations import (
     CA,
     _tag,
@@ -135,7 +135,7 @@ def test_a_configured_group_the_cloud_does_not_offer_is_warned_about_once(
     compiled_front: Path | None, caplog: pytest.LogCaptureFixture
 ) -> None:
     """`serve` runs (a group may be discovered later) and says once which names match no group."""
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.providers.machinery.base")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.providers.machinery")
     case = Case(backend("vultr"), "wrokers")
     with served(case, "off", compiled_front) as (_, ch):
         refresh = raw_call(ch, "Refresh")

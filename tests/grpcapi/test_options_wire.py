@@ -92,7 +92,7 @@ def test_the_withheld_overrides_warning_names_every_group_asked_since_the_last(
 ) -> None:
     from cloudprovider_grpc.grpcapi.getoptions import _OverridesWithheld
 
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi")
     clock = [100.0]
     warning = _OverridesWithheld(interval=60.0)
     old = "cluster-autoscaler 1.25 to 1.28 cannot read a max node provision time"

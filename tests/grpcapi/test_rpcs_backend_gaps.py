@@ -12,12 +12,12 @@ import grpc
 import pytest
 
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.k8s.template import NodeTemplate
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import InstanceState
 from cloudprovider_grpc.providers.driver import CloudError, GroupConfig, Machine, MachineDriver
 from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
+from cloudprovider_grpc.server.assembly import start_server
 from tests.support.rpc_calls import code_of, make_pod, ts
 from tests.support.servers import channel, stub
 
@@ -113,7 +113,7 @@ class _BadTemplateDriver(_BareDriver):
 def test_an_invalid_template_is_unimplemented_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     """UNIMPLEMENTED, not INTERNAL: from CA 1.29.0 a group whose template is "not implemented" is
     skipped, while any other error abandons the whole loop on 1.29.0-1.31.3, 1.32.0-1.32.2 and 1.33.0."""
-    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi.servicer")
+    caplog.set_level(logging.WARNING, logger="cloudprovider_grpc.grpcapi")
     settings = Settings(address="127.0.0.1:0", metrics_address="")
     handle = start_server(settings, provider=MachineProvider(_BadTemplateDriver(), inline_workers=True))
     try:

@@ -26,10 +26,10 @@ from grpc_reflection.v1alpha import reflection_pb2
 from cloudprovider_grpc.config.settings import Settings, load_settings
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.core.unixsocket import MAX_SOCKET_PATH
-from cloudprovider_grpc.grpcapi.server import ServerHandle, ServerStartError, start_server
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+from cloudprovider_grpc.server.assembly import ServerHandle, ServerStartError, start_server
 from tests.support.certs import Pki, write_pki
 from tests.support.front import children, gone, serve
 from tests.support.ports import free_port

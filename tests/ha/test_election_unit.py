@@ -10,10 +10,10 @@ import itertools
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from cloudprovider_grpc.config.settings import LeaderElection
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.ha.election import Elector
 from cloudprovider_grpc.ha.lease import LeaseLock
+from cloudprovider_grpc.ha.settings import LeaderElection
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.unit
@@ -162,7 +162,7 @@ def test_a_prober_that_hung_up_is_not_a_traceback(
 ) -> None:
     """Readiness probes on a busy machine time out and hang up; the metrics port stays quiet about
     it, and reports anything else as one log line."""
-    from cloudprovider_grpc.observability import metrics_port as metricshttp
+    from cloudprovider_grpc.server import metrics_port as metricshttp
 
     server = metricshttp._MetricsServer.__new__(metricshttp._MetricsServer)  # its handler only, no socket
     for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):

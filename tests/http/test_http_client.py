@@ -15,12 +15,12 @@ from email.utils import format_datetime
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
+from cloudprovider_grpc.core.ratelimit import TokenBucket
 from cloudprovider_grpc.emulators import EmulatorServer, FaultPlan, Request, Response
 from cloudprovider_grpc.http import (
     BearerAuth,
     HttpClient,
     RetryPolicy,
-    TokenBucket,
     error_message_from_body,
     parse_retry_after,
 )

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from cloudprovider_grpc.config.settings import load_settings
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 from tests.deploy_support import crds
 from tests.deploy_support.layouts import OUR_CHART, render_ours
 from tests.deploy_support.tools import KUSTOMIZE, kustomize_build, run, tool

@@ -137,7 +137,7 @@ def test_a_scale_up_is_one_trace_from_the_rpc_through_the_job_to_the_cloud_call(
 def test_without_otel_variables_nothing_of_opentelemetry_is_imported() -> None:
     probe = (
         "import sys, os\n"
-        "from cloudprovider_grpc.grpcapi import server\n"
+        "from cloudprovider_grpc.server import assembly\n"
         "from cloudprovider_grpc.observability import tracing\n"
         "assert not tracing.configure({}), 'traces on without variables'\n"
         "assert not tracing.configure({'OTEL_TRACES_EXPORTER': 'none', 'OTEL_EXPORTER_OTLP_ENDPOINT': 'x'})\n"

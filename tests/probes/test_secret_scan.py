@@ -125,7 +125,7 @@ def test_no_secret_when_startup_fails(backend: BackendUnderTest, tmp_path: Path)
     # 4. a crash nobody foresaw, with the token inside the exception (as a failed header check once was)
     code = (
         "import os, sys\n"
-        "import cloudprovider_grpc.grpcapi.server as server\n"
+        "import cloudprovider_grpc.server.assembly as server\n"
         "from cloudprovider_grpc import cli\n"
         f"def boom(*a, **k): raise RuntimeError('Bearer ' + os.environ[{name!r}])\n"
         "server.serve_forever = boom\n"

@@ -1,5 +1,5 @@
 """The providers' activity record (providers/machinery/activity.py) and the status document's rules
-(observability/status.py): which occurrences a failure makes, which back-off it holds, what counts
+(server/status.py): which occurrences a failure makes, which back-off it holds, what counts
 as a change."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cloudprovider_grpc.core.clouderrors import ErrorClass
-from cloudprovider_grpc.observability import status
 from cloudprovider_grpc.providers.machinery.activity import Activity, Occurrence
+from cloudprovider_grpc.server import status
 from tests.support.servers import ManualClock
 
 pytestmark = pytest.mark.unit

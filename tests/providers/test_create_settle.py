@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos.externalgrpc_pb2_grpc import CloudProviderStub
 from cloudprovider_grpc.providers.driver import CloudError, Machine
 from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
+from cloudprovider_grpc.server.assembly import start_server
 from tests.support.servers import ManualClock, channel, stub
 
 pytestmark = pytest.mark.integration

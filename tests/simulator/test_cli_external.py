@@ -7,8 +7,8 @@ import pytest
 
 from cloudprovider_grpc.cli import main
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+from cloudprovider_grpc.server.assembly import start_server
 from cloudprovider_grpc.simulator import parse_scenario, run
 
 pytestmark = pytest.mark.integration

@@ -79,8 +79,8 @@ def test_a_running_servers_groups_become_a_sim_twin(tmp_path, capsys) -> None:
     """With --server the groups, templates, prices and sizes are read once over gRPC and copied
     into a `sim` twin: the what-if runs in-process, and the live server is never asked to scale."""
     from cloudprovider_grpc.config.settings import Settings
-    from cloudprovider_grpc.grpcapi.server import start_server
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+    from cloudprovider_grpc.server.assembly import start_server
     from tests.simulator import dumps
 
     cloud = {

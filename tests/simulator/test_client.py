@@ -4,10 +4,10 @@ import grpc
 import pytest
 
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+from cloudprovider_grpc.server.assembly import start_server
 from cloudprovider_grpc.simulator.client import GRPC_TIMEOUT, CAClient, GroupOptions, GrpcTransport, RpcError
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core.errors import NotFound
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.contract import CloudProvider, Instance, NodeGroup, NodeRef
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 
 
 class Dial(CloudProvider):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from cloudprovider_grpc.config.settings import parse_duration
+from cloudprovider_grpc.core.durations import parse_duration
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from tests.support.backends import BackendUnderTest, backend

@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core.clouderrors import CloudError
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.driver import Machine, RemoveOutcome
 from cloudprovider_grpc.providers.machinery.pools.provider import PoolProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimOptions, SimPoolDriver
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 
 
 class CountingDriver(SimPoolDriver):

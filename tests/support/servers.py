@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 from tests.support.certs import Pki
 
 

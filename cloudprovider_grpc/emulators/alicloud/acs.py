@@ -26,7 +26,7 @@ ACTIVITIES_KEPT = 100
 #: ClientToken answers remembered for idempotent retries, at most (the newest; a retry comes
 #: seconds after its first attempt)
 CLIENT_TOKENS_KEPT = 1_000
-_REMOVABLE = frozenset({"InService", "Standby", "Stopped"})
+REMOVABLE = frozenset({"InService", "Standby", "Stopped"})
 
 
 class AcsError(HttpProblem):
@@ -83,33 +83,33 @@ _MESSAGES: dict[str, tuple[int, str]] = {
 }
 
 
-def _fail(code: str) -> AcsError:
+def fail(code: str) -> AcsError:
     status, message = _MESSAGES[code]
     return AcsError(status, code, message)
 
 
-def _missing(name: str) -> AcsError:
+def missing(name: str) -> AcsError:
     text = f'The input parameter "{name}" that is mandatory for processing this request is not supplied.'
     return AcsError(400, "MissingParameter", text)
 
 
-def _iso(ts: float) -> str:
+def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _minute(ts: float) -> str:
+def minute_time(ts: float) -> str:
     # ESS timestamps in activity/instance records are minute-precision (vendor doc examples)
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
-def _parse_ts(value: str) -> float | None:
+def parse_time(value: str) -> float | None:
     try:
         return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
     except ValueError:
         return None
 
 
-def _bool(value: str | None, default: bool) -> bool:
+def flag(value: str | None, default: bool) -> bool:
     if value is None or value == "":
         return default
     v = value.strip().lower()
@@ -118,7 +118,7 @@ def _bool(value: str | None, default: bool) -> bool:
     raise AcsError(400, "InvalidParameter", f"The specified parameter value {value!r} is not a boolean.")
 
 
-def _rand(n: int) -> str:
+def random_id(n: int) -> str:
     alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
     return "".join(secrets.choice(alphabet) for _ in range(n))
 

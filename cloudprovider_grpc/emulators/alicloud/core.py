@@ -20,8 +20,8 @@ from cloudprovider_grpc.emulators.alicloud import seed
 from cloudprovider_grpc.emulators.alicloud.acs import (
     NONCES_KEPT,
     AccessKey,
-    _iso,
-    _minute,
+    iso_time,
+    minute_time,
 )
 from cloudprovider_grpc.emulators.server import REQUEST_LOG_SIZE
 
@@ -129,7 +129,7 @@ class AliCloudCore(EmulatorServer):
                 "Zones": list(seed.ZONES[:1]),
                 "VSwitchIds": [],
                 "Tags": [],
-                "CreationTime": _minute(self.clock()),
+                "CreationTime": minute_time(self.clock()),
                 **copy.deepcopy(dict(group)),
             }
             g.setdefault("ScalingGroupName", g["ScalingGroupId"])
@@ -148,7 +148,7 @@ class AliCloudCore(EmulatorServer):
             c = {
                 "LifecycleState": "Active",
                 "Tags": [],
-                "CreationTime": _minute(self.clock()),
+                "CreationTime": minute_time(self.clock()),
                 **copy.deepcopy(dict(config)),
             }
             c.setdefault("InstanceTypes", [c["InstanceType"]] if c.get("InstanceType") else [])
@@ -271,7 +271,7 @@ class AliCloudCore(EmulatorServer):
                 status, code, message = act["_outcome"]
                 act["StatusCode"] = status
                 act["Progress"] = 100
-                act["EndTime"] = _minute(act["_end_at"])
+                act["EndTime"] = minute_time(act["_end_at"])
                 act["ErrorCode"], act["ErrorMessage"] = code, message
                 act["StatusMessage"] = message or f'"{act["Description"]}" succeeded.'
 
@@ -301,8 +301,8 @@ class AliCloudCore(EmulatorServer):
             "CreationType": "AutoCreated",
             "Entrusted": True,
             "ZoneId": zone,
-            "CreationTime": _minute(now),
-            "CreatedTime": _iso(now),
+            "CreationTime": minute_time(now),
+            "CreatedTime": iso_time(now),
             "ScalingActivityId": activity,
             "WeightedCapacity": 1,
             "WarmupState": "NoNeedWarmup",

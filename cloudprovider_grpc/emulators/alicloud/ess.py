@@ -9,14 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudprovider_grpc.emulators.alicloud.acs import (
-    _REMOVABLE,
     ACTIVITIES_KEPT,
     CLIENT_TOKENS_KEPT,
+    REMOVABLE,
     AcsError,
-    _bool,
-    _fail,
-    _minute,
-    _missing,
+    fail,
+    flag,
+    minute_time,
+    missing,
 )
 from cloudprovider_grpc.emulators.alicloud.rpc import AcsRpc
 
@@ -156,7 +156,7 @@ class EssActions(AcsRpc):
             "Progress": 0,
             "Cause": cause,
             "Description": description,
-            "StartTime": _minute(now),
+            "StartTime": minute_time(now),
             "TotalCapacity": str(total),
             "ActivityMetadata": metadata,
             "ErrorCode": "",
@@ -247,10 +247,10 @@ class EssActions(AcsRpc):
         if not lo <= value <= hi:
             raise AcsError(400, "InvalidParameter", f"AdjustmentValue must be {lo}..{hi} for {kind}.")
         if g["LifecycleState"] != "Active":
-            raise _fail("IncorrectScalingGroupStatus")
+            raise fail("IncorrectScalingGroupStatus")
         desired_mode = bool(g.get("EnableDesiredCapacity"))
         if not desired_mode and self._busy(g):
-            raise _fail("ScalingActivityInProgress")
+            raise fail("ScalingActivityInProgress")
         live = [i for i in self._live(g["ScalingGroupId"]) if not i["LifecycleState"].startswith("Removing")]
         current = int(g["DesiredCapacity"]) if desired_mode else len(live)
         if kind == "TotalCapacity":
@@ -270,7 +270,7 @@ class EssActions(AcsRpc):
         if desired_mode:
             g["DesiredCapacity"] = target
         body: dict[str, Any] = {}
-        sync = _bool(params.get("SyncActivity"), True)
+        sync = flag(params.get("SyncActivity"), True)
         diff = target - len(live)
         if diff == 0 and desired_mode:
             body["ActivityType"] = "CapacityChange"
@@ -288,7 +288,7 @@ class EssActions(AcsRpc):
                 self._scale_out(g, act, diff)
             elif diff < 0:
                 oldest = sorted(
-                    (i for i in live if i["LifecycleState"] in _REMOVABLE | {"Pending"}),
+                    (i for i in live if i["LifecycleState"] in REMOVABLE | {"Pending"}),
                     key=lambda i: i["_created"],
                 )
                 self._scale_in(act, oldest[:-diff])
@@ -305,7 +305,7 @@ class EssActions(AcsRpc):
             return done
         ids = self._numbered(params, "InstanceIds", "InstanceId")
         if not ids:
-            raise _missing("InstanceIds")
+            raise missing("InstanceIds")
         if len(ids) > 20:
             raise AcsError(400, "InvalidParameter", "At most 20 instances can be removed in one call.")
         policy = params.get("RemovePolicy") or "release"
@@ -313,13 +313,13 @@ class EssActions(AcsRpc):
             raise AcsError(
                 400, "InvalidParameter", f"The specified RemovePolicy {policy!r} is not supported."
             )
-        decrease = _bool(params.get("DecreaseDesiredCapacity"), True)
-        ignore = _bool(params.get("IgnoreInvalidInstance"), False)
+        decrease = flag(params.get("DecreaseDesiredCapacity"), True)
+        ignore = flag(params.get("IgnoreInvalidInstance"), False)
         if g["LifecycleState"] != "Active":
-            raise _fail("IncorrectScalingGroupStatus")
+            raise fail("IncorrectScalingGroupStatus")
         desired_mode = bool(g.get("EnableDesiredCapacity"))
         if not desired_mode and self._busy(g):
-            raise _fail("ScalingActivityInProgress")
+            raise fail("ScalingActivityInProgress")
         valid: list[dict[str, Any]] = []
         ignored: list[dict[str, str]] = []
         for iid in dict.fromkeys(ids):
@@ -333,7 +333,7 @@ class EssActions(AcsRpc):
                 )
             elif iid in self.remove_refusals:
                 problem = (400, *self.remove_refusals[iid])
-            elif inst["LifecycleState"] not in _REMOVABLE:
+            elif inst["LifecycleState"] not in REMOVABLE:
                 # [reconstruction] the doc requires In Service instances; the code is ours
                 problem = (
                     400,
@@ -351,7 +351,7 @@ class EssActions(AcsRpc):
         live = [i for i in self._live(g["ScalingGroupId"]) if not i["LifecycleState"].startswith("Removing")]
         total = int(g["DesiredCapacity"]) if desired_mode else len(live)
         if valid and total - len(valid) < int(g["MinSize"]) and decrease:
-            raise _fail("IncorrectCapacity.MinSize")
+            raise fail("IncorrectCapacity.MinSize")
         body: dict[str, Any] = {}
         if version == "2022-02-22":
             body["IgnoredInstances"] = ignored

@@ -20,9 +20,9 @@ from cloudprovider_grpc.emulators.alicloud.acs import (
     AccessKey,
     AcsError,
     Handler,
-    _fail,
-    _missing,
-    _parse_ts,
+    fail,
+    missing,
+    parse_time,
 )
 from cloudprovider_grpc.emulators.alicloud.core import AliCloudCore
 from cloudprovider_grpc.formats import acs_signature as signing
@@ -100,7 +100,7 @@ class AcsRpc(AliCloudCore):
             if action != "AssumeRoleWithOIDC":
                 self._authenticate(req, params)
             if action in self.denied_actions or params.get("ScalingGroupId") in self.denied_groups:
-                raise _fail("Forbidden.Unauthorized")
+                raise fail("Forbidden.Unauthorized")
             body = handler(params, version)
             body.setdefault("RequestId", self._request_id())
             return Response(200, body)
@@ -110,13 +110,13 @@ class AcsRpc(AliCloudCore):
     def _handler(self, action: str, version: str) -> Handler:
         table = self._action_table()
         if not action:
-            raise _missing("Action")
+            raise missing("Action")
         entry = table.get(action)
         if entry is None:
-            raise _fail("InvalidAction.NotFound")
+            raise fail("InvalidAction.NotFound")
         versions, handler = entry
         if version not in versions:
-            raise _fail("InvalidVersion")
+            raise fail("InvalidVersion")
         return handler
 
     # ------------------------------------------------------------------ signatures
@@ -129,30 +129,30 @@ class AcsRpc(AliCloudCore):
             _, key = self._verify_v1(req, params)
             token = params.get("SecurityToken", "")
         else:
-            raise _fail("IncompleteSignature")
+            raise fail("IncompleteSignature")
         if key.token:
             if token != key.token:
-                raise _fail("InvalidSecurityToken.MismatchWithAccessKey")
+                raise fail("InvalidSecurityToken.MismatchWithAccessKey")
             if key.expires_at is not None and time.time() >= key.expires_at:
-                raise _fail("InvalidSecurityToken.Expired")
+                raise fail("InvalidSecurityToken.Expired")
 
     def _key(self, key_id: str) -> AccessKey:
         key = self.keys.get(key_id)
         if key is None:
-            raise _fail("InvalidAccessKeyId.NotFound")
+            raise fail("InvalidAccessKeyId.NotFound")
         return key
 
     def _check_fresh(self, when: str, nonce: str) -> None:
-        ts = _parse_ts(when)
+        ts = parse_time(when)
         if ts is None:
-            raise _fail("InvalidTimeStamp.Format")
+            raise fail("InvalidTimeStamp.Format")
         now = time.time()
         if abs(now - ts) > TIMESTAMP_WINDOW:
-            raise _fail("InvalidTimeStamp.Expired")
+            raise fail("InvalidTimeStamp.Expired")
         if not nonce:
-            raise _fail("MissingSignatureNonce")
+            raise fail("MissingSignatureNonce")
         if nonce in self._nonces:
-            raise _fail("SignatureNonceUsed")
+            raise fail("SignatureNonceUsed")
         if len(self._nonces) >= self._nonces_kept:
             # expired ones first; then the oldest, so a long-running `--emulate` server stays flat
             # (a replay older than the newest `_nonces_kept` requests then passes unnoticed)
@@ -171,7 +171,7 @@ class AcsRpc(AliCloudCore):
     def _verify_v3(self, req: Request, header: str) -> tuple[str, AccessKey]:
         auth = signing.V3Authorization.parse(header)
         if auth is None:
-            raise _fail("IncompleteSignature")
+            raise fail("IncompleteSignature")
         key = self._key(auth.access_key_id)
         signed = {n.lower() for n in auth.signed_headers}
         if not {"x-acs-date", "x-acs-signature-nonce"} <= signed:
@@ -188,7 +188,7 @@ class AcsRpc(AliCloudCore):
     def _verify_v1(self, req: Request, params: dict[str, str]) -> tuple[str, AccessKey]:
         for name in ("AccessKeyId", "SignatureMethod", "SignatureVersion", "SignatureNonce", "Timestamp"):
             if not params.get(name):
-                raise _missing(name)
+                raise missing(name)
         if params["SignatureMethod"] != "HMAC-SHA1" or params["SignatureVersion"] != "1.0":
             raise AcsError(
                 400, "InvalidParameter", "SignatureMethod must be HMAC-SHA1 and SignatureVersion 1.0."
@@ -215,7 +215,7 @@ class AcsRpc(AliCloudCore):
     def _require(params: Mapping[str, str], name: str) -> str:
         value = params.get(name, "")
         if not value:
-            raise _missing(name)
+            raise missing(name)
         return value
 
     @staticmethod
@@ -235,7 +235,7 @@ class AcsRpc(AliCloudCore):
         gid = self._require(params, "ScalingGroupId")
         g = self.groups.get(gid)
         if g is None:
-            raise _fail("InvalidScalingGroupId.NotFound")
+            raise fail("InvalidScalingGroupId.NotFound")
         return g
 
     @staticmethod

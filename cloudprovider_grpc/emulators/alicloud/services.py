@@ -13,10 +13,10 @@ from cloudprovider_grpc.emulators import Request, Response
 from cloudprovider_grpc.emulators.alicloud.acs import (
     AccessKey,
     AcsError,
-    _bool,
-    _fail,
-    _iso,
-    _rand,
+    fail,
+    flag,
+    iso_time,
+    random_id,
 )
 from cloudprovider_grpc.emulators.alicloud.rpc import AcsRpc
 
@@ -33,7 +33,7 @@ class ServiceActions(AcsRpc):
             limit = int(params.get("MaxResults") or 1600)
             offset = int(params.get("NextToken") or 0)
         except ValueError:
-            raise _fail("InvalidNextToken") from None
+            raise fail("InvalidNextToken") from None
         if not 1 <= limit <= 1600:
             raise AcsError(400, "InvalidParameter", "MaxResults must be 1..1600.")
         types = [t for t in self.instance_types if not wanted or t["InstanceTypeId"] in wanted]
@@ -50,8 +50,8 @@ class ServiceActions(AcsRpc):
                 404, "InvalidLaunchTemplate.NotFound", "The specified launch template does not exist."
             )
         numbers = {int(v) for v in self._numbered(params, "LaunchTemplateVersion") if v.isdigit()}
-        default_only = _bool(params.get("DefaultVersion"), False)
-        detail = _bool(params.get("DetailFlag"), False)
+        default_only = flag(params.get("DefaultVersion"), False)
+        detail = flag(params.get("DetailFlag"), False)
         number, size = self._page(params, 10, 50)
         found = [
             copy.deepcopy(v)
@@ -103,7 +103,7 @@ class ServiceActions(AcsRpc):
 
     # ------------------------------------------------------------------ STS and metadata
     def _issue_key(self, duration: float) -> tuple[str, AccessKey]:
-        key_id = f"STS.{_rand(24)}"
+        key_id = f"STS.{random_id(24)}"
         key = AccessKey(secrets.token_urlsafe(24), f"CAIS{secrets.token_urlsafe(48)}", time.time() + duration)
         self.keys[key_id] = key
         return key_id, key
@@ -113,13 +113,13 @@ class ServiceActions(AcsRpc):
             self._require(params, name)
         if params["OIDCToken"] not in self.oidc_tokens:
             # [reconstruction] STS's exact code for a token it cannot verify
-            raise _fail("AuthenticationFail.OIDCToken.Invalid")
+            raise fail("AuthenticationFail.OIDCToken.Invalid")
         if self.role_arns and params["RoleArn"] not in self.role_arns:
-            raise _fail("EntityNotExist.Role")
+            raise fail("EntityNotExist.Role")
         try:
             duration = int(params.get("DurationSeconds") or 3600)
         except ValueError:
-            raise _fail("InvalidParameter.DurationSeconds") from None
+            raise fail("InvalidParameter.DurationSeconds") from None
         key_id, key = self._issue_key(min(duration, self.sts_duration))
         assert key.expires_at is not None
         role_name = params["RoleArn"].rpartition("/")[2]
@@ -128,11 +128,11 @@ class ServiceActions(AcsRpc):
                 "AccessKeyId": key_id,
                 "AccessKeySecret": key.secret,
                 "SecurityToken": key.token,
-                "Expiration": _iso(key.expires_at),
+                "Expiration": iso_time(key.expires_at),
             },
             "AssumedRoleUser": {
                 "Arn": f"{params['RoleArn']}/{params['RoleSessionName']}",
-                "AssumedRoleId": f"3{_rand(16)}:{params['RoleSessionName']}",
+                "AssumedRoleId": f"3{random_id(16)}:{params['RoleSessionName']}",
             },
             "OIDCTokenInfo": {
                 "Subject": "system:serviceaccount:kube-system:cluster-autoscaler",
@@ -160,8 +160,8 @@ class ServiceActions(AcsRpc):
                 "AccessKeyId": key_id,
                 "AccessKeySecret": key.secret,
                 "SecurityToken": key.token,
-                "Expiration": _iso(key.expires_at),
-                "LastUpdated": _iso(time.time()),
+                "Expiration": iso_time(key.expires_at),
+                "LastUpdated": iso_time(time.time()),
                 "Code": "Success",
             },
         )

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudprovider_grpc.emulators import HttpProblem, Request, Response
-from cloudprovider_grpc.emulators.exoscale.core import _check_uuid
+from cloudprovider_grpc.emulators.exoscale.core import check_uuid
 from cloudprovider_grpc.emulators.exoscale.gateway import ExoscaleGateway
 
 
@@ -63,7 +63,7 @@ class ExoscaleApi(ExoscaleGateway):
         return Response(200, self._operation_json(self.operations[oid]))
 
     def _get_operation(self, req: Request) -> Response:
-        oid = _check_uuid(req.params["id"], "operation id")
+        oid = check_uuid(req.params["id"], "operation id")
         op = self.operations.get(oid)
         if op is None:
             raise HttpProblem(404, f"operation {oid} not found")
@@ -133,7 +133,7 @@ class ExoscaleApi(ExoscaleGateway):
         if len(set(ids)) != len(ids):
             raise HttpProblem(400, "invalid request body: instances must be unique")
         for iid in ids:
-            _check_uuid(iid, "instance id")
+            check_uuid(iid, "instance id")
             if iid not in pool["instances"]:
                 raise HttpProblem(400, f"instance {iid} is not a member of Instance Pool {pool['id']}")
         if not pool.get("manager") and len(ids) >= pool["size"]:
@@ -147,20 +147,20 @@ class ExoscaleApi(ExoscaleGateway):
 
     # ------------------------------------------------------------------ handlers
     def _cluster(self, req: Request) -> dict[str, Any]:
-        cid = _check_uuid(req.params["id"], "SKS cluster id")
+        cid = check_uuid(req.params["id"], "SKS cluster id")
         if cid not in self.clusters:
             raise HttpProblem(404, f"SKS cluster {cid} not found")
         return self.clusters[cid]
 
     def _nodepool(self, req: Request) -> dict[str, Any]:
         cluster = self._cluster(req)
-        npid = _check_uuid(req.params["np"], "SKS nodepool id")
+        npid = check_uuid(req.params["np"], "SKS nodepool id")
         if npid not in cluster["nodepools"]:
             raise HttpProblem(404, f"SKS nodepool {npid} not found")
         return self.nodepools[npid]
 
     def _pool(self, req: Request) -> dict[str, Any]:
-        pid = _check_uuid(req.params["id"], "Instance Pool id")
+        pid = check_uuid(req.params["id"], "Instance Pool id")
         if pid not in self.pools:
             raise HttpProblem(404, f"Instance Pool {pid} not found")
         return self.pools[pid]
@@ -212,7 +212,7 @@ class ExoscaleApi(ExoscaleGateway):
             raise HttpProblem(400, f"invalid manager-type {manager_type!r} (expected instance-pool)")
         manager_id = req.arg("manager-id")
         if manager_id is not None:
-            _check_uuid(manager_id, "manager-id")
+            check_uuid(manager_id, "manager-id")
             if manager_id in self.broken_pools:
                 raise HttpProblem(503, f"Instance Pool {manager_id} is temporarily unavailable")
         rows = [
@@ -224,7 +224,7 @@ class ExoscaleApi(ExoscaleGateway):
 
     def _get_instance(self, req: Request) -> Response:
         self._purge()
-        iid = _check_uuid(req.params["id"], "instance id")
+        iid = check_uuid(req.params["id"], "instance id")
         if iid not in self.instances:
             raise HttpProblem(404, f"instance {iid} not found")
         return Response(200, self._instance_json(self.instances[iid]))
@@ -233,7 +233,7 @@ class ExoscaleApi(ExoscaleGateway):
         return Response(200, {"instance-types": copy.deepcopy(self.instance_types)})
 
     def _get_type(self, req: Request) -> Response:
-        tid = _check_uuid(req.params["id"], "instance type id")
+        tid = check_uuid(req.params["id"], "instance type id")
         found = next((t for t in self.instance_types if t["id"] == tid), None)
         if found is None:
             raise HttpProblem(404, f"instance type {tid} not found")

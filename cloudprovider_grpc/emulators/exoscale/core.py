@@ -31,7 +31,7 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _check_uuid(value: str, what: str) -> str:
+def check_uuid(value: str, what: str) -> str:
     if not _UUID_RE.match(value):
         raise HttpProblem(400, f"invalid {what}: {value!r} is not a UUID")
     return value

@@ -18,7 +18,7 @@ from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.k8s.template import NodeTemplate, Taint
 from cloudprovider_grpc.providers.alicloud.client import AliClient
 
-log = logging.getLogger("cloudprovider_grpc.providers.alicloud.driver")  # the driver's log lines
+log = logging.getLogger(__name__)
 
 
 GPU_LABEL = "aliyun.accelerator/nvidia_name"

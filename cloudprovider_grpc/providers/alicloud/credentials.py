@@ -35,7 +35,7 @@ from pathlib import Path
 
 import requests
 
-from cloudprovider_grpc.config import secrets
+from cloudprovider_grpc.core import secrets
 from cloudprovider_grpc.core.clouderrors import CloudError
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
@@ -340,7 +340,7 @@ class Credentials:
 
 def secret_input(value: str, key: str) -> str:
     """Stripped of surrounding whitespace (a Secret file's trailing newline), header-safe, and
-    registered so no log line, status message or metric can carry it (cloudprovider_grpc.config.secrets)."""
+    registered so no log line, status message or metric can carry it (cloudprovider_grpc.core.secrets)."""
     secrets.register(value)
     value = value.strip()
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from cloudprovider_grpc.core.addresses import split_host_port
 from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator, seed
@@ -91,11 +92,7 @@ def _emulator_for(
 ) -> AliCloudEmulator:
     """An emulator accepting the configured (or documented default) credentials; instances move
     through their states on `clock` (the server's: virtual in a simulation)."""
-    host, _, port = address.rpartition(":")
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    host, port_n = split_host_port(address)
     keys = {EMULATOR_ACCESS_KEY_ID: EMULATOR_ACCESS_KEY_SECRET}
     tokens: list[str] = []
     roles: list[str] = []

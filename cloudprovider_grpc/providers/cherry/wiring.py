@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.core.addresses import split_host_port
 from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.cherry.emulator import DEFAULT_TEAM, CherryEmulator
@@ -38,11 +39,7 @@ def _emulator_for(
     """An emulator seeded from `config` (its token, projects, stock) or, without one, from the
     environment's token and defaults. Servers deploy on `clock` (the server's: virtual in a
     simulation), real time without one."""
-    host, _, port = address.rpartition(":")
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    host, port_n = split_host_port(address)
     token = config.token if config else (env_token or EMULATOR_DEFAULT_TOKEN)
     projects = config.project_ids if config else ()
     return CherryEmulator(

@@ -28,7 +28,7 @@ from cloudprovider_grpc.http import HttpClient, RetryPolicy, SecretAuth
 
 #: quota refusals, whether answered synchronously or as a failed operation's message (the live
 #: wording is not documented: this pattern is our assumption)
-_QUOTA_RE = re.compile(r"quota|limit (?:reached|exceeded)|insufficient", re.I)
+QUOTA_RE = re.compile(r"quota|limit (?:reached|exceeded)|insufficient", re.I)
 
 
 class ExoscaleAuth(SecretAuth):
@@ -59,7 +59,7 @@ def classify(err: CloudError) -> CloudError:
     is busy with another operation; our reading, the API documents no 409) is worth retrying later."""
     if err.status == 409:
         return CloudError(err.message, transient=True, code=err.code, status=409)
-    if not err.transient and _QUOTA_RE.search(err.message):
+    if not err.transient and QUOTA_RE.search(err.message):
         return CloudError(
             err.message, error_class=ErrorClass.OUT_OF_RESOURCES, code="QUOTA_EXCEEDED", status=err.status
         )

@@ -27,8 +27,8 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationInfo, field_validator
 
-from cloudprovider_grpc.config.secrets import read_secret
 from cloudprovider_grpc.core.errors import ConfigError
+from cloudprovider_grpc.core.secrets import read_secret
 from cloudprovider_grpc.providers.exoscale.emulator_options import (
     EMULATOR_ZONE,
     EmulatorOptions,

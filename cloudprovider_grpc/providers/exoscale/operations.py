@@ -17,9 +17,9 @@ from typing import Any
 from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.clouderrors import CloudError, ErrorClass, InstanceError
 from cloudprovider_grpc.providers.driver import Operation, OperationState, OperationStatus
-from cloudprovider_grpc.providers.exoscale.client import _QUOTA_RE, ExoscaleClient
+from cloudprovider_grpc.providers.exoscale.client import QUOTA_RE, ExoscaleClient
 
-log = logging.getLogger("cloudprovider_grpc.providers.exoscale.driver")  # the driver's log lines
+log = logging.getLogger(__name__)
 
 _CAPACITY_RE = re.compile(r"capacity|insufficient|sold.?out|no (?:more )?(?:hosts|resources)", re.I)
 #: operations still tracked after this long are dropped (the pool machinery stops polling after 30
@@ -50,7 +50,7 @@ def failure_error(group: str, kind: str, op: Mapping[str, Any]) -> CloudError:
     # out of resources, which CA backs off from as such (class 1): an account quota answers
     # `forbidden` with a quota message, a zone short of an instance type `unavailable` with a
     # capacity message (Exoscale calls such offerings "capacity-constrained")
-    quota = reason == "forbidden" and _QUOTA_RE.search(text)
+    quota = reason == "forbidden" and QUOTA_RE.search(text)
     capacity = reason == "unavailable" and _CAPACITY_RE.search(text)
     return CloudError(
         message,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.core.addresses import split_host_port
 from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.clouderrors import CloudError
-from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
 from cloudprovider_grpc.providers.driver import DriverBase
 from cloudprovider_grpc.providers.exoscale.client import ExoscaleClient
@@ -56,11 +56,7 @@ def emulator_for(
     """An emulator accepting the configured key, seeded with the demo cloud or the configured
     `emulator.nodepools` (unless a state file already holds a cloud) and one nodepool per --nodes
     name they lack. Its machines boot on `clock` (the server's: virtual in a simulation)."""
-    host, _, port = address.rpartition(":")
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    host, port_n = split_host_port(address)
     emu = config.emulator
     emulator = ExoscaleEmulator(
         host or "127.0.0.1",

@@ -6,7 +6,7 @@ operator reading `kubectl get events` or the status ConfigMap wants to know that
 (stock-out, quota), that a group is backing off, and when a machine was deleted. The shared
 machinery (the machine shape's providers/machine_*.py, the pool shape's providers/pool_*.py)
 reports each such moment here, once, and whoever listens (the Kubernetes reporter,
-observability/kubereport.py) turns it into an Event off the RPC path.
+server/kubereport.py) turns it into an Event off the RPC path.
 
 Listeners are called with the provider's lock held, from RPC handlers and background workers: they
 must only queue and return.

@@ -49,7 +49,7 @@ from cloudprovider_grpc.providers.machinery.shape import Shape
 from cloudprovider_grpc.providers.machinery.state_version import StateVersion
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.base")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, S
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.base")
+log = logging.getLogger(__name__)
 
 
 class RefreshCycle(Generic[S]):

@@ -23,7 +23,7 @@ from cloudprovider_grpc.providers.contract import NodeGroup
 from cloudprovider_grpc.providers.machinery.node_index import NodeIndex
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.base")
+log = logging.getLogger(__name__)
 
 
 class StateVersion:

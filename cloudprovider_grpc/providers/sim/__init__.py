@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from cloudprovider_grpc.config.pydantic_errors import problems
 from cloudprovider_grpc.core.errors import raise_all
+from cloudprovider_grpc.core.pydantic_errors import problems
 from cloudprovider_grpc.providers.registry import BuiltDriver, ProviderContext
 from cloudprovider_grpc.providers.sim.cloud import DEMO_GROUPS, SimCloud, SimDriver, SimOptions, SimPoolDriver
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.core.addresses import split_host_port
 from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.spc import SpcEmulator
@@ -51,11 +52,7 @@ def _emulator(
 ) -> SpcEmulator:
     """The demo cluster under `org`/`cluster`, accepting `token`. Node states run on `clock` (the
     server's: virtual in a simulation), real time without one."""
-    host, _, port = address.rpartition(":")
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    host, port_n = split_host_port(address)
     emulator = SpcEmulator(
         host or "127.0.0.1",
         port_n,

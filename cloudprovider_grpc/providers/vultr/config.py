@@ -37,8 +37,8 @@ from pydantic import (
     field_validator,
 )
 
-from cloudprovider_grpc.config.secrets import read_secret
 from cloudprovider_grpc.core.errors import ConfigError, ConfigErrors, did_you_mean
+from cloudprovider_grpc.core.secrets import read_secret
 from cloudprovider_grpc.providers.option_models import (
     OR_DEFAULTS,
     PositiveCount,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cloudprovider_grpc.core.addresses import split_host_port
 from cloudprovider_grpc.core.clock import Clock
 from cloudprovider_grpc.core.errors import ConfigError
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
@@ -48,11 +49,7 @@ def _emulator_for(
 ) -> VultrEmulator:
     """An emulator that accepts `token` and holds `cluster_id` with the configured (or demo) pools;
     its nodes boot on `clock` (the server's: virtual in a simulation), real time without one."""
-    host, _, port = address.rpartition(":")
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError("address", f"{address!r} is not HOST:PORT") from None
+    host, port_n = split_host_port(address)
     emulator = VultrEmulator(
         host or "127.0.0.1",
         port_n,

@@ -32,7 +32,7 @@ RUNNING, CREATING, DELETING = 1, 2, 3
 
 
 @dataclass
-class _ScaleUpRequest:
+class ScaleUpRequest:
     increase: int
     time: float
     expected_by: float
@@ -83,7 +83,7 @@ class EngineState:
         self.first_seen: dict[str, float] = {}
         self.seen_errors: set[str] = set()
         self.removed_ids: set[str] = set()
-        self.requests: dict[str, _ScaleUpRequest] = {}
+        self.requests: dict[str, ScaleUpRequest] = {}
         self.real_templates: dict[str, NodeShape] = {}
         self.world_templates: dict[str, NodeShape | None] = {}
         self._shapes: dict[tuple[str, bytes], NodeShape] = {}

@@ -18,9 +18,9 @@ from prometheus_client import REGISTRY
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.emulators.alicloud import AliCloudEmulator
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.server.assembly import start_server
 from tests.providers.alicloud.conftest import ENV, GROUP_A, GROUP_B, REGION, SK, ctx_for, rrsa_env
 from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import eventually, instances, refresh, target

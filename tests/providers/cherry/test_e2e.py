@@ -20,7 +20,6 @@ import pytest
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.emulators import FaultPlan
 from cloudprovider_grpc.emulators.cherry import CherryEmulator
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.cherry import CherryDriver, make_client
@@ -28,6 +27,7 @@ from cloudprovider_grpc.providers.cherry.config import load_config
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, build_provider
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 from tests.providers.cherry.conftest import PROJECT, example_ctx
 from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import eventually, instances, refresh, target

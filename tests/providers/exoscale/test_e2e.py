@@ -19,10 +19,10 @@ import pytest
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.emulators.exoscale import ExoscaleEmulator
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.server.assembly import start_server
 from tests.providers.exoscale.conftest import KEY, SECRET, ctx_for, spec
 from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import eventually, instances, refresh, target

@@ -19,11 +19,11 @@ import pytest
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.emulators import FaultPlan
 from cloudprovider_grpc.emulators.spc import SpcEmulator
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 from tests.providers.spc.conftest import BUILDING, CLUSTER, DELETING, DRAFT, PROVISIONED, pools, spc_ctx
 from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import eventually, instances, refresh, target

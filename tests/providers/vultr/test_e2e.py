@@ -22,11 +22,11 @@ import requests
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.emulators import FaultPlan
 from cloudprovider_grpc.emulators.vultr import VultrEmulator
-from cloudprovider_grpc.grpcapi.server import ServerHandle, start_server
 from cloudprovider_grpc.k8s.node import decode_node
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.registry import NodesSpec, ProviderContext, build_provider
+from cloudprovider_grpc.server.assembly import ServerHandle, start_server
 from tests.providers.vultr.conftest import PROVISION_SECONDS, new_emulator, vultr_ctx
 from tests.support.servers import ManualClock, channel, stub
 from tests.support.waits import eventually, instances, refresh, target

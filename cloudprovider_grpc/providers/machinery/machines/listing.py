@@ -27,7 +27,7 @@ from cloudprovider_grpc.providers.machinery.machines.core import (
 from cloudprovider_grpc.providers.machinery.machines.workers import MachineWorkers
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
+log = logging.getLogger(__name__)
 
 
 class MachineListingFold:

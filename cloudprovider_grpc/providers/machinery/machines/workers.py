@@ -26,7 +26,7 @@ from cloudprovider_grpc.providers.machinery.group_write_rules import WriteRules
 from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineGroupState
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.machines.provider")
+log = logging.getLogger(__name__)
 
 
 class MachineWorkers:

@@ -19,7 +19,7 @@ from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.group_state import GroupStateBase
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, take
 from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
+log = logging.getLogger(__name__)
 
 
 class PoolListingFold:

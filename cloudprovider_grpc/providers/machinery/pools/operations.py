@@ -17,7 +17,7 @@ from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
+log = logging.getLogger(__name__)
 
 #: how often an operation is polled: first after POLL_FIRST seconds, then backing off to POLL_MAX
 POLL_FIRST, POLL_MAX = 1.0, 15.0

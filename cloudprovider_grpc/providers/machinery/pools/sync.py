@@ -23,7 +23,7 @@ from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, Po
 from cloudprovider_grpc.providers.machinery.pools.operations import PoolOperations
 
 #: one logger for the whole shape
-log = logging.getLogger("cloudprovider_grpc.providers.machinery.pools.provider")
+log = logging.getLogger(__name__)
 
 
 class PoolSync:

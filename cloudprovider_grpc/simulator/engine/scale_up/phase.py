@@ -16,7 +16,7 @@ from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
 from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
 from cloudprovider_grpc.simulator.engine.scale_up.expanders import ExpanderContext
 from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, plan_scale_up
-from cloudprovider_grpc.simulator.engine.state import EngineState, _ScaleUpRequest
+from cloudprovider_grpc.simulator.engine.state import EngineState, ScaleUpRequest
 from cloudprovider_grpc.simulator.model import NodeShape, Resources
 from cloudprovider_grpc.simulator.predicates import HOSTNAME, fit_count
 
@@ -204,7 +204,7 @@ class ScaleUpPhase(EngineState):
                 continue
             any_ok = True
             self._seen_targets[gid] = view.target + delta
-            self.requests[gid] = _ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
+            self.requests[gid] = ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
             self.invalid.add(gid)
             self.last_scale_up = t
             reason = f"binpacking needs {plan.needed} node(s) of {plan.best.group if plan.best else gid}"

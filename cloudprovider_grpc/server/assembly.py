@@ -22,8 +22,9 @@ from typing import Any
 
 import grpc
 
-from cloudprovider_grpc.config.settings import Settings, is_loopback
+from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.core import unixsocket
+from cloudprovider_grpc.core.addresses import host_of, is_loopback
 from cloudprovider_grpc.core.errors import ServerStartError
 from cloudprovider_grpc.core.stopsignals import StopSignals
 from cloudprovider_grpc.front.link import unary_calls
@@ -35,11 +36,12 @@ from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
 from cloudprovider_grpc.grpcapi.wire import SERVICE_NAME
 from cloudprovider_grpc.ha.election import Elector, build_elector
 from cloudprovider_grpc.ha.handover import HandOverRelay, advertised_address
-from cloudprovider_grpc.observability import status, tracing
-from cloudprovider_grpc.observability.metrics_port import start_metrics_http
+from cloudprovider_grpc.observability import tracing
 from cloudprovider_grpc.providers.contract import CloudProvider
 from cloudprovider_grpc.providers.machinery.gate import DryRunGate
 from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.server import status
+from cloudprovider_grpc.server.metrics_port import start_metrics_http
 from cloudprovider_grpc.tls.reload import CertReloader
 
 __all__ = ["ServerHandle", "ServerStartError", "serve_forever", "start_server"]
@@ -213,7 +215,7 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     health_servicer, standard = add_standard_services(server)
     address = _grpc_address(settings.address)
     link, port = _open_public_port(binary, settings, server, handlers, standard, address)
-    handle = ServerHandle(server, provider, health_servicer, port, address.rpartition(":")[0], servicer.gate)
+    handle = ServerHandle(server, provider, health_servicer, port, host_of(address), servicer.gate)
     if settings.unix_socket is not None:
         handle.unix_socket = settings.unix_socket
         handle.socket_inode = unixsocket.inode(settings.unix_socket)
@@ -225,14 +227,14 @@ def start_server(settings: Settings | None = None, *, provider: CloudProvider | 
     if settings.metrics_address:
         _start_metrics_port(handle, settings, status_now)
     if settings.kube_status:
-        from cloudprovider_grpc.observability.kubereport import start_reporting
+        from cloudprovider_grpc.server.kubereport import start_reporting
 
         handle.reporter = start_reporting(settings, provider, status_now, elector)
     _start_serving(handle)
     if elector is None:
         set_serving(health_servicer, True)
     else:
-        _start_election(handle, elector, advertised_address(address.rpartition(":")[0], port))
+        _start_election(handle, elector, advertised_address(host_of(address), port))
     _log_started(handle, settings, address)
     return handle
 

@@ -27,11 +27,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from cloudprovider_grpc.config.secrets import redact
+from cloudprovider_grpc.core.secrets import redact
 from cloudprovider_grpc.ha.lease import api_problem
-from cloudprovider_grpc.observability import castatus, status
+from cloudprovider_grpc.observability import castatus
 from cloudprovider_grpc.observability.events import Correlator, Event, ObjectRef, Write
 from cloudprovider_grpc.providers.machinery.activity import Occurrence
+from cloudprovider_grpc.server import status
 
 log = logging.getLogger(__name__)
 

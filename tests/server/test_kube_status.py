@@ -18,14 +18,14 @@ import yaml
 
 from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.emulators.cherry import CherryEmulator
-from cloudprovider_grpc.grpcapi.server import start_server
 from cloudprovider_grpc.observability.events import SPAM_BURST
-from cloudprovider_grpc.observability.kubereport import CONFIGMAP, LAST_UPDATED, KubeReporter
-from cloudprovider_grpc.observability.status import snapshot
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.contract import NodeRef
 from cloudprovider_grpc.providers.machinery.activity import Occurrence
 from cloudprovider_grpc.providers.registry import build_provider
+from cloudprovider_grpc.server.assembly import start_server
+from cloudprovider_grpc.server.kubereport import CONFIGMAP, LAST_UPDATED, KubeReporter
+from cloudprovider_grpc.server.status import snapshot
 from tests.providers.cherry.conftest import PROJECT, TOKEN, example_ctx
 from tests.support.controlplane import ControlPlane
 from tests.support.rbac import grants, wait_allowed

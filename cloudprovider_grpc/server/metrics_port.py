@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from cloudprovider_grpc.config.secrets import redact
+from cloudprovider_grpc.core.addresses import split_host_port
+from cloudprovider_grpc.core.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,9 @@ class Serving(Protocol):
 
 
 def http_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    """Where to bind: an empty host is every interface."""
+    host, port = split_host_port(address, "metrics_address")
+    return host or "0.0.0.0", port
 
 
 class _MetricsHandler(BaseHTTPRequestHandler):
@@ -77,7 +79,7 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _status(self) -> tuple[bytes, str, int]:
-        from cloudprovider_grpc.observability import status
+        from cloudprovider_grpc.server import status
 
         build = self.server.status_ref
         if build is None:

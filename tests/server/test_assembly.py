@@ -19,11 +19,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cloudprovider_grpc.config.settings import Settings
-from cloudprovider_grpc.grpcapi.server import ServerStartError, start_server
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.driver import Machine
 from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
+from cloudprovider_grpc.server.assembly import ServerStartError, start_server
 from tests.support.certs import write_pki
 from tests.support.ports import free_port
 from tests.support.servers import channel, sim_server, stub

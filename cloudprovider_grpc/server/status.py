@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cloudprovider_grpc import __version__
-from cloudprovider_grpc.config.secrets import redact
+from cloudprovider_grpc.core.secrets import redact
 from cloudprovider_grpc.providers.contract import CloudProvider, InstanceState
 
 #: keys whose values move on their own (clock readings); a document that differs only in these is
