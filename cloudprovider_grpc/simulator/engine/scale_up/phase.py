@@ -13,18 +13,78 @@ from collections import Counter
 
 from cloudprovider_grpc.simulator import limits
 from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
+from cloudprovider_grpc.simulator.engine.activity import Activity
+from cloudprovider_grpc.simulator.engine.cluster_state import ClusterState
+from cloudprovider_grpc.simulator.engine.context import RunContext
+from cloudprovider_grpc.simulator.engine.group_options import GroupOptionsCache
+from cloudprovider_grpc.simulator.engine.pricing import RpcPricing
 from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
-from cloudprovider_grpc.simulator.engine.scale_up.expanders import ExpanderContext
+from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain, ExpanderContext
 from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, plan_scale_up
-from cloudprovider_grpc.simulator.engine.state import EngineState, _ScaleUpRequest
-from cloudprovider_grpc.simulator.model import NodeShape, Resources
-from cloudprovider_grpc.simulator.predicates import HOSTNAME, fit_count
+from cloudprovider_grpc.simulator.engine.scale_up.requests import ScaleUpRequest, ScaleUpRequests
+from cloudprovider_grpc.simulator.engine.timeline import Timeline
+from cloudprovider_grpc.simulator.model import NodeShape, Resources, add_into
+from cloudprovider_grpc.simulator.predicates import (
+    HOSTNAME,
+    StaticFitCache,
+    fit_count,
+    resources_fit,
+    static_fit,
+)
 
 
-class ScaleUpPhase(EngineState):
-    """Filtering the unschedulable pods and acting on the scale-up plan."""
+class ScaleUpPhase:
+    """Filtering the unschedulable pods and acting on the scale-up plan.
 
-    def _unschedulable(
+    Holds the expander chain, the template fit and free-resource caches, and the scale-ups in
+    flight with the groups' back-offs; handed the cluster state (a group CA resized is listed
+    again), the times CA last acted, the timeline (the target CA just set) and the GetOptions
+    answers (zeroOrMaxNodeScaling)."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        requests: ScaleUpRequests,
+        cluster: ClusterState,
+        activity: Activity,
+        timeline: Timeline,
+        group_options: GroupOptionsCache,
+    ) -> None:
+        self.ctx = ctx
+        self.s, self.o, self.rec, self.world, self.client = (
+            ctx.scenario,
+            ctx.options,
+            ctx.rec,
+            ctx.world,
+            ctx.client,
+        )
+        self.requests = requests
+        self.cluster = cluster
+        self.activity = activity
+        self.timeline = timeline
+        self.group_options = group_options
+        self.chain = Chain(self.o.expander)
+        self.pricing = RpcPricing(ctx.client)
+        self.fits = StaticFitCache()
+        self._free: dict[int, Resources] = {}
+        self._last_no_scale_up: tuple[object, ...] | None = None
+
+    def template_free(self, shape: NodeShape) -> Resources:
+        """Allocatable minus the DaemonSet pods CA adds to a sanitized template node."""
+        free = self._free.get(id(shape))
+        if free is None:
+            free = dict(shape.allocatable)
+            for ds in self.world.daemonsets:
+                if static_fit(ds, shape) and resources_fit(ds.requests, free):
+                    add_into(free, ds.requests, -1)
+            self._free[id(shape)] = free
+        return free
+
+    def nothing_pending(self) -> None:
+        """No pod needs a scale-up this loop: the next "no scale-up" is logged again."""
+        self._last_no_scale_up = None
+
+    def unschedulable(
         self, t: float, templates: dict[str, NodeShape], upcoming: dict[str, int]
     ) -> list[PodGroup]:
         pods = sorted(self.world.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
@@ -52,7 +112,7 @@ class ScaleUpPhase(EngineState):
                 bins.extend((tpl, dict(self.template_free(tpl))) for _ in range(upcoming[gid]))
         # pods with inter-pod constraints are tried one by one against the cluster plus the
         # upcoming nodes (each a fresh hostname), like filter_out_schedulable.go's snapshot
-        view = self._placement() if any(pg.shape.interpod for pg in groups.values()) else None
+        view = self.ctx.placement() if any(pg.shape.interpod for pg in groups.values()) else None
         if view is not None:
             view = view.copy()
             for i, (tpl, _) in enumerate(bins):
@@ -87,7 +147,7 @@ class ScaleUpPhase(EngineState):
             )
         return [pg for pg in groups.values() if pg.count > 0]
 
-    def _scale_up(
+    def scale_up(
         self,
         pod_groups: list[PodGroup],
         groups: list[GroupInfo],
@@ -97,13 +157,13 @@ class ScaleUpPhase(EngineState):
         upcoming: dict[str, int],
         t: float,
     ) -> bool:
-        now = self.clock.datetime(t)
+        now = self.ctx.clock.datetime(t)
         views = []
         for g in groups:
             if g.id not in targets:
                 continue
             tpl = templates.get(g.id)
-            off = self.backoff.backed_off(g.id, t)
+            off = self.requests.backoff.backed_off(g.id, t)
             views.append(
                 GroupView(
                     g.id,
@@ -113,7 +173,7 @@ class ScaleUpPhase(EngineState):
                     tpl,
                     self.template_free(tpl) if tpl is not None else {},
                     f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
-                    self._zero_or_max(g.id),
+                    self.group_options.zero_or_max(g.id),
                 )
             )
         # every node counts against the limits, in a group or not, and so do upcoming nodes (as
@@ -124,7 +184,7 @@ class ScaleUpPhase(EngineState):
             if n and gid in templates:
                 shapes.extend([templates[gid]] * n)
         cluster_nodes = len(self.world.nodes) + sum(upcoming.values())
-        ctx = ExpanderContext(self.rng, now, len(self.world.nodes), self.pricing, self.s.priorities)
+        ctx = ExpanderContext(self.ctx.rng, now, len(self.world.nodes), self.pricing, self.s.priorities)
         plan = plan_scale_up(
             pod_groups,
             views,
@@ -135,7 +195,7 @@ class ScaleUpPhase(EngineState):
             limits.usage(shapes, gpu_label),
             self.fits,
             gpu_label,
-            self._placement(),
+            self.ctx.placement(),
         )
         pending = sum(pg.count for pg in pod_groups)
         if not plan.increases:
@@ -191,8 +251,8 @@ class ScaleUpPhase(EngineState):
             try:
                 self.client.increase_size(gid, delta)
             except RpcError as exc:
-                until = self.backoff.fail(gid, t, f"OtherError.{exc.code.name}")
-                self.last_failure = t
+                until = self.requests.backoff.fail(gid, t, f"OtherError.{exc.code.name}")
+                self.activity.last_failure = t
                 self.rec.line(f"Failed to increase node group {gid} size by {delta}: {exc.details}")
                 self.rec.decide(
                     "scale-up-error",
@@ -203,10 +263,10 @@ class ScaleUpPhase(EngineState):
                 )
                 continue
             any_ok = True
-            self._seen_targets[gid] = view.target + delta
-            self.requests[gid] = _ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
-            self.invalid.add(gid)
-            self.last_scale_up = t
+            self.timeline.saw_target(gid, view.target + delta)
+            self.requests.in_flight[gid] = ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
+            self.cluster.invalidate(gid)
+            self.activity.last_scale_up = t
             reason = f"binpacking needs {plan.needed} node(s) of {plan.best.group if plan.best else gid}"
             if delta < plan.needed:
                 reason += f"; +{delta} here (target {view.target}, max size {view.max_size})"
