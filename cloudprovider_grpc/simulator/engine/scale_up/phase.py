@@ -10,6 +10,7 @@ GetOptions answer instead of a new call (a known simplification).
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from cloudprovider_grpc.simulator import limits
 from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
@@ -20,7 +21,7 @@ from cloudprovider_grpc.simulator.engine.group_options import GroupOptionsCache
 from cloudprovider_grpc.simulator.engine.pricing import RpcPricing
 from cloudprovider_grpc.simulator.engine.scale_up.estimator import PodGroup
 from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain, ExpanderContext
-from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, plan_scale_up
+from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, ScaleUpPlan, plan_scale_up
 from cloudprovider_grpc.simulator.engine.scale_up.requests import ScaleUpRequest, ScaleUpRequests
 from cloudprovider_grpc.simulator.engine.timeline import Timeline
 from cloudprovider_grpc.simulator.model import NodeShape, Resources, add_into
@@ -157,25 +158,10 @@ class ScaleUpPhase:
         upcoming: dict[str, int],
         t: float,
     ) -> bool:
+        """ScaleUp of static_autoscaler.go: plan (`orchestrator.py`), then one IncreaseSize per
+        group of the plan; True when one succeeded."""
         now = self.ctx.clock.datetime(t)
-        views = []
-        for g in groups:
-            if g.id not in targets:
-                continue
-            tpl = templates.get(g.id)
-            off = self.requests.backoff.backed_off(g.id, t)
-            views.append(
-                GroupView(
-                    g.id,
-                    g.min_size,
-                    g.max_size,
-                    targets[g.id],
-                    tpl,
-                    self.template_free(tpl) if tpl is not None else {},
-                    f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
-                    self.group_options.zero_or_max(g.id),
-                )
-            )
+        views = self._group_views(groups, targets, templates, t)
         # every node counts against the limits, in a group or not, and so do upcoming nodes (as
         # CA <= 1.34 counted them through target sizes; current CA counts ready nodes only)
         gpu_label = self.client.gpu_label()
@@ -199,83 +185,128 @@ class ScaleUpPhase:
         )
         pending = sum(pg.count for pg in pod_groups)
         if not plan.increases:
-            key = (plan.reason, tuple(sorted(plan.skipped.items())), pending)
-            if key != self._last_no_scale_up:
-                self.rec.line(f"{pending} unschedulable pods in {len(pod_groups)} equivalence groups")
-                for line in plan.lines:
-                    self.rec.line(line)
-                self.rec.decide(
-                    "no-scale-up",
-                    reason=plan.reason,
-                    inputs={"pending_pods": pending, "skipped_groups": dict(sorted(plan.skipped.items()))},
-                )
-            self._last_no_scale_up = key
+            self._log_no_scale_up(plan, pod_groups, pending)
             return False
         self._last_no_scale_up = None
         self.rec.line(f"{pending} unschedulable pods in {len(pod_groups)} equivalence groups")
         for line in plan.lines:
             self.rec.line(line)
-        inputs = {
-            "pending_pods": pending,
-            "equivalence_groups": [
-                {
-                    "owner": pg.shape.owner,
-                    "pods": pg.count,
-                    "requests": dict(sorted(pg.shape.requests.items())),
-                }
-                for pg in pod_groups
-            ],
-            "options": [
-                {"group": o.group, "node_count": o.node_count, "pods": o.pod_count} for o in plan.options
-            ],
-            "skipped_groups": dict(sorted(plan.skipped.items())),
-            # every group CA looked at and what became of it: the expander's inputs and verdicts
-            "considered": [
-                {
-                    "group": o.group,
-                    "node_count": o.node_count,
-                    "pods": o.pod_count,
-                    "verdict": "chosen"
-                    if plan.best is not None and o.group == plan.best.group
-                    else ctx.rejected.get(o.group, "not chosen"),
-                }
-                for o in plan.options
-            ],
-            "expander": self.o.expander,
-            "chosen": plan.best.group if plan.best else "",
-            "estimated": plan.needed,
-        }
+        inputs = _decision_inputs(plan, pod_groups, pending, ctx, self.o.expander)
         any_ok = False
         for gid, delta in plan.increases:
             view = next(v for v in views if v.id == gid)
-            try:
-                self.client.increase_size(gid, delta)
-            except RpcError as exc:
-                until = self.requests.backoff.fail(gid, t, f"OtherError.{exc.code.name}")
-                self.activity.last_failure = t
-                self.rec.line(f"Failed to increase node group {gid} size by {delta}: {exc.details}")
-                self.rec.decide(
-                    "scale-up-error",
-                    group=gid,
-                    delta=delta,
-                    reason=exc.details,
-                    inputs={**inputs, "backoff_until": until},
-                )
+            any_ok = self._increase(view, delta, plan, inputs, pending, t) or any_ok
+        return any_ok
+
+    def _group_views(
+        self, groups: list[GroupInfo], targets: dict[str, int], templates: dict[str, NodeShape], t: float
+    ) -> list[GroupView]:
+        """What the orchestrator sees of each group CA knows the target of: bounds, template and
+        its free resources, back-off, zeroOrMaxNodeScaling."""
+        views = []
+        for g in groups:
+            if g.id not in targets:
                 continue
-            any_ok = True
-            self.timeline.saw_target(gid, view.target + delta)
-            self.requests.in_flight[gid] = ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
-            self.cluster.invalidate(gid)
-            self.activity.last_scale_up = t
-            reason = f"binpacking needs {plan.needed} node(s) of {plan.best.group if plan.best else gid}"
-            if delta < plan.needed:
-                reason += f"; +{delta} here (target {view.target}, max size {view.max_size})"
-            reason += f"; the chosen option schedules {plan.pods_triggered} of {pending} pending pods"
+            tpl = templates.get(g.id)
+            off = self.requests.backoff.backed_off(g.id, t)
+            views.append(
+                GroupView(
+                    g.id,
+                    g.min_size,
+                    g.max_size,
+                    targets[g.id],
+                    tpl,
+                    self.template_free(tpl) if tpl is not None else {},
+                    f"{off.reason} until {self.rec.stamp(off.until)}" if off else None,
+                    self.group_options.zero_or_max(g.id),
+                )
+            )
+        return views
+
+    def _log_no_scale_up(self, plan: ScaleUpPlan, pod_groups: list[PodGroup], pending: int) -> None:
+        """Why nothing scales up, logged when it changes (the same reason every loop is noise)."""
+        key = (plan.reason, tuple(sorted(plan.skipped.items())), pending)
+        if key != self._last_no_scale_up:
+            self.rec.line(f"{pending} unschedulable pods in {len(pod_groups)} equivalence groups")
+            for line in plan.lines:
+                self.rec.line(line)
             self.rec.decide(
-                "scale-up",
+                "no-scale-up",
+                reason=plan.reason,
+                inputs={"pending_pods": pending, "skipped_groups": dict(sorted(plan.skipped.items()))},
+            )
+        self._last_no_scale_up = key
+
+    def _increase(
+        self, view: GroupView, delta: int, plan: ScaleUpPlan, inputs: dict[str, Any], pending: int, t: float
+    ) -> bool:
+        """One IncreaseSize: on success a request in flight (registered by max-node-provision-time,
+        or the group backs off) and the group's listing refreshed; on failure the group backs off
+        at once (executeScaleUp's RegisterFailedScaleUp)."""
+        gid = view.id
+        try:
+            self.client.increase_size(gid, delta)
+        except RpcError as exc:
+            until = self.requests.backoff.fail(gid, t, f"OtherError.{exc.code.name}")
+            self.activity.last_failure = t
+            self.rec.line(f"Failed to increase node group {gid} size by {delta}: {exc.details}")
+            self.rec.decide(
+                "scale-up-error",
                 group=gid,
                 delta=delta,
-                reason=reason,
-                inputs={**inputs, "target_before": view.target, "max_size": view.max_size},
+                reason=exc.details,
+                inputs={**inputs, "backoff_until": until},
             )
-        return any_ok
+            return False
+        self.timeline.saw_target(gid, view.target + delta)
+        self.requests.in_flight[gid] = ScaleUpRequest(delta, t, t + self.o.max_node_provision_time)
+        self.cluster.invalidate(gid)
+        self.activity.last_scale_up = t
+        reason = f"binpacking needs {plan.needed} node(s) of {plan.best.group if plan.best else gid}"
+        if delta < plan.needed:
+            reason += f"; +{delta} here (target {view.target}, max size {view.max_size})"
+        reason += f"; the chosen option schedules {plan.pods_triggered} of {pending} pending pods"
+        self.rec.decide(
+            "scale-up",
+            group=gid,
+            delta=delta,
+            reason=reason,
+            inputs={**inputs, "target_before": view.target, "max_size": view.max_size},
+        )
+        return True
+
+
+def _decision_inputs(
+    plan: ScaleUpPlan, pod_groups: list[PodGroup], pending: int, ctx: ExpanderContext, expander: str
+) -> dict[str, Any]:
+    """A scale-up decision's inputs: the pods, every group CA looked at and what became of it (the
+    expander's inputs and verdicts), and the estimate."""
+    return {
+        "pending_pods": pending,
+        "equivalence_groups": [
+            {
+                "owner": pg.shape.owner,
+                "pods": pg.count,
+                "requests": dict(sorted(pg.shape.requests.items())),
+            }
+            for pg in pod_groups
+        ],
+        "options": [
+            {"group": o.group, "node_count": o.node_count, "pods": o.pod_count} for o in plan.options
+        ],
+        "skipped_groups": dict(sorted(plan.skipped.items())),
+        "considered": [
+            {
+                "group": o.group,
+                "node_count": o.node_count,
+                "pods": o.pod_count,
+                "verdict": "chosen"
+                if plan.best is not None and o.group == plan.best.group
+                else ctx.rejected.get(o.group, "not chosen"),
+            }
+            for o in plan.options
+        ],
+        "expander": expander,
+        "chosen": plan.best.group if plan.best else "",
+        "estimated": plan.needed,
+    }
