@@ -4,15 +4,19 @@ Follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce up to the scale-up (rese
 NodeGroupNodes for groups whose cached listing is stale (2m, as
 `pkg/clusterstate/utils/node_instances_cache.go`) or that are scaling up / just deleted nodes;
 kubelets register machines the cloud reports running (NotReady for `node_ready_delay`), the
-scenario's node events apply, CA's first loop removes ToBeDeleted taints a previous run left
-(`cleanUpIfRequired`); templates come from a real ready node of each group, else the cached
-real-node template, else NodeGroupTemplateNodeInfo
+scenario's node events apply (`node_events.py`, called by the loop in between), CA's first loop
+removes ToBeDeleted taints a previous run left (`cleanUpIfRequired`); templates come from a real
+ready node of each group, else the cached real-node template, else NodeGroupTemplateNodeInfo
 (`pkg/processors/nodeinfosprovider/mixed_nodeinfos_processor.go`). Cluster state
 (`pkg/clusterstate/clusterstate.go`): creation errors back the group off and are deleted
 (`deleteCreatedNodesWithErrors`), instances unregistered past `max-node-provision-time` are
 deleted, scale-up requests that time out back off, a target above the registered size for longer
 than the provision time is decreased (`fixNodeGroupSize`), and too many unready nodes make the
 cluster unhealthy (IsClusterHealthy).
+
+`ClusterState` owns the instance listings and what CA remembers of them (first seen, creation
+errors counted, machines it deleted), the templates, and the timers of these checks; it is handed
+the scale-ups in flight, the scale-down planner, the node costs and the GetOptions answers.
 """
 
 from __future__ import annotations

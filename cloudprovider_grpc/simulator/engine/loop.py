@@ -9,6 +9,9 @@ Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce (research not
    ends the loop), IsClusterHealthy (which ends it too);
 6. scale-up (`scale_up`), then scale-down (`scale_down`) outside its cooldown.
 
+`Simulation` builds the run context (`context.py`) and the parts, hands each phase object the
+parts it reads, and after the last loop has `summary.py` build the report.
+
 Known simplifications: see README "Not modelled".
 """
 
