@@ -24,7 +24,7 @@ from cloudprovider_grpc.simulator.engine.scale_up.expanders import Chain, Expand
 from cloudprovider_grpc.simulator.engine.scale_up.orchestrator import GroupView, ScaleUpPlan, plan_scale_up
 from cloudprovider_grpc.simulator.engine.scale_up.requests import ScaleUpRequest, ScaleUpRequests
 from cloudprovider_grpc.simulator.engine.timeline import Timeline
-from cloudprovider_grpc.simulator.model import NodeShape, Resources, add_into
+from cloudprovider_grpc.simulator.model import NodeShape, Pod, Resources, add_into
 from cloudprovider_grpc.simulator.predicates import (
     HOSTNAME,
     StaticFitCache,
@@ -88,9 +88,29 @@ class ScaleUpPhase:
     def unschedulable(
         self, t: float, templates: dict[str, NodeShape], upcoming: dict[str, int]
     ) -> list[PodGroup]:
+        """The pending pods CA acts on, by equivalence group: not expendable, old enough, and not
+        fitting on the upcoming nodes (filter_out_schedulable.go)."""
         pods = sorted(self.world.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
         if not pods:
             return []
+        groups = self._equivalence_groups(t, pods)
+        bins: list[tuple[NodeShape, Resources]] = []
+        for gid in sorted(upcoming):
+            tpl = templates.get(gid)
+            if tpl is not None:
+                bins.extend((tpl, dict(self.template_free(tpl))) for _ in range(upcoming[gid]))
+        absorbed = self._absorb_on_upcoming(groups, bins)
+        if absorbed:
+            self.rec.line(
+                f"{absorbed} pods marked as unschedulable can be scheduled on upcoming nodes. "
+                "Ignoring in scale up."
+            )
+        return [pg for pg in groups if pg.count > 0]
+
+    def _equivalence_groups(self, t: float, pods: list[Pod]) -> list[PodGroup]:
+        """The pods by shape, in priority order; expendable pods (below
+        expendable-pods-priority-cutoff) are counted and ignored, and pods younger than
+        new-pod-scale-up-delay wait."""
         cutoff = self.o.expendable_pods_priority_cutoff
         groups: dict[int, PodGroup] = {}
         expendable = 0
@@ -106,14 +126,14 @@ class ScaleUpPhase:
                 pg.count += 1
         if expendable:
             self.rec.line(f"{expendable} pods are expendable (priority below {cutoff}); ignored")
-        bins: list[tuple[NodeShape, Resources]] = []
-        for gid in sorted(upcoming):
-            tpl = templates.get(gid)
-            if tpl is not None:
-                bins.extend((tpl, dict(self.template_free(tpl))) for _ in range(upcoming[gid]))
-        # pods with inter-pod constraints are tried one by one against the cluster plus the
-        # upcoming nodes (each a fresh hostname), like filter_out_schedulable.go's snapshot
-        view = self.ctx.placement() if any(pg.shape.interpod for pg in groups.values()) else None
+        return list(groups.values())
+
+    def _absorb_on_upcoming(self, groups: list[PodGroup], bins: list[tuple[NodeShape, Resources]]) -> int:
+        """Take from each group the pods that fit on the upcoming nodes (first fit, in group
+        order); how many fit. Pods with inter-pod constraints are tried one by one against the
+        cluster plus the upcoming nodes (each a fresh hostname), like filter_out_schedulable.go's
+        snapshot."""
+        view = self.ctx.placement() if any(pg.shape.interpod for pg in groups) else None
         if view is not None:
             view = view.copy()
             for i, (tpl, _) in enumerate(bins):
@@ -121,7 +141,7 @@ class ScaleUpPhase:
                     f"upcoming-{tpl.group}-{i}", {**tpl.labels, HOSTNAME: f"upcoming-{tpl.group}-{i}"}
                 )
         absorbed = 0
-        for pg in groups.values():
+        for pg in groups:
             one_by_one = view is not None and view.relevant(pg.shape)
             for i, (tpl, free) in enumerate(bins):
                 if pg.count == 0:
@@ -141,12 +161,7 @@ class ScaleUpPhase:
                         free[k2] = free.get(k2, 0) - v * n
                     pg.count -= n
                     absorbed += n
-        if absorbed:
-            self.rec.line(
-                f"{absorbed} pods marked as unschedulable can be scheduled on upcoming nodes. "
-                "Ignoring in scale up."
-            )
-        return [pg for pg in groups.values() if pg.count > 0]
+        return absorbed
 
     def scale_up(
         self,
