@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cloudprovider_grpc.simulator.agreement import CAAccount
+    from cloudprovider_grpc.simulator.replay import Recording
+    from cloudprovider_grpc.simulator.report import Report
+    from cloudprovider_grpc.simulator.scenario import Scenario
 
 
 def _has_emulator(backend: str) -> bool:
@@ -56,15 +59,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if problem:
         return _fail(problem)
     try:
-        data, notes, twin, account = _base(args)
-        from cloudprovider_grpc.simulator import whatif
-
-        whatif.apply(data, scales=args.scale, add=args.add_workload, drain=args.drain_group, sets=args.set)
-        scenario = _validate(data, args)
-        if args.write_scenario is not None:
-            write_scenario(args.write_scenario, data, notes)
-            print(f"wrote {args.write_scenario}")
-        variants = _variants(args, data)
+        scenario, notes, twin, account, variants = _prepare(args)
     except ScenarioError as exc:
         return _fail(str(exc))
     except ConfigError as exc:
@@ -79,18 +74,7 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         if variants:
             return _compare(args, variants, notes, server, provider, account)
-        from cloudprovider_grpc.simulator.runner import run
-
-        echo = None if args.quiet else (lambda line: print(line, flush=True))
-        report = run(
-            scenario,
-            server=server,
-            seed=args.seed,
-            provider=provider,
-            emulate=args.emulate,
-            echo=echo,
-            pace=False if args.no_pace else None,
-        )
+        report = _simulate(args, scenario, server, provider)
     except ScenarioError as exc:  # found once the node groups are known, e.g. a --drain-group
         return _fail(str(exc))
     except ConfigError as exc:
@@ -107,6 +91,48 @@ def run_cli(args: argparse.Namespace) -> int:
     report.notes = [*notes, *report.notes]
     if account is not None:
         report.agreement = account.against(report, scenario.autoscaler.scan_interval)
+    _write_and_tell(args, report, scenario)
+    return 0
+
+
+def _prepare(
+    args: argparse.Namespace,
+) -> tuple[Scenario, list[str], bool, CAAccount | None, list[tuple[str, dict[str, Any]]]]:
+    """The scenario after the what-if edits (saved with --write-scenario), its notes, whether it
+    is a twin of a running server's groups, CA's own account of a replay, and the variants to
+    compare."""
+    data, notes, twin, account = _base(args)
+    from cloudprovider_grpc.simulator import whatif
+
+    whatif.apply(data, scales=args.scale, add=args.add_workload, drain=args.drain_group, sets=args.set)
+    scenario = _validate(data, args)
+    if args.write_scenario is not None:
+        write_scenario(args.write_scenario, data, notes)
+        print(f"wrote {args.write_scenario}")
+    return scenario, notes, twin, account, _variants(args, data)
+
+
+def _simulate(
+    args: argparse.Namespace, scenario: Scenario, server: str | None, provider: str | None
+) -> Report:
+    """One run, its decision log printed as it goes unless --quiet."""
+    from cloudprovider_grpc.simulator.runner import run
+
+    echo = None if args.quiet else (lambda line: print(line, flush=True))
+    return run(
+        scenario,
+        server=server,
+        seed=args.seed,
+        provider=provider,
+        emulate=args.emulate,
+        echo=echo,
+        pace=False if args.no_pace else None,
+    )
+
+
+def _write_and_tell(args: argparse.Namespace, report: Report, scenario: Scenario) -> None:
+    """The reports written into --out, the notes, the agreement with CA's own account, and the
+    one-line outcome."""
     for note in report.write(args.out):
         print(note)
     for note in report.notes:
@@ -119,7 +145,6 @@ def run_cli(args: argparse.Namespace) -> int:
         f"{scenario.name}: {s['loops']} loops, {s['nodes_added']} node(s) added, "
         f"{s['nodes_removed']} removed, max {s['max_pending_pods']} pending pods{cost}"
     )
-    return 0
 
 
 def out_problem(out: Path) -> str:
@@ -146,61 +171,91 @@ def _base(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool, CA
     """The scenario mapping before edits, the notes about it, whether it is a `sim` twin, and
     what the real cluster-autoscaler decided meanwhile (a replay whose recording or `--ca-log`
     holds it)."""
-    import yaml
-
     from cloudprovider_grpc.simulator.scenario import ScenarioError
 
     if args.ca_log is not None and args.replay is None:
         raise ScenarioError("--ca-log FILE goes with --replay DIR (the recording it is aligned to)")
-
     if args.scenario is not None:
-        try:
-            data = yaml.safe_load(args.scenario.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ScenarioError(f"{args.scenario}: cannot read: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            from cloudprovider_grpc.config.settings import yaml_problem
-
-            raise ScenarioError(yaml_problem(args.scenario, exc)) from None
-        if not isinstance(data, dict):
-            raise ScenarioError(f"{args.scenario}: a scenario must be a mapping at the top level")
-        if args.autoscaler_flags:
-            from cloudprovider_grpc.simulator.flags import parse_flags, read_flag_text
-
-            options, notes = parse_flags(read_flag_text(args.autoscaler_flags))
-            data.setdefault("autoscaler", {}).update(options)
-            return data, notes, False, None
-        return data, [], False, None
-    from cloudprovider_grpc.simulator.flags import read_flag_text
-    from cloudprovider_grpc.simulator.snapshot import build_scenario, load_dump, read_cluster
-
+        data, notes = _scenario_file(args)
+        return data, notes, False, None
     if args.server is None and args.provider is None:
         raise ScenarioError("a cluster snapshot needs its node groups: give --server or --provider")
-    recording = None
-    templates: list[str] = []
-    dump_notes: list[str] = []
+    return _from_cluster(args)
+
+
+def _scenario_file(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The scenario file's mapping, with --autoscaler-flags over its `autoscaler:` section."""
+    import yaml
+
+    from cloudprovider_grpc.simulator.scenario import ScenarioError
+
+    try:
+        data = yaml.safe_load(args.scenario.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScenarioError(f"{args.scenario}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        from cloudprovider_grpc.config.settings import yaml_problem
+
+        raise ScenarioError(yaml_problem(args.scenario, exc)) from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{args.scenario}: a scenario must be a mapping at the top level")
+    if args.autoscaler_flags:
+        from cloudprovider_grpc.simulator.flags import parse_flags, read_flag_text
+
+        options, notes = parse_flags(read_flag_text(args.autoscaler_flags))
+        data.setdefault("autoscaler", {}).update(options)
+        return data, notes
+    return data, []
+
+
+def _cluster_objects(
+    args: argparse.Namespace,
+) -> tuple[list[dict[str, Any]], Recording | None, list[str], list[str]]:
+    """The cluster's objects (from CA's snapshot, a recording, a dump or the live cluster), the
+    recording when replaying, the groups CA's snapshot has template nodes for, and notes."""
+    from cloudprovider_grpc.simulator.snapshot import load_dump, read_cluster
+
     if args.from_snapshotz is not None:
         from cloudprovider_grpc.simulator.snapshotz import load_snapshotz
 
         objects, dump_notes, templates = load_snapshotz(args.from_snapshotz)
-    elif args.replay is not None:
+        return objects, None, templates, dump_notes
+    if args.replay is not None:
         from cloudprovider_grpc.simulator.replay import load_recording
 
         recording = load_recording(args.replay)
-        objects = recording.objects
-    elif args.from_dump:
-        objects = load_dump(args.from_dump)
-    else:
-        objects = read_cluster(args.kubeconfig, args.context)
+        return recording.objects, recording, [], []
+    if args.from_dump:
+        return load_dump(args.from_dump), None, [], []
+    return read_cluster(args.kubeconfig, args.context), None, [], []
+
+
+def _cloud_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--cloud FILE: the in-process backend's options (a scenario's `cloud:` section)."""
+    import yaml
+
+    from cloudprovider_grpc.simulator.scenario import ScenarioError
+
+    if args.cloud is None:
+        return {}
+    try:
+        cloud = yaml.safe_load(args.cloud.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ScenarioError(f"{args.cloud}: cannot read: {exc}") from None
+    if not isinstance(cloud, dict):
+        raise ScenarioError(f"{args.cloud}: the backend's options must be a mapping")
+    return cloud
+
+
+def _from_cluster(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], bool, CAAccount | None]:
+    """A scenario of a cluster snapshot or a recording, its node groups read from the server
+    (or the in-process backend), and CA's own account of a replay."""
+    from cloudprovider_grpc.simulator.flags import read_flag_text
+    from cloudprovider_grpc.simulator.snapshot import build_scenario
+
+    objects, recording, templates, dump_notes = _cluster_objects(args)
     flags = read_flag_text(args.autoscaler_flags) if args.autoscaler_flags else []
-    cloud: dict[str, Any] = {}
-    if args.cloud is not None:
-        try:
-            cloud = yaml.safe_load(args.cloud.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ScenarioError(f"{args.cloud}: cannot read: {exc}") from None
-        if not isinstance(cloud, dict):
-            raise ScenarioError(f"{args.cloud}: the backend's options must be a mapping")
+    cloud = _cloud_options(args)
     with group_source(args.server, args.provider, args.emulate, cloud) as client:
         provider = None if args.server else args.provider
         if recording is not None:

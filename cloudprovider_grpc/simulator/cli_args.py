@@ -18,6 +18,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The subcommand's arguments, in the order its help lists them."""
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
@@ -27,6 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SCENARIO.yaml",
         help="scenario file (see examples/scenarios), or none with --from-dump/--from-cluster",
     )
+    _add_cluster_source(parser)
+    from cloudprovider_grpc.simulator.replay_cli import add_record_arguments
+
+    add_record_arguments(parser)
+    _add_what_if(parser)
+    _add_comparing(parser)
+    _add_running(parser)
+
+
+def _add_cluster_source(parser: argparse.ArgumentParser) -> None:
+    """Where the cluster comes from when there is no scenario file: a dump, CA's snapshot, or a
+    live cluster, with CA's own flags and the backend's options."""
     src = parser.add_argument_group("starting from a cluster")
     src.add_argument(
         "--from-dump",
@@ -66,9 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--write-scenario", type=Path, metavar="FILE", help="save the scenario (after what-if edits) to edit"
     )
-    from cloudprovider_grpc.simulator.replay_cli import add_record_arguments
 
-    add_record_arguments(parser)
+
+def _add_what_if(parser: argparse.ArgumentParser) -> None:
+    """Edits to the scenario before it runs."""
     what = parser.add_argument_group("what if")
     what.add_argument(
         "--scale",
@@ -99,6 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY.PATH=VALUE",
         help="set any scenario key, e.g. autoscaler.scale-down-unneeded-time=5m (repeatable)",
     )
+
+
+def _add_comparing(parser: argparse.ArgumentParser) -> None:
+    """Variants of the scenario run side by side, and where they run."""
     cmp = parser.add_argument_group("comparing settings")
     cmp.add_argument(
         "--compare",
@@ -124,6 +142,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where variants run: local worker processes (default) or an existing Dask cluster",
     )
     cmp.add_argument("--workers", type=int, default=0, help="local worker processes (default: one per CPU)")
+
+
+def _add_running(parser: argparse.ArgumentParser) -> None:
+    """The server, the outputs, the seed and the backend of the run."""
     parser.add_argument(
         "--server",
         metavar="HOST:PORT",

@@ -220,8 +220,6 @@ def write_timeline(report: Report, path: Path) -> str:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.lines import Line2D
-        from matplotlib.ticker import FuncFormatter, MultipleLocator
     except ImportError:
         return (
             "timeline.png not written: matplotlib is not installed "
@@ -230,12 +228,8 @@ def write_timeline(report: Report, path: Path) -> str:
     tl = report.timeline
     ts = list(tl.get("t", []))
     nodes: dict[str, list[int]] = tl.get("nodes", {})
-    targets: dict[str, list[int | None]] = tl.get("target", {})
     bounds: dict[str, dict[str, int]] = tl.get("groups", {})
     groups = sorted(set(nodes) | set(bounds))
-    events = marker_events(report.decisions)
-    labels = marker_events(report.decisions, window=0.03 * (ts[-1] if ts else 0.0))
-    backoffs = backoff_spans(report.decisions)
     shared = len(groups) > MAX_PANELS
     rows = (1 if shared else max(1, len(groups))) + 1
     heights = [2.0] * (rows - 1) + [1.4]
@@ -245,17 +239,71 @@ def write_timeline(report: Report, path: Path) -> str:
     )
     end = ts[-1] if ts else 0.0
     seen_kinds: dict[str, tuple[str, str]] = {}
-    for i, group in enumerate(groups):
-        ax = axes[0] if shared else axes[i]
-        ready = nodes.get(group, [0] * len(ts))
-        target = [float("nan") if v is None else v for v in targets.get(group, [None] * len(ts))]
-        if shared:
-            ax.step(ts, ready, where="post", label=group)
-            continue
+    if shared:
+        _shared_panel(axes[0], groups, ts, nodes)
+    else:
+        panel = _Panels(
+            ts,
+            end,
+            tl.get("target", {}),
+            bounds,
+            marker_events(report.decisions),
+            marker_events(report.decisions, window=0.03 * (ts[-1] if ts else 0.0)),
+            backoff_spans(report.decisions),
+            seen_kinds,
+        )
+        for i, group in enumerate(groups):
+            panel.draw(axes[i], group, nodes.get(group, [0] * len(ts)))
+    _pending_panel(axes[-1], ts, tl, end)
+    _title_and_legend(fig, report, shared, seen_kinds, height)
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.5 / height))
+    # no Software entry keeps the PNG bytes independent of the matplotlib version
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return f"wrote {path}"
+
+
+def _shared_panel(ax: Any, groups: list[str], ts: list[float], nodes: dict[str, list[int]]) -> None:
+    """More groups than MAX_PANELS: one line each in a single panel, named in its legend."""
+    for group in groups:
+        ax.step(ts, nodes.get(group, [0] * len(ts)), where="post", label=group)
+    ax.set_ylabel("ready nodes")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="group")
+    ax.text(
+        0.01,
+        0.95,
+        f"{len(groups)} groups: one line each (more than {MAX_PANELS}: no panel per group)",
+        transform=ax.transAxes,
+        fontsize=8,
+        va="top",
+    )
+
+
+@dataclass
+class _Panels:
+    """What every group panel draws from: the timeline's columns, the decisions' markers, labels
+    and back-off spans; `seen_kinds` collects the legend's marker kinds."""
+
+    ts: list[float]
+    end: float
+    targets: dict[str, list[int | None]]
+    bounds: dict[str, dict[str, int]]
+    events: dict[str, list[tuple[float, str, str]]]
+    labels: dict[str, list[tuple[float, str, str]]]
+    backoffs: dict[str, list[tuple[float, float]]]
+    seen_kinds: dict[str, tuple[str, str]]
+
+    def draw(self, ax: Any, group: str, ready: list[int]) -> None:
+        """One group's panel: target size (dashed) over ready nodes, max size, back-offs,
+        decisions with their labels, the group's name and bounds above it."""
+        from matplotlib.ticker import MultipleLocator
+
+        ts = self.ts
+        target = [float("nan") if v is None else v for v in self.targets.get(group, [None] * len(ts))]
         ax.step(ts, target, where="post", color="tab:blue", linestyle="--", linewidth=1.4)
         ax.step(ts, ready, where="post", color="tab:blue", linewidth=2.2, alpha=0.55)
         top = max([*ready, *(v for v in target if v == v), 1])
-        b = bounds.get(group)
+        b = self.bounds.get(group)
         off_scale = ""
         if b is not None:
             if b["max_size"] <= 2 * top + 2:  # a far-away max would flatten the lines
@@ -264,23 +312,38 @@ def write_timeline(report: Report, path: Path) -> str:
             else:
                 off_scale = " above the scale"
 
-        def level_at(t: float, target: list[float] = target, ready: list[int] = ready) -> float:
+        def level_at(t: float) -> float:
             k = min(range(len(ts)), key=lambda j: abs(ts[j] - t)) if ts else 0
             return target[k] if ts and target[k] == target[k] else (ready[k] if ts else 0)
 
-        for t0, until in backoffs.get(group, []):
-            ax.axvspan(t0, min(until, end), color="tab:red", alpha=0.1, linewidth=0)
-            seen_kinds.setdefault("back-off", ("s", "#f4c7c7"))
-        for t, kind, _ in events.get(group, []):
+        self._markers(ax, group, level_at)
+        self._labels(ax, group, level_at)
+        ax.set_ylim(-0.3, top * 1.25 + 0.5)
+        ax.yaxis.set_major_locator(MultipleLocator(max(1, round(top / 4))))
+        size = f"  (min {b['min_size']}, max {b['max_size']}{off_scale})" if b is not None else ""
+        # the group's name above its panel: long ids (UUIDs, ASG ids) would squeeze a side label
+        name = b.get("name") if b is not None else None
+        ax.set_title(f"{name} ({group}){size}" if name else f"{group}{size}", loc="left", fontsize=9, pad=3)
+        ax.set_ylabel("nodes", fontsize=8)
+        ax.grid(axis="x", color="0.9")
+
+    def _markers(self, ax: Any, group: str, level_at: Callable[[float], float]) -> None:
+        for t0, until in self.backoffs.get(group, []):
+            ax.axvspan(t0, min(until, self.end), color="tab:red", alpha=0.1, linewidth=0)
+            self.seen_kinds.setdefault("back-off", ("s", "#f4c7c7"))
+        for t, kind, _ in self.events.get(group, []):
             marker, colour, legend = MARKERS[kind]
-            seen_kinds[legend] = (marker, colour)
+            self.seen_kinds[legend] = (marker, colour)
             ax.plot([t], [level_at(t)], marker=marker, color=colour, markersize=9, linestyle="none", zorder=5)
-        # one label per run of decisions (within 3% of the run's length); each takes the lowest
-        # level where it overlaps no label already placed, a label spanning about 6 px per
-        # character of the panel's ~1000 px, converted to time
+
+    def _labels(self, ax: Any, group: str, level_at: Callable[[float], float]) -> None:
+        """One label per run of decisions (within 3% of the run's length); each takes the lowest
+        level where it overlaps no label already placed, a label spanning about 6 px per
+        character of the panel's ~1000 px, converted to time."""
+        end = self.end
         per_char = max(end, 1.0) * 6.0 / 1000.0
         placed: list[tuple[float, float, int]] = []
-        for t, kind, label in labels.get(group, []):
+        for t, kind, label in self.labels.get(group, []):
             marker, colour, _ = MARKERS[kind]
             right_half = t > 0.55 * max(end, 1.0)  # labels there grow leftwards, inside the panel
             width = per_char * (len(label) + 2)
@@ -299,26 +362,12 @@ def write_timeline(report: Report, path: Path) -> str:
                 fontsize=8,
                 color=colour,
             )
-        ax.set_ylim(-0.3, top * 1.25 + 0.5)
-        ax.yaxis.set_major_locator(MultipleLocator(max(1, round(top / 4))))
-        size = f"  (min {b['min_size']}, max {b['max_size']}{off_scale})" if b is not None else ""
-        # the group's name above its panel: long ids (UUIDs, ASG ids) would squeeze a side label
-        name = b.get("name") if b is not None else None
-        ax.set_title(f"{name} ({group}){size}" if name else f"{group}{size}", loc="left", fontsize=9, pad=3)
-        ax.set_ylabel("nodes", fontsize=8)
-        ax.grid(axis="x", color="0.9")
-    if shared:
-        axes[0].set_ylabel("ready nodes")
-        axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="group")
-        axes[0].text(
-            0.01,
-            0.95,
-            f"{len(groups)} groups: one line each (more than {MAX_PANELS}: no panel per group)",
-            transform=axes[0].transAxes,
-            fontsize=8,
-            va="top",
-        )
-    pend = axes[-1]
+
+
+def _pending_panel(pend: Any, ts: list[float], tl: dict[str, Any], end: float) -> None:
+    """Pending pods over time, the workloads' starts and ends dashed, and the shared time axis."""
+    from matplotlib.ticker import FuncFormatter, MultipleLocator
+
     pend.step(ts, tl.get("pending", []), where="post", color="tab:red")
     pend.fill_between(ts, tl.get("pending", []), step="post", color="tab:red", alpha=0.15)
     for k, (t, label) in enumerate(workload_marks(tl.get("workloads", []), end)):
@@ -341,6 +390,15 @@ def write_timeline(report: Report, path: Path) -> str:
     pend.xaxis.set_major_locator(MultipleLocator(step))
     pend.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: hmm(x, fine) if x >= 0 else ""))
     pend.set_xlim(0, max(end, 1.0))
+
+
+def _title_and_legend(
+    fig: Any, report: Report, shared: bool, seen_kinds: dict[str, tuple[str, str]], height: float
+) -> None:
+    """The run's name, seed, backend, start and cost, and the legend, in a fixed band of 0.5 in at
+    the top, above every panel."""
+    from matplotlib.lines import Line2D
+
     handles = []
     if not shared:
         handles = [
@@ -355,7 +413,6 @@ def write_timeline(report: Report, path: Path) -> str:
     start = report.start_time.strftime("%Y-%m-%d %H:%M UTC")
     cost = report.cost
     priced = f", estimated cost {cost['total']:.2f} {cost.get('unit', '')}".rstrip() if cost else ""
-    # title and legend take a fixed band of 0.5 in at the top, above every panel
     fig.suptitle(
         f"{report.scenario} (seed {report.seed}, {report.provider}), from {start}{priced}",
         fontsize=11,
@@ -369,8 +426,3 @@ def write_timeline(report: Report, path: Path) -> str:
             fontsize=8,
             bbox_to_anchor=(0.5, 1.0 - 0.3 / height),
         )
-    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.5 / height))
-    # no Software entry keeps the PNG bytes independent of the matplotlib version
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return f"wrote {path}"

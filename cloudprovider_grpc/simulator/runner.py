@@ -59,27 +59,52 @@ def _run(
     pace: bool | None,
 ) -> Report:
     clock = VirtualClock(scenario.start_time)
-    backend = provider or scenario.provider
     if server is not None:
-        ca, world = GrpcTransport(server), GrpcTransport(server)
-        try:
-            ca.wait_ready()
-            paced = True if pace is None else pace
-            report = _simulate(scenario, ca, world, clock, seed, f"external {server}", echo, paced)
-            # a server elsewhere keeps its own clock: say so rather than let it pass for a
-            # repeatable run
-            report.notes.insert(
-                0,
-                f"the server at {server} runs on its own clock, not on the simulation's: its machines "
-                "boot in real time"
-                + (", CA's loops were paced to wall-clock time" if paced else ", and loops ran back to back")
-                + ", so this report can differ from run to run",
-            )
-            return report
-        finally:
-            ca.close()
-            world.close()
+        return _run_external(scenario, server, clock, seed, echo, True if pace is None else pace)
+    return _run_in_process(
+        scenario, clock, seed, provider or scenario.provider, emulate, echo, transport, bool(pace)
+    )
 
+
+def _run_external(
+    scenario: Scenario,
+    server: str,
+    clock: VirtualClock,
+    seed: int,
+    echo: Callable[[str], None] | None,
+    paced: bool,
+) -> Report:
+    """Against a server elsewhere, which keeps its own clock: the report says so rather than let
+    it pass for a repeatable run."""
+    ca, world = GrpcTransport(server), GrpcTransport(server)
+    try:
+        ca.wait_ready()
+        report = _simulate(scenario, ca, world, clock, seed, f"external {server}", echo, paced)
+        report.notes.insert(
+            0,
+            f"the server at {server} runs on its own clock, not on the simulation's: its machines "
+            "boot in real time"
+            + (", CA's loops were paced to wall-clock time" if paced else ", and loops ran back to back")
+            + ", so this report can differ from run to run",
+        )
+        return report
+    finally:
+        ca.close()
+        world.close()
+
+
+def _run_in_process(
+    scenario: Scenario,
+    clock: VirtualClock,
+    seed: int,
+    backend: str,
+    emulate: bool,
+    echo: Callable[[str], None] | None,
+    transport: str,
+    pace: bool,
+) -> Report:
+    """Our backend on the run's virtual clock, served over a loopback gRPC port, or called
+    directly (`transport="in-process"`)."""
     from cloudprovider_grpc.config.settings import Settings
     from cloudprovider_grpc.grpcapi.servicer import CloudProviderServicer
     from cloudprovider_grpc.providers.registry import ProviderContext, build_provider
@@ -114,7 +139,7 @@ def _run(
                 seed,
                 backend,
                 echo,
-                bool(pace),
+                pace,
             )
         finally:
             cloud.stop(timeout=1.0)
@@ -124,7 +149,7 @@ def _run(
     handle = start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=cloud)
     ca, world = GrpcTransport(handle.address), GrpcTransport(handle.address)
     try:
-        report = _simulate(scenario, ca, world, clock, seed, backend, echo, bool(pace))
+        report = _simulate(scenario, ca, world, clock, seed, backend, echo, pace)
     finally:
         ca.close()
         world.close()

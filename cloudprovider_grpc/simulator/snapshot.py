@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
-from cloudprovider_grpc.simulator.client import CAClient, RpcError
+from cloudprovider_grpc.simulator.client import CAClient, GroupInfo, RpcError
 from cloudprovider_grpc.simulator.cluster_objects import (
     ObjectConverter,
     SnapshotError,
@@ -221,6 +221,28 @@ def _build_scenario(
     client.refresh()
     groups = client.node_groups()
     nodes = sorted(b.kinds("Node"), key=lambda n: str(meta_of(n).get("name")))
+    group_of = _groups_of_nodes(client, nodes)
+    counts = Counter(g for g in group_of.values() if g)
+    static = [static_node(n) for n in nodes if group_of[str(meta_of(n).get("name"))] is None]
+    data: dict[str, Any] = {
+        "name": label_name(name),
+        "description": (
+            f"snapshot of {len(nodes)} nodes, {sum(counts.values())} in {len(counts)} node group(s)"
+        ),
+        "duration": duration,
+    }
+    _node_groups(data, client, groups, counts, provider, notes)
+    unready = [str(meta_of(n).get("name")) for n in nodes if not node_ready(n)]
+    if unready:
+        notes.append(
+            f"{len(unready)} node(s) NotReady at snapshot time start Ready: {', '.join(unready[:5])}"
+        )
+    _cluster_sections(data, b, options, workloads, static, notes)
+    return Snapshot(data, notes, group_of)
+
+
+def _groups_of_nodes(client: CAClient, nodes: list[dict[str, Any]]) -> dict[str, str | None]:
+    """NodeGroupForNode for every node, as CA asks it: node name -> group id, None outside."""
     group_of: dict[str, str | None] = {}
     for n in nodes:
         meta = meta_of(n)
@@ -231,15 +253,20 @@ def _build_scenario(
         except RpcError as exc:
             raise SnapshotError(f"NodeGroupForNode failed for node {nname}: {exc}") from None
         group_of[nname] = g.id if g is not None else None
-    counts = Counter(g for g in group_of.values() if g)
-    static = [static_node(n) for n in nodes if group_of[str(meta_of(n).get("name"))] is None]
-    data: dict[str, Any] = {
-        "name": label_name(name),
-        "description": (
-            f"snapshot of {len(nodes)} nodes, {sum(counts.values())} in {len(counts)} node group(s)"
-        ),
-        "duration": duration,
-    }
+    return group_of
+
+
+def _node_groups(
+    data: dict[str, Any],
+    client: CAClient,
+    groups: list[GroupInfo],
+    counts: Counter[str],
+    provider: str | None,
+    notes: list[str],
+) -> None:
+    """The scenario's backend: a `sim` twin of a running server's groups (their templates and the
+    cluster's node counts), or the in-process backend itself, noting where the cluster and the
+    backend's listings disagree."""
     known = {g.id for g in groups}
     if provider is None:
         data["provider"] = "sim"
@@ -266,11 +293,18 @@ def _build_scenario(
                 )
     for gid in sorted(set(counts) - known):
         notes.append(f"NodeGroupForNode names group {gid!r}, which NodeGroups does not list")
-    unready = [str(meta_of(n).get("name")) for n in nodes if not node_ready(n)]
-    if unready:
-        notes.append(
-            f"{len(unready)} node(s) NotReady at snapshot time start Ready: {', '.join(unready[:5])}"
-        )
+
+
+def _cluster_sections(
+    data: dict[str, Any],
+    b: ObjectConverter,
+    options: dict[str, Any],
+    workloads: list[dict[str, Any]] | None,
+    static: list[dict[str, Any]],
+    notes: list[str],
+) -> None:
+    """CA's options, the priority expander's ConfigMap, DaemonSets, workloads and the nodes
+    outside every group, each section only when there is something in it."""
     if options:
         data["autoscaler"] = options
     prios = b.priorities()
@@ -287,4 +321,3 @@ def _build_scenario(
     if "priority" in str(options.get("expander", "")) and not prios:
         notes.append("expander 'priority' without its ConfigMap: 'least-waste' used instead")
         data["autoscaler"]["expander"] = "least-waste"
-    return Snapshot(data, notes, group_of)

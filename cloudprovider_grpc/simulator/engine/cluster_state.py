@@ -4,15 +4,19 @@ Follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce up to the scale-up:
 NodeGroupNodes for groups whose cached listing is stale (2m, as
 `pkg/clusterstate/utils/node_instances_cache.go`) or that are scaling up / just deleted nodes;
 kubelets register machines the cloud reports running (NotReady for `node_ready_delay`), the
-scenario's node events apply, CA's first loop removes ToBeDeleted taints a previous run left
-(`cleanUpIfRequired`); templates come from a real ready node of each group, else the cached
-real-node template, else NodeGroupTemplateNodeInfo
+scenario's node events apply (`node_events.py`, called by the loop in between), CA's first loop
+removes ToBeDeleted taints a previous run left (`cleanUpIfRequired`); templates come from a real
+ready node of each group, else the cached real-node template, else NodeGroupTemplateNodeInfo
 (`pkg/processors/nodeinfosprovider/mixed_nodeinfos_processor.go`). Cluster state
 (`pkg/clusterstate/clusterstate.go`): creation errors back the group off and are deleted
 (`deleteCreatedNodesWithErrors`), instances unregistered past `max-node-provision-time` are
 deleted, scale-up requests that time out back off, a target above the registered size for longer
 than the provision time is decreased (`fixNodeGroupSize`), and too many unready nodes make the
 cluster unhealthy (IsClusterHealthy).
+
+`ClusterState` owns the instance listings and what CA remembers of them (first seen, creation
+errors counted, machines it deleted), the templates, and the timers of these checks; it is handed
+the scale-ups in flight, the scale-down planner, the node costs and the GetOptions answers.
 """
 
 from __future__ import annotations
@@ -23,21 +27,74 @@ from collections import Counter
 
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.protos import k8s_pb2
-from cloudprovider_grpc.simulator.client import GroupInfo, RpcError
-from cloudprovider_grpc.simulator.engine.state import CREATING, DELETING, RUNNING, EngineState
-from cloudprovider_grpc.simulator.model import TO_BE_DELETED_TAINT, Node, NodeShape, Taint, node_name_for
-from cloudprovider_grpc.simulator.scenario import NodeEvent, NodeTaint
+from cloudprovider_grpc.simulator.client import GroupInfo, InstanceInfo, RpcError
+from cloudprovider_grpc.simulator.engine.context import RunContext
+from cloudprovider_grpc.simulator.engine.costs import NodeCosts
+from cloudprovider_grpc.simulator.engine.group_options import GroupOptionsCache
+from cloudprovider_grpc.simulator.engine.scale_down.planner import ScaleDownPlanner
+from cloudprovider_grpc.simulator.engine.scale_up.requests import ScaleUpRequests
+from cloudprovider_grpc.simulator.model import TO_BE_DELETED_TAINT, Node, NodeShape, node_name_for
 
+RUNNING, CREATING, DELETING = 1, 2, 3  # externalgrpc InstanceState
 INSTANCES_CACHE_REFRESH = 120.0  # node_instances_cache.go background refresh interval
 ERROR_CLASS = {1: "OutOfResource", 99: "OtherError"}
 MAX_NODE_STARTUP_TIME = 900.0  # clusterstate.go MaxNodeStartupTime
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # what a cordon adds
 
 
-class ClusterStatePhase(EngineState):
-    """Listing, registration, readiness, templates and the cluster-state checks of one loop."""
+class ClusterState:
+    """Listing, registration, readiness, templates and the cluster-state checks of one loop.
 
-    def _not_started(self, node: Node, t: float) -> bool:
+    Handed the scale-ups in flight (to refresh their groups' listings, time them out and back
+    their groups off), the scale-down planner (a node that leaves is forgotten, an unhealthy
+    cluster clears the unneeded timers), the node costs (a node's lifetime starts when it
+    registers) and the GetOptions answers (MaxNodeStartupTime)."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        scale_ups: ScaleUpRequests,
+        planner: ScaleDownPlanner,
+        costs: NodeCosts,
+        group_options: GroupOptionsCache,
+    ) -> None:
+        self.s, self.o, self.rec, self.world = ctx.scenario, ctx.options, ctx.rec, ctx.world
+        self.client, self.wclient = ctx.client, ctx.world_client
+        self.scale_ups = scale_ups
+        self.planner = planner
+        self.costs = costs
+        self.group_options = group_options
+        self.instances: dict[str, list[InstanceInfo]] = {}  # the cached NodeGroupNodes listings
+        self.instances_at: dict[str, float] = {}
+        self.invalid: set[str] = set()  # groups whose listing is refreshed next loop
+        self.kubelet_listing: dict[str, list[InstanceInfo]] = {}  # the listing each group's kubelets last saw
+        self.first_seen: dict[str, float] = {}  # instance id -> when CA first listed it
+        self.seen_errors: set[str] = set()  # instances whose creation error was already counted
+        self.removed_ids: set[str] = set()  # machines CA deleted: never registered again
+        self.real_templates: dict[str, NodeShape] = {}  # the last ready node's shape per group
+        self.world_templates: dict[str, NodeShape | None] = {}  # what the kubelets register
+        self.shapes: dict[tuple[str, bytes], NodeShape] = {}  # one NodeShape per template answer
+        self.incorrect_since: dict[str, float] = {}  # fixNodeGroupSize's timer per group
+        self.unknown_overrides: set[str] = set()
+        self.initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
+        self.healthy = True
+        self.startup_times: dict[str, float] = {}  # per group, asked once (MaxNodeStartupTime)
+
+    def invalidate(self, gid: str) -> None:
+        """The group's listing is read again next loop (CA changed the group, or someone did)."""
+        self.invalid.add(gid)
+
+    def drop_node(self, node: Node, t: float) -> None:
+        """A node leaves the cluster: the world, the planner's timers and its priced lifetime."""
+        self.world.remove_node(node.name, t)
+        self.planner.forget(node.name)
+        self.costs.end(node.provider_id, t)
+
+    def remove_deleted(self, node: Node, t: float) -> None:
+        """CA deleted the node's machine: it leaves, and its machine never registers again."""
+        self.removed_ids.add(node.provider_id)
+        self.drop_node(node, t)
+
+    def not_started(self, node: Node, t: float) -> bool:
         """clusterstate.go updateReadinessStats: NotReady and registered less than the group's
         MaxNodeStartupTime ago."""
         return not node.ready and t - node.registered < self._startup_time(node.group)
@@ -49,11 +106,11 @@ class ClusterStatePhase(EngineState):
         1.37, the time the answer carries in options field 11."""
         if not gid or self.o.release() < (1, 35):
             return MAX_NODE_STARTUP_TIME
-        known = self._startup_times.get(gid)
+        known = self.startup_times.get(gid)
         if known is not None:
             return known
         try:
-            answer = self.client.options(gid, self._defaults())
+            answer = self.client.options(gid, self.group_options.defaults())
         except RpcError:
             answer = None
         if answer is None:
@@ -73,10 +130,10 @@ class ClusterStatePhase(EngineState):
                 reason="GetOptions answers, and CA 1.35-1.36 take MaxNodeStartupTime 0 from it",
                 inputs={"version": self.o.version},
             )
-        self._startup_times[gid] = known
+        self.startup_times[gid] = known
         return known
 
-    def _readiness(self, t: float) -> None:
+    def readiness(self, t: float) -> None:
         """Kubelets turn Ready `node_ready_delay` after registering, unless an event decides."""
         delay = self.s.node_ready_delay
         for node in self.world.nodes.values():
@@ -86,72 +143,10 @@ class ClusterStatePhase(EngineState):
                 node.version += 1
                 self.rec.line(f"world: node {node.name} is {'Ready' if ready else 'NotReady'}")
 
-    def _node_events(self, t: float) -> None:
-        """Apply the scenario's due node events to nodes that exist (later ones wait for theirs);
-        a group event applies to every node of the group registered when it first finds one."""
-        for i, ev in enumerate(self._events):
-            if ev.at > t:
-                break
-            if i in self._events_done:
-                continue
-            if ev.group:
-                targets = [n for n in self.world.nodes.values() if n.group == ev.group]
-            else:
-                targets = [self.world.nodes[ev.node]] if ev.node in self.world.nodes else []
-            if not targets:
-                continue
-            self._events_done.add(i)
-            for node in targets:
-                self._node_event(ev, node, t)
-
-    def _node_event(self, ev: NodeEvent, node: Node, t: float) -> None:
-        if ev.ready is not None:
-            node.ready_override = ev.ready
-        if ev.annotations:
-            node.annotations.update(ev.annotations)
-            self.rec.line(f"world: node {node.name} annotated {dict(sorted(ev.annotations.items()))}")
-        taints = list(ev.taints)
-        if ev.drain:
-            taints.append(NodeTaint(key=UNSCHEDULABLE_TAINT, effect="NoSchedule"))
-        if taints or ev.remove_taints:
-            drop = set(ev.remove_taints) | {x.key for x in taints}
-            kept = tuple(x for x in node.shape.taints if x.key not in drop)
-            added = tuple(Taint(x.key, x.value, x.effect) for x in taints)
-            node.shape = dataclasses.replace(node.shape, taints=kept + added)
-            node.version += 1
-            node.to_be_deleted = any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints)
-            self.rec.line(f"world: node {node.name} taints now {[x.key for x in node.shape.taints]}")
-        if ev.drain:
-            gone = self.world.evict(node.name, t)
-            self.rec.line(f"world: node {node.name} drained ({gone} pods evicted)")
-        if ev.delete:
-            self._outside_delete(node)
-
-    def _outside_delete(self, node: Node) -> None:
-        """Someone else (an operator, a CA that died mid-deletion) deletes the node's machine through
-        the cloud; the call goes over the simulator's own connection, not CA's."""
-        group = self.wclient.node_group_for_node(node.name, node.provider_id, node.shape.labels)
-        if group is None:
-            self.rec.line(f"world: cannot delete {node.name}: it is in no node group")
-            return
-        ref = pb.ExternalGrpcNode(providerID=node.provider_id, name=node.name, labels=dict(node.shape.labels))
-        try:
-            self.wclient.delete_nodes(group.id, [ref])
-        except RpcError as exc:
-            self.rec.line(f"world: deleting {node.name} failed: {exc.details}")
-            return
-        taints = tuple(x for x in node.shape.taints if x.key != TO_BE_DELETED_TAINT)
-        node.shape = dataclasses.replace(
-            node.shape, taints=(*taints, Taint(TO_BE_DELETED_TAINT, "", "NoSchedule"))
-        )
-        node.to_be_deleted = True
-        self.invalid.add(group.id)
-        self.rec.line(f"world: deletion of {node.name} in progress (started outside this CA)")
-
-    def _clean_up_taints(self) -> None:
+    def clean_up_taints(self) -> None:
         """static_autoscaler.go cleanUpIfRequired: on its first loop CA removes ToBeDeleted taints a
         previous run left on nodes of its node groups (their deletions may still finish)."""
-        self._initialized = True
+        self.initialized = True
         for node in self.world.nodes.values():
             if not node.group or not any(x.key == TO_BE_DELETED_TAINT for x in node.shape.taints):
                 continue
@@ -161,17 +156,17 @@ class ClusterStatePhase(EngineState):
             node.version += 1
             self.rec.line(f"Removed ToBeDeleted taint from node {node.name} (left by a previous run)")
 
-    def _cluster_healthy(self, t: float) -> bool:
+    def cluster_healthy(self, t: float) -> bool:
         """clusterstate.go IsClusterHealthy: too many unready nodes stop the loop (static_autoscaler
         "Cluster is not ready for autoscaling"), and the unneeded timers start over."""
         nodes = self.world.nodes.values()
-        unready = sum(1 for n in nodes if not n.ready and not self._not_started(n, t))
+        unready = sum(1 for n in nodes if not n.ready and not self.not_started(n, t))
         healthy = not (
             unready > self.o.ok_total_unready_count
             and unready > self.o.max_total_unready_percentage / 100.0 * len(self.world.nodes)
         )
-        if healthy != self._healthy:
-            self._healthy = healthy
+        if healthy != self.healthy:
+            self.healthy = healthy
             if not healthy:
                 self.rec.line(
                     f"Cluster is not ready for autoscaling: {unready} unready nodes "
@@ -189,13 +184,13 @@ class ClusterStatePhase(EngineState):
             self.planner.clear()
         return healthy
 
-    def _override(self, groups: list[GroupInfo]) -> list[GroupInfo]:
+    def override(self, groups: list[GroupInfo]) -> list[GroupInfo]:
         """Apply the scenario's `node_groups` bounds to CA's view of the groups."""
         if not self.s.node_groups:
             return groups
         known = {g.id for g in groups}
-        for gid in sorted(set(self.s.node_groups) - known - self._unknown_overrides):
-            self._unknown_overrides.add(gid)
+        for gid in sorted(set(self.s.node_groups) - known - self.unknown_overrides):
+            self.unknown_overrides.add(gid)
             self.rec.line(f"node_groups override for {gid!r} ignored: the server has no such node group")
         out = []
         for g in groups:
@@ -207,13 +202,13 @@ class ClusterStatePhase(EngineState):
             out.append(g)
         return out
 
-    def _list_instances(self, groups: list[GroupInfo], t: float) -> None:
+    def list_instances(self, groups: list[GroupInfo], t: float) -> None:
         for g in groups:
             cached = self.instances.get(g.id)
             due = (
                 cached is None
                 or g.id in self.invalid
-                or g.id in self.requests
+                or g.id in self.scale_ups.in_flight
                 or t - self.instances_at.get(g.id, -math.inf) >= INSTANCES_CACHE_REFRESH
                 or any(i.state != DELETING and i.id not in self.world.by_provider_id for i in cached)
             )
@@ -226,13 +221,13 @@ class ClusterStatePhase(EngineState):
                 self.rec.line(f"Failed to list instances of node group {g.id}: {exc}")
         self.invalid.clear()
 
-    def _kubelets(self, groups: list[GroupInfo], t: float) -> None:
+    def kubelets(self, groups: list[GroupInfo], t: float) -> None:
         """Machines the cloud reports running join the cluster; vanished machines leave it."""
         for g in groups:
             listing = self.instances.get(g.id, [])
-            if self._kubelet_listing.get(g.id) is listing:
+            if self.kubelet_listing.get(g.id) is listing:
                 continue  # the same listing as last loop: everything in it that could join has
-            self._kubelet_listing[g.id] = listing
+            self.kubelet_listing[g.id] = listing
             for inst in listing:
                 self.first_seen.setdefault(inst.id, t)
                 if inst.error_code or inst.state not in (RUNNING, 0):
@@ -244,19 +239,14 @@ class ClusterStatePhase(EngineState):
                     continue
                 name = node_name_for(inst.id)
                 self.world.register(name, inst.id, shape, t, ready=self.s.node_ready_delay <= 0)
-                self.lifetimes[inst.id] = {
-                    "group": g.id,
-                    "name": name,
-                    "labels": dict(shape.labels),
-                    "start": t,
-                }
+                self.costs.start(inst.id, g.id, name, dict(shape.labels), t)
                 self.rec.line(f"world: node {name} registered ({inst.id} is running)")
             if self.instances_at.get(g.id) == t:
                 alive = {i.id for i in listing if i.state != DELETING}
                 for node in [n for n in self.world.nodes.values() if n.group == g.id]:
                     if node.provider_id not in alive:
                         self.rec.line(f"world: node {node.name} left the cluster (its machine is gone)")
-                        self._drop_node(node, t)
+                        self.drop_node(node, t)
 
     def _world_template(self, group: str) -> NodeShape | None:
         if group not in self.world_templates:
@@ -269,13 +259,13 @@ class ClusterStatePhase(EngineState):
 
     def _shape(self, group: str, node: k8s_pb2.Node) -> NodeShape:
         key = (group, node.SerializeToString(deterministic=True))
-        shape = self._shapes.get(key)
+        shape = self.shapes.get(key)
         if shape is None:
             shape = NodeShape.from_k8s(node, group)
-            self._shapes[key] = shape
+            self.shapes[key] = shape
         return shape
 
-    def _templates(self, groups: list[GroupInfo], node_group: dict[str, str | None]) -> dict[str, NodeShape]:
+    def templates(self, groups: list[GroupInfo], node_group: dict[str, str | None]) -> dict[str, NodeShape]:
         found: dict[str, NodeShape] = {}
         for node in self.world.nodes.values():
             gid = node_group.get(node.name)
@@ -297,7 +287,7 @@ class ClusterStatePhase(EngineState):
                     out[g.id] = self._shape(g.id, raw)
         return out
 
-    def _creation_errors(self, groups: list[GroupInfo], t: float) -> None:
+    def creation_errors(self, groups: list[GroupInfo], t: float) -> None:
         for g in groups:
             errs = [i for i in self.instances.get(g.id, []) if i.state == CREATING and i.error_code]
             if not errs:
@@ -314,12 +304,12 @@ class ClusterStatePhase(EngineState):
                     )
                 cls, code = sorted(by_code)[0]
                 reason = f"{ERROR_CLASS.get(cls, 'OtherError')}.{code}"
-                req = self.requests.get(g.id)
+                req = self.scale_ups.in_flight.get(g.id)
                 if req is not None:
-                    until = self.backoff.fail(g.id, t, reason)
+                    until = self.scale_ups.backoff.fail(g.id, t, reason)
                     req.increase -= len(new)
                     if req.increase <= 0:
-                        del self.requests[g.id]
+                        del self.scale_ups.in_flight[g.id]
                     self.rec.line(
                         f"Disabling scale-up for node group {g.id} until {self.rec.stamp(until)}; "
                         f"errorClass={ERROR_CLASS.get(cls, 'OtherError')}; errorCode={code}"
@@ -339,7 +329,7 @@ class ClusterStatePhase(EngineState):
                 self.rec.line(f"Failed to delete nodes with create errors from {g.id}: {exc}")
             self.invalid.add(g.id)
 
-    def _unregistered(self, groups: list[GroupInfo], targets: dict[str, int], t: float) -> None:
+    def unregistered(self, groups: list[GroupInfo], targets: dict[str, int], t: float) -> None:
         limit = self.o.max_node_provision_time
         for g in groups:
             for inst in self.instances.get(g.id, []):
@@ -365,21 +355,21 @@ class ClusterStatePhase(EngineState):
                     reason=f"unregistered for more than max-node-provision-time ({limit:.0f}s)",
                 )
 
-    def _track_requests(self, targets: dict[str, int], registered: Counter[str], t: float) -> None:
-        for gid, req in list(self.requests.items()):
+    def track_requests(self, targets: dict[str, int], registered: Counter[str], t: float) -> None:
+        for gid, req in list(self.scale_ups.in_flight.items()):
             if gid not in targets:
                 continue
             if registered[gid] >= targets[gid]:
-                del self.requests[gid]
+                del self.scale_ups.in_flight[gid]
             elif t >= req.expected_by:
-                del self.requests[gid]
-                until = self.backoff.fail(gid, t, "timeout")
+                del self.scale_ups.in_flight[gid]
+                until = self.scale_ups.backoff.fail(gid, t, "timeout")
                 self.rec.line(f"Scale-up timed out for node group {gid} after {t - req.time:.0f}s")
                 self.rec.decide(
                     "scale-up-timeout", group=gid, reason="timeout", inputs={"backoff_until": until}
                 )
 
-    def _fix_node_group_sizes(
+    def fix_node_group_sizes(
         self, groups: list[GroupInfo], targets: dict[str, int], registered: Counter[str], t: float
     ) -> bool:
         fixed = False

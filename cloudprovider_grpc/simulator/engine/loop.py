@@ -9,24 +9,37 @@ Loop order follows sigs-CA `pkg/core/static_autoscaler.go` RunOnce:
    ends the loop), IsClusterHealthy (which ends it too);
 6. scale-up (`scale_up`), then scale-down (`scale_down`) outside its cooldown.
 
+`Simulation` builds the run context (`context.py`) and the parts, hands each phase object the
+parts it reads, and after the last loop has `summary.py` build the report.
+
 Known simplifications: see README "Not modelled".
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
 
-from cloudprovider_grpc.simulator.client import RpcError
-from cloudprovider_grpc.simulator.engine.cluster_state import ClusterStatePhase
+from cloudprovider_grpc.simulator.client import CAClient, GroupInfo, RpcError
+from cloudprovider_grpc.simulator.clock import VirtualClock
+from cloudprovider_grpc.simulator.engine.activity import Activity
+from cloudprovider_grpc.simulator.engine.cluster_state import ClusterState
+from cloudprovider_grpc.simulator.engine.context import RunContext
+from cloudprovider_grpc.simulator.engine.costs import NodeCosts
+from cloudprovider_grpc.simulator.engine.group_options import GroupOptionsCache
+from cloudprovider_grpc.simulator.engine.node_events import NodeEvents
 from cloudprovider_grpc.simulator.engine.scale_down.phase import ScaleDownPhase
+from cloudprovider_grpc.simulator.engine.scale_down.planner import DrainRules, ScaleDownPlanner
 from cloudprovider_grpc.simulator.engine.scale_up.phase import ScaleUpPhase
+from cloudprovider_grpc.simulator.engine.scale_up.requests import ScaleUpRequests
+from cloudprovider_grpc.simulator.engine.summary import build_report
+from cloudprovider_grpc.simulator.engine.timeline import Timeline
+from cloudprovider_grpc.simulator.model import NodeShape
 from cloudprovider_grpc.simulator.report import Report
-from cloudprovider_grpc.simulator.scenario import ScenarioError
+from cloudprovider_grpc.simulator.scenario import Scenario
 
 _NAMED = re.compile(r"\b(?:pool|nodepool|group)\s+([^\s(),]+)")
 
@@ -41,221 +54,158 @@ def display_name(gid: str, debug: str) -> str:
     return m.group(1) if m else gid
 
 
-#: what a backend's PricingNodePrice is in, when its cloud's price list says (Vultr: USD per plan)
-KNOWN_UNITS = {"vultr": "USD"}
+class Simulation:
+    """Runs one scenario; construct with clients bound to a server, then `run()`.
 
+    Holds the run context and the parts each phase owns, handing each phase the parts it reads:
+    the cluster state (listings, registrations, templates, its checks), the node events, the
+    scale-ups in flight with the groups' back-offs, the scale-down planner, the times CA last
+    acted, the GetOptions answers, the node costs and the timeline."""
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (no interpolation: every figure is one a pod really had)."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
-def pending_stats(waits: list[float]) -> dict[str, float | int]:
-    """How long pods waited between creation and binding; pods still pending at the end count
-    with their wait so far."""
-    if not waits:
-        return {"pods": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
-    return {
-        "pods": len(waits),
-        "p50": round(percentile(waits, 50), 3),
-        "p99": round(percentile(waits, 99), 3),
-        "max": round(max(waits), 3),
-    }
-
-
-def node_hours(tl: dict[str, Any]) -> float:
-    """Group nodes times time, from the timeline: each sample holds until the next one."""
-    ts = tl["t"]
-    total = 0.0
-    for series in tl["nodes"].values():
-        for i in range(len(ts) - 1):
-            total += series[i] * (ts[i + 1] - ts[i])
-    return round(total / 3600.0, 4)
-
-
-class Simulation(ClusterStatePhase, ScaleUpPhase, ScaleDownPhase):
-    """Runs one scenario; construct with clients bound to a server, then `run()`."""
+    def __init__(
+        self,
+        scenario: Scenario,
+        client: CAClient,
+        world_client: CAClient,
+        clock: VirtualClock,
+        seed: int = 0,
+        provider: str = "sim",
+        echo: Callable[[str], None] | None = None,
+        pace: bool = False,
+    ) -> None:
+        ctx = self.ctx = RunContext.start(scenario, client, world_client, clock, seed, provider, echo, pace)
+        o = ctx.options
+        self.timeline = Timeline()
+        self.costs = NodeCosts(world_client, clock)
+        self.activity = Activity()
+        self.group_options = GroupOptionsCache(client, o)
+        self.scale_ups = ScaleUpRequests.for_options(o)
+        self.planner = ScaleDownPlanner(
+            DrainRules(o.skip_nodes_with_system_pods, o.skip_nodes_with_local_storage),
+            o.scale_down_non_empty_candidates_count,
+            o.unremovable_node_recheck_timeout,
+        )
+        self.cluster = ClusterState(ctx, self.scale_ups, self.planner, self.costs, self.group_options)
+        self.events = NodeEvents(ctx, self.cluster.invalidate)
+        self.scale_up = ScaleUpPhase(
+            ctx, self.scale_ups, self.cluster, self.activity, self.timeline, self.group_options
+        )
+        self.scale_down = ScaleDownPhase(
+            ctx, self.planner, self.cluster, self.activity, self.timeline, self.group_options
+        )
 
     def run(self) -> Report:
-        interval = self.o.scan_interval
-        loops = int(self.s.duration // interval) + 1
+        ctx = self.ctx
+        interval = ctx.options.scan_interval
+        loops = int(ctx.scenario.duration // interval) + 1
         wall_start = time.monotonic()
         for i in range(loops):
             t = i * interval
-            if self.pace:  # a server on the real clock: loops start every scan-interval, like CA's
+            if ctx.pace:  # a server on the real clock: loops start every scan-interval, like CA's
                 time.sleep(max(0.0, wall_start + t - time.monotonic()))
-            self.clock.set(t)
-            self.rec.loop, self.rec.t = i, t
+            ctx.clock.set(t)
+            ctx.rec.loop, ctx.rec.t = i, t
             self.run_once(t)
-            self._sample(t)
+            self.timeline.sample(t, ctx.world)
         with contextlib.suppress(RpcError):  # CA calls Cleanup when it shuts down
-            self.client.cleanup()
-        return self._report()
-
-    def _check_event_groups(self) -> None:
-        """A node event (a `--drain-group`) naming no node group would otherwise do nothing,
-        silently: the groups are known only once the server answered, so this runs in loop 0."""
-        unknown = sorted({ev.group for ev in self._events if ev.group} - set(self._group_ids))
-        if unknown:
-            raise ScenarioError(
-                f"node_events (--drain-group): no node group {', '.join(map(repr, unknown))} "
-                f"(node groups: {', '.join(self._group_ids) or 'none'})"
-            )
+            ctx.client.cleanup()
+        end = self.timeline.data["t"][-1] if self.timeline.data["t"] else 0.0
+        self.events.report_never_applied(end)
+        return build_report(ctx, self.timeline, self.costs)
 
     def run_once(self, t: float) -> None:
-        w = self.world
-        w.apply_controllers(t)
+        """One RunOnce; every early end still lets the scheduler bind what it can."""
+        world = self.ctx.world
+        world.apply_controllers(t)
+        groups = self._refresh_groups()
+        if groups is not None:
+            self._autoscale(groups, t)
+        world.schedule(t)
+
+    def _refresh_groups(self) -> list[GroupInfo] | None:
+        """Refresh (an error aborts the loop), then NodeGroups with the scenario's bounds, and
+        the GPU label and types CA reads to recognise GPU nodes (its client caches them after the
+        first success)."""
+        ctx = self.ctx
         try:
-            self.client.refresh()
+            ctx.client.refresh()
         except RpcError as exc:
-            self.rec.line(f"Failed to refresh cloud provider: {exc}")
-            self.rec.decide("loop-aborted", reason=str(exc))
-            w.schedule(t)
-            return
-        groups = self._override(self.client.node_groups())
-        self._group_ids = [g.id for g in groups]
-        if not self._initialized:
-            self._check_event_groups()
+            ctx.rec.line(f"Failed to refresh cloud provider: {exc}")
+            ctx.rec.decide("loop-aborted", reason=str(exc))
+            return None
+        groups = self.cluster.override(ctx.client.node_groups())
+        self.timeline.group_ids = [g.id for g in groups]
+        if not self.cluster.initialized:
+            self.events.check_groups(self.timeline.group_ids)
         for g in groups:
-            self._bounds[g.id] = {"min_size": g.min_size, "max_size": g.max_size}
+            bounds = self.timeline.bounds[g.id] = {"min_size": g.min_size, "max_size": g.max_size}
             name = display_name(g.id, g.debug)
             if name != g.id:
-                self._bounds[g.id]["name"] = name
-        # CA reads these to recognise GPU nodes; its client caches them after the first success
-        self.client.gpu_label()
-        self.client.gpu_types()
-        self._list_instances(groups, t)
-        self._kubelets(groups, t)
-        self._node_events(t)
-        self._readiness(t)
-        if not self._initialized:
-            self._clean_up_taints()
-        w.schedule(t)
-        node_group = self.client.group_ids_for_nodes(w.nodes.values())
-        templates = self._templates(groups, node_group)
-        self._creation_errors(groups, t)
+                bounds["name"] = name
+        ctx.client.gpu_label()
+        ctx.client.gpu_types()
+        return groups
+
+    def _autoscale(self, groups: list[GroupInfo], t: float) -> None:
+        """Node lifecycle, cluster state, then scale-up and scale-down, unless the cluster state
+        ends the loop (fixNodeGroupSize acted, or the cluster is unhealthy)."""
+        cluster, world = self.cluster, self.ctx.world
+        cluster.list_instances(groups, t)
+        cluster.kubelets(groups, t)
+        self.events.apply(t)
+        cluster.readiness(t)
+        if not cluster.initialized:
+            cluster.clean_up_taints()
+        world.schedule(t)
+        node_group = self.ctx.client.group_ids_for_nodes(world.nodes.values())
+        templates = cluster.templates(groups, node_group)
+        cluster.creation_errors(groups, t)
+        targets = self._target_sizes(groups)
+        registered = Counter(gid for gid in node_group.values() if gid)
+        cluster.unregistered(groups, targets, t)
+        cluster.track_requests(targets, registered, t)
+        if cluster.fix_node_group_sizes(groups, targets, registered, t) or not cluster.cluster_healthy(t):
+            return
+        upcoming = self._upcoming(node_group, targets, t)
+        scaled_up = self._scale_up(groups, targets, templates, registered, upcoming, t)
+        if self.ctx.options.scale_down_enabled:
+            self.scale_down.scale_down(groups, targets, node_group, t, scaled_up)
+
+    def _target_sizes(self, groups: list[GroupInfo]) -> dict[str, int]:
+        """NodeGroupTargetSize per group; a group whose call fails is left out of this loop."""
         targets: dict[str, int] = {}
         for g in groups:
             try:
-                targets[g.id] = self._seen_targets[g.id] = self.client.target_size(g.id)
+                targets[g.id] = self.ctx.client.target_size(g.id)
             except RpcError as exc:
-                self.rec.line(f"Failed to get target size of node group {g.id}: {exc}")
-        registered = Counter(gid for gid in node_group.values() if gid)
-        self._unregistered(groups, targets, t)
-        self._track_requests(targets, registered, t)
-        if self._fix_node_group_sizes(groups, targets, registered, t):
-            w.schedule(t)
-            return
-        if not self._cluster_healthy(t):
-            w.schedule(t)
-            return
-        # clusterstate.go calculateUpcomingNodesInNodeGroup: target - (ready + unready); nodes still
-        # starting (NotReady for less than MaxNodeStartupTime since registering) stay upcoming
+                self.ctx.rec.line(f"Failed to get target size of node group {g.id}: {exc}")
+                continue
+            self.timeline.saw_target(g.id, targets[g.id])
+        return targets
+
+    def _upcoming(
+        self, node_group: dict[str, str | None], targets: dict[str, int], t: float
+    ) -> dict[str, int]:
+        """clusterstate.go calculateUpcomingNodesInNodeGroup: target - (ready + unready); nodes
+        still starting (NotReady for less than MaxNodeStartupTime since registering) stay upcoming."""
+        nodes = self.ctx.world.nodes
         started = Counter(
-            gid for name, gid in node_group.items() if gid and not self._not_started(w.nodes[name], t)
+            gid for name, gid in node_group.items() if gid and not self.cluster.not_started(nodes[name], t)
         )
-        upcoming = {gid: max(0, targets[gid] - started[gid]) for gid in targets}
-        pod_groups = self._unschedulable(t, templates, upcoming)
-        scaled_up = False
-        if pod_groups:
-            scaled_up = self._scale_up(pod_groups, groups, targets, templates, registered, upcoming, t)
-        else:
-            self._last_no_scale_up = None
-        if self.o.scale_down_enabled:
-            self._scale_down(groups, targets, node_group, t, scaled_up)
-        w.schedule(t)
+        return {gid: max(0, targets[gid] - started[gid]) for gid in targets}
 
-    def _sample(self, t: float) -> None:
-        """One timeline column: ready nodes and CA's target size per group, pending pods.
-
-        A group that appears later gets zeros (nodes) and None (target: not known yet) before."""
-        tl = self.tl
-        tl["t"].append(t)
-        cols = len(tl["t"])
-        counts = Counter(node.group for node in self.world.nodes.values())
-        for gid in sorted(set(self._group_ids) | set(tl["nodes"])):
-            series = tl["nodes"].setdefault(gid, [0] * (cols - 1))
-            series.append(counts.get(gid, 0))
-            target = tl["target"].setdefault(gid, [None] * (cols - 1))
-            target.append(self._seen_targets.get(gid))
-        unready = Counter(node.group for node in self.world.nodes.values() if not node.ready)
-        for gid in tl["nodes"]:
-            tl.setdefault("unready", {}).setdefault(gid, [0] * (cols - 1)).append(unready.get(gid, 0))
-        tl["pending"].append(len(self.world.pending))
-        tl["groups"] = {gid: dict(b) for gid, b in sorted(self._bounds.items())}
-
-    def _cost(self, end: float) -> dict[str, Any] | None:
-        for pid in sorted(self.lifetimes):
-            self._price_lifetime(pid, end)
-        if self.cost_unavailable:
-            return None
-        return {
-            "total": round(sum(self.costs.values()), 6),
-            "per_group": {k: round(v, 6) for k, v in sorted(self.costs.items())},
-            "basis": "PricingNodePrice over each node's registered lifetime",
-            "unit": self.s.cost_unit or KNOWN_UNITS.get(self.provider, "price units"),
-        }
-
-    def _report(self) -> Report:
-        end = self.tl["t"][-1] if self.tl["t"] else 0.0
-        cost = self._cost(end)
-        for i, ev in enumerate(self._events):
-            if i not in self._events_done and ev.at <= end:
-                # a typo in a node name must not pass silently as "nothing happened"
-                what = ev.node or f"group {ev.group}"
-                self.rec.line(f"node event for {what} at {self.rec.stamp(ev.at)} never applied: no such node")
-        decisions = self.rec.decisions
-        kinds = Counter(d.kind for d in decisions)
-        summary = {
-            "loops": len(self.tl["t"]),
-            "simulated_seconds": end,
-            "decisions": dict(sorted(kinds.items())),
-            "nodes_added": sum(d.delta for d in decisions if d.kind == "scale-up"),
-            "nodes_removed": kinds.get("scale-down", 0),
-            "max_pending_pods": max(self.tl["pending"], default=0),
-            "final_nodes": {g: s[-1] for g, s in sorted(self.tl["nodes"].items()) if s},
-            "jobs_completed": self.world.completed,
-            "pod_pending_seconds": pending_stats(
-                [*self.world.waits, *(end - p.created for p in self.world.pending.values())]
-            ),
-            "node_hours": node_hours(self.tl),
-        }
-        finished = self.world.job_finish_times()
-        self.tl["workloads"] = [
-            {
-                "name": w.name,
-                "start": w.start,
-                "end": w.end,
-                "kind": w.kind,
-                **({"finished": finished[w.name]} if w.name in finished else {}),
-            }
-            for w in self.s.workloads
-        ]
-        notes = []
-        zero = sorted(d.group for d in decisions if d.kind == "startup-time-zero")
-        if zero:
-            notes.append(
-                f"CA {self.o.version} with node groups that answer GetOptions ({', '.join(zero)}): "
-                "MaxNodeStartupTime is 0 for them, so a booting node counts as unready at once and "
-                "enough of them stop autoscaling (max-total-unready-percentage "
-                f"{self.o.max_total_unready_percentage:g}%, ok-total-unready-count "
-                f"{self.o.ok_total_unready_count})"
-            )
-        return Report(
-            notes=notes,
-            scenario=self.s.name,
-            seed=self.seed,
-            provider=self.provider,
-            start_time=self.s.start_time,
-            options=self.o.model_dump(by_alias=True),
-            decisions=decisions,
-            log=self.rec.lines,
-            timeline=self.tl,
-            rpc_counts={
-                "autoscaler": dict(sorted(self.client.counts.items())),
-                "simulator": dict(sorted(self.wclient.counts.items())),
-            },
-            cost=cost,
-            summary=summary,
-        )
+    def _scale_up(
+        self,
+        groups: list[GroupInfo],
+        targets: dict[str, int],
+        templates: dict[str, NodeShape],
+        registered: Counter[str],
+        upcoming: dict[str, int],
+        t: float,
+    ) -> bool:
+        """The pods CA acts on, and a scale-up when there are any; True when a group grew."""
+        pod_groups = self.scale_up.unschedulable(t, templates, upcoming)
+        if not pod_groups:
+            self.scale_up.nothing_pending()
+            return False
+        return self.scale_up.scale_up(pod_groups, groups, targets, templates, registered, upcoming, t)

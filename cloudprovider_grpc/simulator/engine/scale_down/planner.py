@@ -177,6 +177,23 @@ class ScaleDownPlanner:
         found removable in this pass, like CA's RemainingPdbTracker); `interpod`: some pods have
         host ports, pod (anti-)affinity or spread constraints, so moves check `predicates.py`."""
         unremovable: list[Unremovable] = []
+        underutilized = self._underutilized(now, candidates, options, unremovable)
+        if not underutilized:
+            return self._finish([], unremovable)
+        found = self._removable(now, underutilized, candidates, destinations, pdb_left, interpod, unremovable)
+        return self._finish(found, unremovable)
+
+    def _underutilized(
+        self,
+        now: float,
+        candidates: Sequence[Node],
+        options: Callable[[str], GroupScaleDownOptions],
+        unremovable: list[Unremovable],
+    ) -> list[tuple[Node, float, str]]:
+        """The candidates under their group's utilization threshold (unneeded/nodes.go
+        UpdateUnneededNodes, eligibility.go), in the order CA tries them: empty nodes first (they
+        need no room elsewhere), then previously unneeded nodes (kept stable like
+        unneeded/nodes.go), then by name. The others are added to `unremovable` with why."""
         underutilized: list[tuple[Node, float, str]] = []
         group_opts: dict[str, GroupScaleDownOptions] = {}
         util_cache = self._util
@@ -213,13 +230,24 @@ class ScaleDownPlanner:
                 continue
             underutilized.append((node, util, res))
 
-        # empty nodes first (they need no room elsewhere), then previously unneeded nodes (kept
-        # stable like unneeded/nodes.go), then by name
         underutilized.sort(
             key=lambda t: (not is_empty(t[0]), t[0].name not in self.unneeded_since, t[0].name)
         )
-        if not underutilized:
-            return self._finish([], unremovable)
+        return underutilized
+
+    def _removable(
+        self,
+        now: float,
+        underutilized: list[tuple[Node, float, str]],
+        candidates: Sequence[Node],
+        destinations: Sequence[Node],
+        pdb_left: dict[PodShape, int] | None,
+        interpod: bool,
+        unremovable: list[Unremovable],
+    ) -> list[Unneeded]:
+        """The underutilized nodes whose pods can all move elsewhere in CA's snapshot
+        (simulator/removal.go FindNodesToRemove), up to scale-down-non-empty-candidates-count
+        non-empty ones; blocked nodes are rechecked after unremovable-node-recheck-timeout."""
         free = {n.name: n.free() for n in destinations if not n.to_be_deleted}
         self._open = {}  # destinations per scheduling key with room, for this pass's `free` only
         self._keys = {}
@@ -269,7 +297,7 @@ class ScaleDownPlanner:
                 )
             )
 
-        return self._finish(found, unremovable)
+        return found
 
     def _finish(self, found: list[Unneeded], unremovable: list[Unremovable]) -> PassResult:
         newly = [u for u in found if u.node not in self.unneeded_since]

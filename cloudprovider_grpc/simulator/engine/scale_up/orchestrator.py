@@ -141,17 +141,80 @@ def plan_scale_up(
     cluster's nodes and pods for inter-pod predicates in the estimator (`predicates.py`)."""
     plan = ScaleUpPlan()
     quota = Tracker.for_scale_up(opts.resource_limits(), usage)
+    valid, quota_room = _valid_groups(groups, opts, quota, cluster_nodes, gpu_label, plan)
+    cluster_room = opts.max_nodes_total - cluster_nodes if opts.max_nodes_total > 0 else None
+    if cluster_room is not None and cluster_room < 1:
+        plan.reason = f"max-nodes-total ({opts.max_nodes_total}) reached"
+        plan.lines.append(f"Max total nodes in cluster reached: {opts.max_nodes_total}")
+        return plan
+    similar_to = _Similarity(valid, opts)
+    fitting = _expansion_options(plan, pod_groups, valid, similar_to, opts, cluster_room, fits, context)
+    if not plan.options:
+        plan.reason = "No expansion options"
+        plan.lines.append("No expansion options")
+        return plan
+
+    best = chain.best_option(plan.options, ctx)
+    plan.lines.extend(ctx.notes)
+    if best is None or best.node_count <= 0:
+        plan.reason = "expander chose no option"
+        plan.lines.append("No expansion option chosen by the expanders")
+        return plan
+    plan.best = best
+    group = similar_to.by_id[best.group]
+    plan.lines.append(f"Best option to resize: {best.group}")
+    needed = best.node_count
+    if best.debug:  # the limiter cut the estimate: compute the true need for the log
+        needed = estimate(
+            fitting[best.group],
+            best.template,
+            group.template_free,
+            max_nodes=opts.max_nodes_per_scaleup,
+            context=context,
+        ).node_count
+    plan.needed = needed
+    plan.lines.append(f"Estimated {needed} nodes needed in {best.group}")
+    new_nodes = _capped(plan, best.node_count, needed, cluster_room, quota_room[group.id], opts)
+    _split(plan, group, similar_to, new_nodes, needed, opts)
+    plan.pods_triggered = best.pod_count
+    return plan
+
+
+def _quota_room(quota: Tracker, per_node: Mapping[str, int]) -> dict[str, int]:
+    """tracker.go checkQuota per resource, once per group: how many nodes of this shape each
+    limited resource's headroom holds (a node count fits a resource when it is at most that)."""
+    return {
+        res: quota.left[res] // amount
+        for res, amount in sorted(per_node.items())
+        if amount > 0 and res in quota.left
+    }
+
+
+def _valid_groups(
+    groups: Sequence[GroupView],
+    opts: AutoscalerOptions,
+    quota: Tracker,
+    cluster_nodes: int,
+    gpu_label: str | None,
+    plan: ScaleUpPlan,
+) -> tuple[list[GroupView], dict[str, dict[str, int]]]:
+    """orchestrator.go filterValidScaleUpNodeGroups: the groups that may grow, and each one's
+    room within the resource limits (`_quota_room`); the others go to `plan.skipped`."""
     valid: list[GroupView] = []
+    quota_room: dict[str, dict[str, int]] = {}
     for g in groups:
         if g.backed_off:
             plan.skipped[g.id] = f"backed off ({g.backed_off})"
-        elif g.target >= g.max_size:
+            continue
+        if g.target >= g.max_size:
             plan.skipped[g.id] = "max limit reached"
-        elif g.template is None:
+            continue
+        if g.template is None:
             plan.skipped[g.id] = "no template"
-        elif exceeded := quota.check(
-            node_totals(g.template, gpu_label), g.max_size - g.target if g.zero_or_max else 1
-        ).exceeded:
+            continue
+        room = quota_room[g.id] = _quota_room(quota, node_totals(g.template, gpu_label))
+        first = g.max_size - g.target if g.zero_or_max else 1
+        if exceeded := [res for res, n in room.items() if n < first]:
             plan.skipped[g.id] = "exceeded quota: " + "/".join(_flag(r) for r in exceeded)
         elif (
             g.zero_or_max
@@ -163,25 +226,54 @@ def plan_scale_up(
             valid.append(g)
     for gid, why in plan.skipped.items():
         plan.lines.append(f"Skipping node group {gid} - {why}")
+    return valid, quota_room
 
-    cluster_room = opts.max_nodes_total - cluster_nodes if opts.max_nodes_total > 0 else None
-    if cluster_room is not None and cluster_room < 1:
-        plan.reason = f"max-nodes-total ({opts.max_nodes_total}) reached"
-        plan.lines.append(f"Max total nodes in cluster reached: {opts.max_nodes_total}")
-        return plan
-    by_id = {g.id: g for g in valid}
+
+class _Similarity:
+    """Which valid groups are similar to a group (`similar`), computed once per group and only
+    with balance-similar-node-groups on; in the order of the valid groups."""
+
+    def __init__(self, valid: list[GroupView], opts: AutoscalerOptions) -> None:
+        self.valid = valid
+        self.by_id = {g.id: g for g in valid}
+        self.opts = opts
+        self._of: dict[str, list[GroupView]] = {}
+
+    def of(self, g: GroupView) -> list[GroupView]:
+        found = self._of.get(g.id)
+        if found is None:
+            found = self._of[g.id] = [
+                o
+                for o in self.valid
+                if o.id != g.id and self.opts.balance_similar_node_groups and similar(g, o, self.opts)
+            ]
+        return found
+
+
+def _expansion_options(
+    plan: ScaleUpPlan,
+    pod_groups: Sequence[PodGroup],
+    valid: list[GroupView],
+    similar_to: _Similarity,
+    opts: AutoscalerOptions,
+    cluster_room: int | None,
+    fits: Callable[[PodShape, NodeShape], bool],
+    context: Placement | None,
+) -> dict[str, list[PodGroup]]:
+    """orchestrator.go ComputeExpansionOption per valid group: the pod groups that fit its
+    template (returned by group), the binpacking estimate within the limiter's room (the group's
+    and its similar groups' room below MaxSize, max-nodes-per-scaleup, max-nodes-total), into
+    `plan.options`."""
+    fitting_by_group: dict[str, list[PodGroup]] = {}
     for g in valid:
         tpl = g.template
         assert tpl is not None
-        fitting = [pg for pg in pod_groups if fits(pg.shape, tpl)]
+        fitting = fitting_by_group[g.id] = [pg for pg in pod_groups if fits(pg.shape, tpl)]
         if not fitting:
             reasons = sorted({static_reason(pg.shape, tpl) for pg in pod_groups} - {""})
             plan.skipped[g.id] = "no pod fits: " + "; ".join(reasons) if reasons else "no pod fits"
             continue
-        similar_ids = [
-            o.id for o in valid if o.id != g.id and opts.balance_similar_node_groups and similar(g, o, opts)
-        ]
-        room = g.max_size - g.target + sum(by_id[s].max_size - by_id[s].target for s in similar_ids)
+        room = g.max_size - g.target + sum(s.max_size - s.target for s in similar_to.of(g))
         limit = min(opts.max_nodes_per_scaleup, room)
         if cluster_room is not None:
             limit = min(limit, max(0, cluster_room))
@@ -196,52 +288,43 @@ def plan_scale_up(
         opt = Option(g.id, node_count, est.placed, tpl)
         opt.debug = f"limited to {limit}" if est.limited and not g.zero_or_max else ""
         plan.options.append(opt)
+    return fitting_by_group
 
-    if not plan.options:
-        plan.reason = "No expansion options"
-        plan.lines.append("No expansion options")
-        return plan
 
-    best = chain.best_option(plan.options, ctx)
-    plan.lines.extend(ctx.notes)
-    if best is None or best.node_count <= 0:
-        plan.reason = "expander chose no option"
-        plan.lines.append("No expansion option chosen by the expanders")
-        return plan
-    plan.best = best
-    group = by_id[best.group]
-    plan.lines.append(f"Best option to resize: {best.group}")
-    new_nodes = best.node_count
-    needed = new_nodes
-    if best.debug:  # the limiter cut the estimate: compute the true need for the log
-        fitting = [pg for pg in pod_groups if fits(pg.shape, best.template)]
-        needed = estimate(
-            fitting,
-            best.template,
-            group.template_free,
-            max_nodes=opts.max_nodes_per_scaleup,
-            context=context,
-        ).node_count
-    plan.needed = needed
-    plan.lines.append(f"Estimated {needed} nodes needed in {best.group}")
+def _capped(
+    plan: ScaleUpPlan,
+    new_nodes: int,
+    needed: int,
+    cluster_room: int | None,
+    quota_room: Mapping[str, int],
+    opts: AutoscalerOptions,
+) -> int:
+    """The chosen option's node count after max-nodes-total and the resource limits
+    (orchestrator.go applyLimits)."""
     if cluster_room is not None and needed > cluster_room:
         plan.lines.append(f"Capping size to max cluster total size ({opts.max_nodes_total})")
         new_nodes = min(new_nodes, cluster_room)
-    tpl = group.template
-    assert tpl is not None
-    quota_nodes = quota.check(node_totals(tpl, gpu_label), new_nodes).allowed
+    quota_nodes = min([new_nodes, *quota_room.values()])
     if quota_nodes < new_nodes:
         plan.lines.append(f"Capping scale-up size due to lack of resources: {new_nodes} -> {quota_nodes}")
         new_nodes = quota_nodes
-    similar_groups = [group] + [
-        o
-        for o in valid
-        if o.id != group.id
-        and opts.balance_similar_node_groups
-        and not group.zero_or_max  # orchestrator.go: no balancing for zero-or-max groups
-        and not o.zero_or_max
-        and similar(group, o, opts)
-    ]
+    return new_nodes
+
+
+def _split(
+    plan: ScaleUpPlan,
+    group: GroupView,
+    similar_to: _Similarity,
+    new_nodes: int,
+    needed: int,
+    opts: AutoscalerOptions,
+) -> None:
+    """The increases: balanced across the chosen group and its similar groups
+    (balancing_processor.go; never for zero-or-max groups), else the chosen group capped at its
+    MaxSize."""
+    similar_groups = [group]
+    if not group.zero_or_max:  # orchestrator.go: no balancing for zero-or-max groups
+        similar_groups += [o for o in similar_to.of(group) if not o.zero_or_max]
     if len(similar_groups) > 1:
         plan.lines.append(
             f"Found {len(similar_groups) - 1} similar node groups: "
@@ -263,5 +346,3 @@ def plan_scale_up(
         plan.lines.append(
             f"Scale-up: setting group {gid} size to {g.target + n} instead of {g.target} (max: {g.max_size})"
         )
-    plan.pods_triggered = best.pod_count
-    return plan
