@@ -34,10 +34,17 @@ def parse_go_duration(text: str) -> float:
     return sign * total
 
 
+#: a plain decimal number written as text: seconds, as the same number in YAML is
+_SECONDS_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)")
+
+
 def parse_duration(value: object) -> float:
-    """Seconds from a Go duration string or from a number of seconds (YAML and Python callers give
-    numbers); a bool is neither. Negative values are returned as such: each caller says which range
-    its setting takes."""
+    """Seconds from a Go duration string or from a number of seconds; a bool is neither.
+
+    A number means seconds whether YAML gave it as a number or an environment variable gave it as
+    text (`"15"`, `"0.2"`): the same setting must not change meaning with where it was written.
+    Everything else is read by Go's rule. Negative values are returned as such: each caller says
+    which range its setting takes."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration (e.g. 15s, 1m30s, 500ms)")
     if isinstance(value, int | float):
@@ -46,4 +53,6 @@ def parse_duration(value: object) -> float:
         return float(value)
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a duration (e.g. 15s, 1m30s, 500ms)")
+    if _SECONDS_TEXT.fullmatch(value.strip()):
+        return float(value)
     return parse_go_duration(value)

@@ -46,6 +46,10 @@ def test_what_go_refuses_is_refused(text: str) -> None:
 
 def test_numbers_are_seconds_and_bools_are_not_durations() -> None:
     assert parse_duration(90) == 90.0 and parse_duration(1.5) == 1.5 and parse_duration(-1) == -1.0
+    assert parse_duration("90") == 90.0 and parse_duration(" 0.2 ") == 0.2 and parse_duration(".5") == 0.5
+    for bad in ("1.5.2", "1e3", "nan", "inf", ""):
+        with pytest.raises(ValueError, match="is not a duration"):
+            parse_duration(bad)
     for bad in (True, None, math.nan, [1]):
         with pytest.raises(ValueError):
             parse_duration(bad)
@@ -53,8 +57,10 @@ def test_numbers_are_seconds_and_bools_are_not_durations() -> None:
 
 def test_the_settings_and_the_scenarios_share_the_reader_and_keep_their_own_ranges() -> None:
     assert LeaderElection(lease_duration="1m", renew_deadline="45s", retry_period=".5s").lease_duration == 60
+    # a number written as text (an environment variable) means seconds, as the same number in YAML
+    assert LeaderElection(lease_duration="15").lease_duration == 15.0
     with pytest.raises(ValueError, match="is not a duration"):
-        LeaderElection(lease_duration="15")  # CA's flags refuse a bare number too
+        LeaderElection(lease_duration="15x")
     with pytest.raises(ValueError, match="must be positive"):
         LeaderElection(retry_period="-1s")
     assert scenario_duration("1h30m") == 5400.0

@@ -18,13 +18,13 @@ pytestmark = pytest.mark.unit
 
 @pytest.mark.parametrize(
     "text, seconds",
-    [("10s", 10), ("10m", 600), ("1h30m", 5400), ("500ms", 0.5), ("0", 0), (90, 90), (1.5, 1.5)],
+    [("10s", 10), ("10m", 600), ("1h30m", 5400), ("500ms", 0.5), ("0", 0), (90, 90), (1.5, 1.5), ("10", 10)],
 )
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["10", "10x", "m", "", "-5s", -1, True])
+@pytest.mark.parametrize("bad", ["10x", "1.5.2", "m", "", "-5s", "-5", -1, True])
 def test_bad_durations(bad):
     with pytest.raises(ValueError):
         parse_duration(bad)
