@@ -84,14 +84,21 @@ class Tracker:
     def for_scale_down(cls, limits: Limits, used: Mapping[str, int]) -> Tracker:
         return cls({r: max(0, used.get(r, 0) - lim) for r, lim in limits.minimum.items()})
 
+    def room(self, per_node: Mapping[str, int]) -> dict[str, int]:
+        """How many nodes of this shape each limited resource's headroom holds, for the resources
+        the shape uses (tracker.go checkQuota's per-resource step)."""
+        return {
+            res: self.left[res] // amount
+            for res, amount in sorted(per_node.items())
+            if amount > 0 and res in self.left
+        }
+
     def check(self, per_node: Mapping[str, int], nodes: int) -> Check:
         """tracker.go checkQuota: the largest node count within every headroom."""
         result = Check(nodes)
-        for res, amount in sorted(per_node.items()):
-            if amount <= 0 or res not in self.left:
-                continue
-            if self.left[res] < amount * nodes:
-                result.allowed = min(result.allowed, self.left[res] // amount)
+        for res, fits in self.room(per_node).items():
+            if fits < nodes:
+                result.allowed = min(result.allowed, fits)
                 result.exceeded.append(res)
         return result
 

@@ -180,16 +180,6 @@ def plan_scale_up(
     return plan
 
 
-def _quota_room(quota: Tracker, per_node: Mapping[str, int]) -> dict[str, int]:
-    """tracker.go checkQuota per resource, once per group: how many nodes of this shape each
-    limited resource's headroom holds (a node count fits a resource when it is at most that)."""
-    return {
-        res: quota.left[res] // amount
-        for res, amount in sorted(per_node.items())
-        if amount > 0 and res in quota.left
-    }
-
-
 def _valid_groups(
     groups: Sequence[GroupView],
     opts: AutoscalerOptions,
@@ -199,7 +189,7 @@ def _valid_groups(
     plan: ScaleUpPlan,
 ) -> tuple[list[GroupView], dict[str, dict[str, int]]]:
     """orchestrator.go filterValidScaleUpNodeGroups: the groups that may grow, and each one's
-    room within the resource limits (`_quota_room`); the others go to `plan.skipped`."""
+    room within the resource limits (`Tracker.room`); the others go to `plan.skipped`."""
     valid: list[GroupView] = []
     quota_room: dict[str, dict[str, int]] = {}
     for g in groups:
@@ -212,7 +202,7 @@ def _valid_groups(
         if g.template is None:
             plan.skipped[g.id] = "no template"
             continue
-        room = quota_room[g.id] = _quota_room(quota, node_totals(g.template, gpu_label))
+        room = quota_room[g.id] = quota.room(node_totals(g.template, gpu_label))
         first = g.max_size - g.target if g.zero_or_max else 1
         if exceeded := [res for res, n in room.items() if n < first]:
             plan.skipped[g.id] = "exceeded quota: " + "/".join(_flag(r) for r in exceeded)
