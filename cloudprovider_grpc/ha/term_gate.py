@@ -13,7 +13,6 @@ from collections.abc import Callable
 from cloudprovider_grpc.core.errors import Unavailable
 from cloudprovider_grpc.providers.machinery.gate import Write, WriteGate
 
-#: the election's own logger: a refused write is a line of the election's story
 log = logging.getLogger(__name__)
 
 

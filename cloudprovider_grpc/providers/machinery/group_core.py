@@ -48,7 +48,6 @@ from cloudprovider_grpc.providers.machinery.node_index import NodeIndex
 from cloudprovider_grpc.providers.machinery.shape import Shape
 from cloudprovider_grpc.providers.machinery.state_version import StateVersion
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 

@@ -29,7 +29,6 @@ from cloudprovider_grpc.providers.contract import GroupSizes
 from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, S
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from cloudprovider_grpc.providers.contract import NodeGroup
 from cloudprovider_grpc.providers.machinery.node_index import NodeIndex
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 

@@ -26,7 +26,6 @@ from cloudprovider_grpc.providers.machinery.machines.core import (
 )
 from cloudprovider_grpc.providers.machinery.machines.workers import MachineWorkers
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 

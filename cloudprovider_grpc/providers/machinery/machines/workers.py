@@ -25,7 +25,6 @@ from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.group_write_rules import WriteRules
 from cloudprovider_grpc.providers.machinery.machines.core import Creation, CreationStatus, MachineGroupState
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 

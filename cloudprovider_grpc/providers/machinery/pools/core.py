@@ -18,7 +18,6 @@ from cloudprovider_grpc.providers.driver import Machine, Operation, PoolDriver
 from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.group_state import GroupStateBase
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 

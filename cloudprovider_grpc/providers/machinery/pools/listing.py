@@ -17,7 +17,6 @@ from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.group_state import ListingSpan, takes_listing
 from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 

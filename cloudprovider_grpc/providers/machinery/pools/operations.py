@@ -16,7 +16,6 @@ from cloudprovider_grpc.providers.driver import Operation, OperationState, PoolD
 from cloudprovider_grpc.providers.machinery.group_core import GroupCore
 from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 #: how often an operation is polled: first after POLL_FIRST seconds, then backing off to POLL_MAX

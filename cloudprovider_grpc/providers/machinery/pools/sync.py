@@ -22,7 +22,6 @@ from cloudprovider_grpc.providers.machinery.group_write_rules import WriteRules
 from cloudprovider_grpc.providers.machinery.pools.core import PoolGroupState, PoolPlaceholders
 from cloudprovider_grpc.providers.machinery.pools.operations import PoolOperations
 
-#: one logger for the whole shape
 log = logging.getLogger(__name__)
 
 
