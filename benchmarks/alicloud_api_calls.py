@@ -2,7 +2,7 @@
 
 Runs the AliCloud emulator and our gRPC server (AliCloud backend, AK/SK, V3 signatures, pointed at the
 emulator) in this process, seeds GROUPS x NODES/GROUPS InService instances, then drives the RPCs one
-CA loop makes (research notes peers-users-decisions.md §4.3: Refresh, NodeGroups, NodeGroupForNode
+CA loop makes (CA's `core/static_autoscaler.go` RunOnce and its callers: Refresh, NodeGroups, NodeGroupForNode
 per node, ~3 TargetSize per group, ~2 GetOptions per node, NodeGroupNodes for ~G/12 groups,
 TemplateNodeInfo per group, GPULabel/GetAvailableGPUTypes; on the last loop an IncreaseSize). The
 emulator's action log tells how many API calls each phase caused. Target: at most one

@@ -2,7 +2,7 @@
 
 Runs the Cherry API emulator and our gRPC server (Cherry backend pointed at the emulator) in this
 process, seeds POOLS x NODES/POOLS deployed servers, then drives the RPCs one CA loop makes
-(research notes peers-users-decisions.md §4.3: Refresh, NodeGroups, NodeGroupForNode per node,
+(CA's `core/static_autoscaler.go` RunOnce and its callers: Refresh, NodeGroups, NodeGroupForNode per node,
 ~3 TargetSize per group, ~2 GetOptions per node, NodeGroupNodes for ~G/12 groups, TemplateNodeInfo
 per group without a real-node template, GPULabel/GetAvailableGPUTypes, and on a scale-up loop
 IncreaseSize plus pricing calls). The emulator's request log tells how many API calls each phase

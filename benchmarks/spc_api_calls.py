@@ -2,7 +2,7 @@
 
 Runs the SPC API emulator and our gRPC server (SPC backend pointed at it) in this process, seeds
 POOLS autoscaled pools holding NODES running nodes, then drives the RPCs one CA loop makes
-(research notes peers-users-decisions.md §4.3: Refresh, NodeGroups, NodeGroupForNode per node,
+(CA's `core/static_autoscaler.go` RunOnce and its callers: Refresh, NodeGroups, NodeGroupForNode per node,
 ~3 TargetSize per group, ~2 GetOptions per node, NodeGroupNodes for ~G/12 groups, TemplateNodeInfo
 per group, GPULabel/GetAvailableGPUTypes) and counts the API calls each phase caused in the
 emulator's request log. Target: one pool listing and one node listing per Refresh,

@@ -5,7 +5,8 @@ number, label, type, type_name, enum values) of upstream `externalgrpc.proto` at
 1.33.0 and 1.25.0, generated with protoc from the upstream files.
 
 1. Our descriptor must equal master exactly, plus only the legacy declarations that keep CA
-   <= 1.34.x working (research notes §1.3).
+   <= 1.34.x working (CA's `cloudprovider/externalgrpc/externalgrpc_node_group.go` at each tag:
+   up to 1.34.1 reads `nodeInfo`, 1.34.2 prefers `nodeBytes`, 1.35 on reads only `nodeBytes`).
 2. Each old release's schema is rebuilt here as a real descriptor from its golden JSON (package
    renamed so all can share one pool). Its k8s references point at stand-ins with the upstream
    field numbers: meta/v1 `Duration{int64 duration = 1}`, `Time{int64 seconds = 1; int32 nanos = 2}`
@@ -306,7 +307,8 @@ def test_rebuilt_old_schemas_have_the_golden_shape() -> None:
 
 
 def test_duration_wire_bytes() -> None:
-    # meta/v1 Duration carries nanoseconds, google.protobuf.Duration seconds (research §1.3).
+    # meta/v1 Duration carries nanoseconds, google.protobuf.Duration seconds and nanos (k8s.io/apimachinery
+    # pkg/apis/meta/v1/generated.proto; google/protobuf/duration.proto).
     legacy = pb.LegacyDuration(duration=600 * 10**9).SerializeToString()
     assert legacy == bytes.fromhex("08 80 e0 a5 96 bb 11")
     assert duration_pb2.Duration(seconds=600).SerializeToString() == bytes.fromhex("08 d8 04")
@@ -453,6 +455,7 @@ def test_options_request_defaults_from_old_release(release: str) -> None:
     assert ours.id == "general"
     assert ours.defaults.scaleDownUnneededTime.duration == 600 * 10**9
     assert ours.defaults.scaleDownUnreadyTime.duration == 1200 * 10**9
-    # Which generation sent it shows in which duration fields are present (research §1.3).
+    # Which generation sent it shows in which duration fields are present (externalgrpc.proto at
+    # each tag: the golden schemas above).
     assert ours.defaults.HasField("MaxNodeProvisionTime") == (release != "v1.25.0")
     assert not ours.defaults.HasField("scaleDownUnneededDuration")

@@ -27,7 +27,7 @@ def dec(mantissa: int, scale: int) -> Fraction:
     return Fraction(mantissa) * Fraction(10) ** scale
 
 
-# ---- the research note's vectors (research/python-grpc-k8s-proto.md §2.1) -----------------------
+# ---- apimachinery's vectors (k8s.io/apimachinery pkg/api/resource/quantity_test.go) -----------
 
 
 @pytest.mark.parametrize(

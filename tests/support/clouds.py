@@ -348,7 +348,7 @@ class SpcCloud(_Emulated):
     org, cluster = 4, 12
     broken_status = "400"
     idempotent_creates = (
-        False  # SPC's add body is size, node_count, node_pool: no client token (research cherry-spc.md §B2)
+        False  # SPC's add body is size, node_count, node_pool: no client token (stackpoint-sdk-go client.go)
     )
 
     def __init__(self, tmp: Path, state_file: Path | None = None) -> None:

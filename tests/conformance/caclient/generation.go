@@ -15,7 +15,7 @@
 //
 // Sources of these facts: cluster-autoscaler's cloudprovider/externalgrpc README ("Caching") and its
 // client files externalgrpc_cloud_provider.go / externalgrpc_node_group.go at the release tags named
-// below, as summarised in the project's research notes.
+// below.
 package caclient
 
 import "fmt"

@@ -185,7 +185,7 @@ def test_state_survives_a_restart(tmp_path: Path) -> None:
 
 
 #: field names of the NKS SDK's fixtures (NetApp/nks-sdk-go nks/mock_data/nodes.json, nodepools.json):
-#: SPC has no SDK on PyPI to drive the emulator with (research note §B6), so its shapes are held to these
+#: SPC has no SDK on PyPI to drive the emulator with (its Go SDKs only), so its shapes are held to these
 NKS_NODE_FIELDS = {
     "pk", "cluster", "pool", "pool_name", "instance_id", "provider_node_id", "role", "group_name",
     "private_ip", "public_ip", "platform", "image", "channel", "etcd_state", "root_disk_size",
