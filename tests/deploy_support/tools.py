@@ -17,7 +17,8 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from tests.support.gotools import HELM, KUSTOMIZE, go_install, go_module_dir, in_ci
+from tests.support.controlplane import HELM, KUSTOMIZE, KubeTool
+from tests.support.gotools import go_install, go_module_dir, in_ci
 
 Objects = list[dict[str, Any]]
 #: The cluster version `helm template` renders for (helm's own default is v1.20): the oldest the
@@ -34,18 +35,23 @@ def unavailable(what: str, reason: str) -> NoReturn:
 
 
 @functools.cache
-def _built(spec: tuple[str, str, str]) -> Path | str:
+def _built(spec: tuple[str, str, str] | KubeTool) -> Path | str:
     try:
+        if isinstance(spec, KubeTool):
+            return spec.build()
         return go_install(*spec)
     except RuntimeError as exc:  # Go missing or the build failed: reported by the caller
         return str(exc).strip().splitlines()[0] if str(exc).strip() else "build failed"
 
 
-def tool(spec: tuple[str, str, str]) -> Path:
-    """The binary of a pinned Go tool, built on first use (skip, or fail in CI, when impossible)."""
+def tool(spec: tuple[str, str, str] | KubeTool) -> Path:
+    """The binary of a pinned Go tool: a `(package, version, binary)` installed with `go install`,
+    or one of the Kubernetes module's tools (built by the preparation phase; skip, or fail in CI,
+    when it could not be had)."""
     built = _built(spec)
     if isinstance(built, str):
-        unavailable(f"{spec[2]} {spec[1]}", built)
+        name, version = (spec.binary, spec.version) if isinstance(spec, KubeTool) else (spec[2], spec[1])
+        unavailable(f"{name} {version}", built)
     assert isinstance(built, Path)
     return built
 

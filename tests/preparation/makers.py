@@ -27,6 +27,18 @@ def _go_tool(package: str, version: str, name: str) -> Maker:
     return (lambda: version), (lambda: gotools.installed(version, name).exists()), make
 
 
+def _kube_tool(name: str) -> Maker:
+    """helm or kustomize, from kube-apiserver's Go module (`controlplane.KubeTool`)."""
+    from tests.support import controlplane
+
+    tool: controlplane.KubeTool = getattr(controlplane, name)
+
+    def make() -> None:
+        tool.build()
+
+    return (lambda: tool.version), tool.built, make
+
+
 def _front() -> Maker:
     def make() -> None:
         front_binary.build()
@@ -44,12 +56,6 @@ def _conformance() -> Maker:
         return (gotools.built_dir("conformance", conformance.client_key()) / "conformance").is_file()
 
     return conformance.client_key, cached, make
-
-
-def _grpcurl() -> Maker:
-    from tests.support import conformance
-
-    return _go_tool(*conformance.GRPCURL, "grpcurl")
 
 
 def _control_plane() -> Maker:
@@ -214,9 +220,8 @@ CONFORMANCE = _conformance()
 STANDIN = _standin()
 STANDIN_IMAGE = _standin_image()
 PAUSE = _pause()
-GRPCURL = _grpcurl()
-HELM = _go_tool(*gotools.HELM)
-KUSTOMIZE = _go_tool(*gotools.KUSTOMIZE)
+HELM = _kube_tool("HELM")
+KUSTOMIZE = _kube_tool("KUSTOMIZE")
 ACTIONLINT = _go_tool(*gotools.ACTIONLINT)
 CRDS = _crds()
 PROMTOOL = _promtool()

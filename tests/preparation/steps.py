@@ -93,9 +93,9 @@ STEPS: tuple[Step, ...] = (
         needs=("host-packages",),
         requires=_ROOT | _GO,
     ),
-    Step("grpcurl", *makers.GRPCURL, users=("tests/test_conformance.py",), needs=("front",)),
-    Step("helm", *makers.HELM, users=(*_DEPLOY, "tests/realnode", "tests/ha")),
-    Step("kustomize", *makers.KUSTOMIZE, users=(*_DEPLOY, "tests/providers")),
+    # from kube-apiserver's module, after it: they reuse most of its compiled packages
+    Step("helm", *makers.HELM, users=(*_DEPLOY, "tests/realnode", "tests/ha"), needs=("control-plane",)),
+    Step("kustomize", *makers.KUSTOMIZE, users=(*_DEPLOY, "tests/providers"), needs=("control-plane",)),
     Step("actionlint", *makers.ACTIONLINT, users=("tests/test_release.py",)),
     Step("crds", *makers.CRDS, users=_DEPLOY),
     Step("promtool", *makers.PROMTOOL, users=("tests/observability",), requires=_APT),

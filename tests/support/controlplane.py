@@ -98,13 +98,20 @@ class KubectlError(subprocess.CalledProcessError):
 # ---------------------------------------------------------------- binaries
 
 
-def kubernetes_version() -> str:
-    """The k8s.io/kubernetes release tests/controlplane/go.mod builds."""
+def module_version(module: str) -> str:
+    """The version of `module` tests/controlplane/go.mod requires."""
     for line in (SOURCE / "go.mod").read_text().splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] == "k8s.io/kubernetes":
+        if parts[:1] == ["require"]:
+            parts = parts[1:]
+        if len(parts) >= 2 and parts[0] == module and (len(parts) == 2 or parts[2] == "//"):
             return parts[1]
-    raise RuntimeError(f"{SOURCE / 'go.mod'} requires no k8s.io/kubernetes")
+    raise RuntimeError(f"{SOURCE / 'go.mod'} requires no {module}")
+
+
+def kubernetes_version() -> str:
+    """The k8s.io/kubernetes release tests/controlplane/go.mod builds."""
+    return module_version("k8s.io/kubernetes")
 
 
 def ldflags() -> str:
@@ -116,19 +123,22 @@ def ldflags() -> str:
     return f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
 
 
-def _k8s_key(source: Path) -> str:
-    return gotools.tree_key(source, extra=f"{ldflags()} {GCFLAGS} {sorted(BUILD_ENV.items())}")
+def _k8s_key(source: Path, package: str = ".") -> str:
+    extra = f"{ldflags()} {GCFLAGS} {sorted(BUILD_ENV.items())}"
+    return gotools.tree_key(source, extra=extra if package == "." else f"{extra} {package}")
 
 
-def k8s_built(name: str, source: Path) -> bool:
-    """Whether `_build_k8s(name, source)` would find its build cached."""
-    return (gotools.built_dir(name, _k8s_key(source)) / name).is_file()
+def k8s_built(name: str, source: Path, package: str = ".") -> bool:
+    """Whether `_build_k8s(name, source, ..., package)` would find its build cached."""
+    return (gotools.built_dir(name, _k8s_key(source, package)) / name).is_file()
 
 
-def _build_k8s(name: str, source: Path, step: str) -> Path:
-    """The Go program in `source` (go.mod, go.sum, main.go) built as `name` once per version of its
-    files and the build flags (cached under a hash of both). Raises RuntimeError when Go or the proxy
-    fails."""
+def _build_k8s(name: str, source: Path, step: str, package: str = ".") -> Path:
+    """`package` (the module's own main package, or one its go.mod names as a `tool`) of the Go
+    module in `source` (go.mod, go.sum, main.go) built as `name`, once per version of its files and
+    the build flags (cached under a hash of both). Every program built from one module this way
+    shares one set of dependency versions and flags, so each reuses the packages the others
+    compiled into Go's build cache. Raises RuntimeError when Go or the proxy fails."""
 
     def prepare(scratch: Path) -> Path:
         for file in ("go.mod", "go.sum", "main.go"):
@@ -137,9 +147,9 @@ def _build_k8s(name: str, source: Path, step: str) -> Path:
 
     built = gotools.go_build(
         name,
-        _k8s_key(source),
+        _k8s_key(source, package),
         prepare,
-        ["."],
+        [package],
         ldflags=ldflags(),
         gcflags=GCFLAGS,
         env=BUILD_ENV,
@@ -152,6 +162,34 @@ def _build_k8s(name: str, source: Path, step: str) -> Path:
 def build_apiserver() -> Path:
     """kube-apiserver from tests/controlplane."""
     return _build_k8s("kube-apiserver", SOURCE, "control-plane")
+
+
+@dataclass(frozen=True)
+class KubeTool:
+    """A Go program the deployment tests run, built from tests/controlplane's module (its go.mod's
+    `tool` directives) with kube-apiserver's flags, after it: most of its packages (client-go,
+    apimachinery, kubectl's libraries) are then already in Go's build cache (a cold helm took about
+    5 minutes as a `go install` of its own, about half a minute this way)."""
+
+    binary: str
+    #: the module that pins its version in tests/controlplane/go.mod
+    module: str
+    package: str
+
+    @property
+    def version(self) -> str:
+        return module_version(self.module)
+
+    def built(self) -> bool:
+        return k8s_built(self.binary, SOURCE, self.package)
+
+    def build(self) -> Path:
+        return _build_k8s(self.binary, SOURCE, self.binary, self.package)
+
+
+HELM = KubeTool("helm", "helm.sh/helm/v3", "helm.sh/helm/v3/cmd/helm")
+#: The release k8s.io/kubernetes itself requires (kubectl's kustomize), so its packages are shared.
+KUSTOMIZE = KubeTool("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", "sigs.k8s.io/kustomize/kustomize/v5")
 
 
 #: The realnode tier's kubelet, kube-proxy, kube-scheduler and kube-controller-manager, one executable.
@@ -280,7 +318,9 @@ class ControlPlane:
         header.raise_for_status()
         revision = int(header.json()["header"]["revision"])
         done = requests.post(
-            f"{self.etcd_url}/v3/kv/compaction", json={"revision": str(revision), "physical": True}, timeout=30
+            f"{self.etcd_url}/v3/kv/compaction",
+            json={"revision": str(revision), "physical": True},
+            timeout=30,
         )
         done.raise_for_status()
         return revision

@@ -130,10 +130,6 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-# Go tools the deployment tests run, pinned. helm: the newest v3 release on the module proxy when it
-# was pinned. kustomize: v5.7.1, the newest release that builds with Go 1.26.
-HELM = ("helm.sh/helm/v3/cmd/helm", "v3.22.0", "helm")
-KUSTOMIZE = ("sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1", "kustomize")
 #: The GitHub Actions workflow linter (it also runs shellcheck on `run:` steps when one is on PATH).
 ACTIONLINT = ("github.com/rhysd/actionlint/cmd/actionlint", "v1.7.12", "actionlint")
 # ---------------------------------------------------------------- builds from a source tree
