@@ -126,6 +126,20 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _parse_schemas_once() -> None:
+    """kubernetes-validate opens and parses its JSON schema files on every call (the object's own
+    schema and the whole `_definitions.json`): three quarters of a validation's time, thousands of
+    times per run. Its reader (`kubernetes_validate.utils.schema_contents`, looked up as a module
+    global on each call) is made to keep what it parsed; the schemas are only read, never changed,
+    by the validation."""
+    utils = kubernetes_validate.utils
+    if not hasattr(utils.schema_contents, "cache_info"):
+        utils.schema_contents = functools.cache(utils.schema_contents)
+
+
+_parse_schemas_once()
+
+
 def validate(obj: dict[str, Any], version: str) -> None:
     if crds.is_custom(obj):
         crds.validate(obj)
