@@ -83,10 +83,11 @@ EOF
 step "starting servers"
 start main "${tls[@]}" "$@"
 start faulty "${tls[@]}" --config "$work/faulty.yaml"
-start plain
+# the plaintext server only answers the README's grpcurl lines
+if [ "${GRPCURL_EXAMPLES:-1}" != 0 ]; then start plain; fi
 wait_healthy main "$main_metrics" "$main_pid"
 wait_healthy faulty "$faulty_metrics" "$faulty_pid"
-wait_healthy plain "$plain_metrics" "$plain_pid"
+if [ "${GRPCURL_EXAMPLES:-1}" != 0 ]; then wait_healthy plain "$plain_metrics" "$plain_pid"; fi
 
 cloud_config() {  # exactly the keys CA's externalgrpc cloud-config has
   cat <<EOF

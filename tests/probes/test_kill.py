@@ -54,14 +54,21 @@ def test_kill_9_mid_scale_up(backend: BackendUnderTest, cloud_factory, tmp_path:
                 # double it); it stays a placeholder until its machine appears (adopted) or failed_ttl
                 # passes and CA asks again. So: every creation not yet sent is made, none is doubled.
 
+                seen: dict[str, int] = {}
+
                 def accounted() -> bool:
                     refresh(s)
-                    held = len(cloud.machines(gid))
-                    return want - sent <= held <= want and len(instances(s, gid)) == want
+                    seen.update(held=len(cloud.machines(gid)), instances=len(instances(s, gid)))
+                    return want - sent <= seen["held"] <= want and seen["instances"] == want
 
                 # creations the first process completed have left the journal; the rest are in it
                 assert unsent + sent + len(cloud.machines(gid)) >= want, "the journal lost creations"
-                poll(accounted, 60, f"at least {want - sent} machines after the restart", REFRESH_EVERY)
+                try:
+                    poll(accounted, 60, f"at least {want - sent} machines after the restart", REFRESH_EVERY)
+                except AssertionError as exc:
+                    raise AssertionError(
+                        f"{exc}: wanted {want}, {unsent} unsent and {sent} sent at the kill, last seen {seen}"
+                    ) from None
         else:
             refresh(s)
             assert len(cloud.machines(gid)) <= want

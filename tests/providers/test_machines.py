@@ -446,3 +446,80 @@ def test_untokened_creations_never_sent_are_sent_after_a_restart(tmp_path: Path)
         assert ids == _alive(cloud)
     finally:
         handle.stop(0)
+
+
+class LaggingUntokenedDriver(UntokenedDriver):
+    """UntokenedDriver whose listings do not show the machines its own creates made yet (a
+    cloud's listing that lags behind its creates), so no listing of this life adopts them."""
+
+    def __init__(self, cloud: SimCloud) -> None:
+        super().__init__(cloud)
+        self.made: set[str] = set()
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        before = set(_alive(self.cloud))
+        try:
+            return super().create_machine(group, token)
+        finally:
+            self.made |= set(_alive(self.cloud)) - before
+
+    def list_machines(self) -> MachineListing:
+        return MachineListing([m for m in self.cloud.list_machines() if m.id not in self.made])
+
+
+def _restart_after_a_lost_untokened_answer(tmp_path: Path, keep_known: bool) -> tuple[int, list[str], list[str]]:
+    """Life one: a baseline listing, then a scale-up by one whose create the cloud carried out but
+    whose answer was lost, and the process ends before any listing shows the machine (as kill -9
+    right after the cloud acted). Life two starts from the journal (without its `known` list when
+    not `keep_known`, as journals written before it was kept) and lists once. Returns life two's
+    target, the ids CA sees and the cloud's machines."""
+    import json
+
+    cloud = _cloud(initial=1)
+    journal = tmp_path / "state.json"
+    first_driver = LaggingUntokenedDriver(cloud)
+    handle = _serve(MachineProvider(first_driver, inline_workers=True, state_file=journal))
+    s = stub(channel(handle))
+    s.Refresh(pb.RefreshRequest())  # the baseline listing
+    s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
+    s.Refresh(pb.RefreshRequest())  # the create runs, its answer is lost, no listing shows it yet
+    handle.stop(0)
+    assert first_driver.creates == 1 and len(_alive(cloud)) == 2
+    doc = json.loads(journal.read_text())
+    entry = doc["groups"]["g"]
+    assert [c["sent"] for c in entry["creations"]] == [True]
+    assert len(set(_alive(cloud)) - set(entry["known"])) == 1  # the machine the lost answer was about
+    if not keep_known:
+        del entry["known"]
+        journal.write_text(json.dumps(doc))
+
+    second_driver = UntokenedDriver(cloud)
+    second_driver.creates = 1  # its creates answer
+    handle = _serve(MachineProvider(second_driver, inline_workers=True, state_file=journal))
+    try:
+        s = stub(channel(handle))
+        s.Refresh(pb.RefreshRequest())  # the first listing after the restart
+        assert second_driver.creates == 1  # never re-sent
+        target = s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize
+        ids = sorted(i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances)
+    finally:
+        handle.stop(0)
+    return target, ids, _alive(cloud)
+
+
+def test_an_untokened_create_that_landed_before_a_restart_is_adopted_at_the_first_listing(tmp_path: Path) -> None:
+    """The journal keeps the machines known when a create without a token left, so the first
+    listing after a restart tells the machine that create made from those there before: it is
+    adopted at once, not shown beside a placeholder that would only fail after `failed_ttl`."""
+    target, ids, alive = _restart_after_a_lost_untokened_answer(tmp_path, keep_known=True)
+    assert len(alive) == 2
+    assert target == 2 and ids == alive
+
+
+def test_an_older_journal_without_known_machines_waits_for_a_newcomer(tmp_path: Path) -> None:
+    """A journal written before the known machines were kept still loads; its first listing is the
+    baseline, so the machine that landed is not adopted and its placeholder waits: the target is
+    one over the machines for a while, and nothing is created twice."""
+    target, ids, alive = _restart_after_a_lost_untokened_answer(tmp_path, keep_known=False)
+    assert len(alive) == 2
+    assert target == 3 and ids[:2] == alive and "pending-" in ids[2]

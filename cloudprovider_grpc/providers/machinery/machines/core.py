@@ -55,6 +55,10 @@ class MachineGroupState(GroupStateBase):
     created_locally: dict[str, float] = field(default_factory=dict)  # id -> clock when our create returned
     creations: dict[str, Creation] = field(default_factory=dict)  # token -> creation, in order accepted
     resolved: dict[str, str] = field(default_factory=dict)  # creation token -> id of the machine it became
+    #: untokened clouds, after a restart: the machines (ids and handles) the journal says were known
+    #: when it was last written, so that the first listing can tell a machine a create sent before
+    #: the restart made from one that was there before (machines/listing.py); None once listed
+    baseline: set[str] | None = None
 
     def target(self) -> int:
         wanted = sum(1 for c in self.creations.values() if not c.cancelled) if self.creations else 0

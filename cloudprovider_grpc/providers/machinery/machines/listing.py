@@ -83,6 +83,7 @@ class MachineListingFold:
             state.created_locally = {k: v for k, v in state.created_locally.items() if k not in listed[gid]}
             state.machines = fresh
             state.listed_once = True
+            state.baseline = None  # the listing itself is the baseline from now on
 
     def _resolve_creation(self, state: MachineGroupState, creation: Creation, m: Machine, now: float) -> None:
         del state.creations[creation.token]
@@ -97,22 +98,16 @@ class MachineListingFold:
         id first). A machine someone else created at the same moment can be adopted instead of
         ours; that is the price of an API without idempotency, and it never doubles a machine."""
         waiting = [c for c in state.creations.values() if c.status == CreationStatus.UNKNOWN]
-        if not waiting or not state.listed_once:
-            return  # the first listing of a group (after a start) is the baseline newcomers are told from
-
-        # told apart by the cloud's own handle where there is one: an id can change while a machine
-        # boots (SPC reports a node by name until its provider id exists), a handle (pk) cannot
-        def key(m: Machine) -> str:
-            return m.handle or m.id
-
-        seen = [*state.machines.values()]
-        known = {key(m) for m in seen} | set(state.resolved.values()) | set(state.tombstones)
-        known |= {m.id for m in seen}
+        if not waiting or (not state.listed_once and state.baseline is None):
+            # the first listing of a group after a start is the baseline newcomers are told from,
+            # unless the journal kept the one from before the restart
+            return
+        known = known_machines(state)
         newcomers = sorted(
             (
                 m
                 for mid, m in fresh.items()
-                if key(m) not in known and mid not in known and not m.token and mid not in state.deleting
+                if _key(m) not in known and mid not in known and not m.token and mid not in state.deleting
             ),
             key=lambda m: _natural(m.id),
         )
@@ -190,3 +185,21 @@ class MachineListingFold:
 def _natural(text: str) -> list[object]:
     """Sort key comparing digit runs as numbers: 'x://9' < 'x://10' (older ids sort first)."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _key(m: Machine) -> str:
+    """A machine told apart by the cloud's own handle where there is one: an id can change while a
+    machine boots (SPC reports a node by name until its provider id exists), a handle (pk) cannot."""
+    return m.handle or m.id
+
+
+def known_machines(state: MachineGroupState) -> set[str]:
+    """The ids and handles of every machine of the group this process knows of: listed, made by a
+    create of ours, deleted meanwhile, or (before the first listing after a restart) named by the
+    journal. A machine outside this set that appears in a listing is a newcomer."""
+    seen = [*state.machines.values()]
+    known = {_key(m) for m in seen} | {m.id for m in seen}
+    known |= set(state.resolved.values()) | set(state.tombstones)
+    if state.baseline is not None:
+        known |= state.baseline
+    return known

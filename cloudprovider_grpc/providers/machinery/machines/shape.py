@@ -22,7 +22,7 @@ from cloudprovider_grpc.providers.machinery.machines.core import (
     MachineGroupState,
     placeholder_id,
 )
-from cloudprovider_grpc.providers.machinery.machines.listing import MachineListingFold
+from cloudprovider_grpc.providers.machinery.machines.listing import MachineListingFold, known_machines
 from cloudprovider_grpc.providers.machinery.machines.workers import MachineWorkers
 
 
@@ -92,10 +92,21 @@ class MachineShape:
             deleting = [_machine_doc(m) for mid in s.deleting if (m := s.machines.get(mid)) is not None]
             if creations or deleting:
                 doc[gid] = {"creations": creations, "deleting": deleting}
+                if self._untokened_baseline_needed(s):
+                    # what a create sent now may add to: after a restart, a machine outside it that
+                    # the first listing shows can be the one that create made (see restore)
+                    doc[gid]["known"] = sorted(known_machines(s))
         return doc
 
+    def _untokened_baseline_needed(self, s: MachineGroupState) -> bool:
+        """An untokened cloud's group with a creation whose request may have left, whose machines
+        this process knows (listed since it started, or restored from the journal)."""
+        if self._driver.create_carries_token or (not s.listed_once and s.baseline is None):
+            return False
+        return any(c.sent for c in s.creations.values() if c.status != CreationStatus.FAILED)
+
     def parse_journal(self, doc: dict[str, Any]) -> dict[str, Any]:
-        entries: dict[str, dict[str, list[Any]]] = {}
+        entries: dict[str, dict[str, Any]] = {}
         try:
             if doc.get("version") == 1:  # flat lists of {"group": ...} items
                 for item in doc.get("creations", []):
@@ -109,6 +120,7 @@ class MachineShape:
                 entries[str(gid)] = {
                     "creations": [_creation_from(t) for t in entry.get("creations", [])],
                     "deleting": [_machine_from(m, str(gid)) for m in entry.get("deleting", [])],
+                    "known": _known_from(entry.get("known")),
                 }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._core.journal.error(f"has a malformed entry ({type(exc).__name__}: {exc})") from None
@@ -116,6 +128,8 @@ class MachineShape:
 
     def restore(self, state: MachineGroupState, entry: Any) -> None:
         now = self._core.clock()
+        if entry.get("known") is not None and not self._driver.create_carries_token:
+            state.baseline = set(entry["known"])
         for token, sent in entry["creations"]:
             if sent:  # it may have left before the restart: look the token up (or adopt) first
                 creation = Creation(
@@ -144,6 +158,16 @@ def _creation_from(item: Any) -> tuple[str, bool]:
     if isinstance(item, str):
         return item, True
     return str(item["token"]), bool(item["sent"])
+
+
+def _known_from(item: Any) -> list[str] | None:
+    """A group's journaled machine ids and handles (absent in journals written before they were
+    kept, or where no create had left: then the first listing after the restart is the baseline)."""
+    if item is None:
+        return None
+    if not isinstance(item, list) or not all(isinstance(k, str) for k in item):
+        raise ValueError("'known' is not a list of machine ids")
+    return list(item)
 
 
 def _machine_doc(m: Machine) -> dict[str, str]:
