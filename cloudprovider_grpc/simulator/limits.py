@@ -18,6 +18,7 @@ Memory flags are in GiB on CA's command line and bytes inside (flags.go multipli
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -40,10 +41,16 @@ def node_totals(shape: NodeShape, gpu_label: str | None) -> dict[str, int]:
 
 
 def usage(shapes: Iterable[NodeShape], gpu_label: str | None) -> dict[str, int]:
+    """What these nodes count against the limits. A group's nodes share their template's shape,
+    so each distinct shape is totalled once, times its nodes: integer sums, the same in any
+    order, and the resources appear in the order the nodes first bring them."""
+    listed = list(shapes)
+    distinct = dict(zip(map(id, listed), listed, strict=True))
+    nodes = Counter(map(id, listed))
     total: dict[str, int] = {}
-    for s in shapes:
-        for k, v in node_totals(s, gpu_label).items():
-            total[k] = total.get(k, 0) + v
+    for key, shape in distinct.items():
+        for k, v in node_totals(shape, gpu_label).items():
+            total[k] = total.get(k, 0) + v * nodes[key]
     return total
 
 

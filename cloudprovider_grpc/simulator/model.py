@@ -202,6 +202,7 @@ class Node:
     """A registered node: its shape, the pods bound to it and what they request."""
 
     __slots__ = (
+        "_free",
         "annotations",
         "ds_used",
         "group",
@@ -229,6 +230,7 @@ class Node:
         self.to_be_deleted = False  # CA (or a previous CA, by its taint) is deleting it
         self.annotations: dict[str, str] = {}
         self.version = 0  # bumped on every bind/unbind, so derived values can be cached
+        self._free: tuple[int, Resources, Resources] | None = None  # version, allocatable, free
         self.ready = True  # the kubelet's Ready condition
         self.ready_override: bool | None = None  # set by a scenario node event, wins over the delay
 
@@ -243,8 +245,15 @@ class Node:
         return self.shape.allocatable
 
     def free(self) -> Resources:
+        """Allocatable less what the pods request: one mapping, read-only to callers, until a pod
+        is bound or leaves (the scale-down pass asks it of every destination in every loop)."""
+        alloc, cached = self.shape.allocatable, self._free
+        if cached is not None and cached[0] == self.version and cached[1] is alloc:
+            return cached[2]
         used = self.used
-        return {k: v - used.get(k, 0) for k, v in self.shape.allocatable.items()}
+        free = {k: v - used.get(k, 0) for k, v in alloc.items()}
+        self._free = (self.version, alloc, free)
+        return free
 
     def bind(self, pod: Pod) -> None:
         self.pods[pod.name] = pod

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from itertools import compress
+from operator import attrgetter
 from typing import Protocol, TypeVar
 
 from cloudprovider_grpc.simulator.model import (
@@ -175,6 +177,9 @@ def resource_reason(requests: Resources, free: Mapping[str, int]) -> str:
     return ", ".join(f"Insufficient {k}" for k in short)
 
 
+_SHAPE = attrgetter("shape")
+
+
 class StaticFitCache:
     """static_fit memoised per (pod shape, node shape) object pair."""
 
@@ -193,16 +198,18 @@ class StaticFitCache:
 
     def fitting(self, shape: PodShape, nodes: Iterable[_N]) -> list[_N]:
         """The nodes (in order) whose node shape `shape` fits: one look-up per distinct node
-        shape (a node group's nodes share their template's), not one per node."""
-        verdicts: dict[int, bool] = {}
-        out = []
-        for n in nodes:
-            ok = verdicts.get(id(n.shape))
-            if ok is None:
-                ok = verdicts[id(n.shape)] = self(shape, n.shape)
-            if ok:
-                out.append(n)
-        return out
+        shape (a node group's nodes share their template's), not one per node.
+
+        It runs over every node for each pod spec in every scheduling and scale-down pass, so
+        the per-node steps are C's (`map`, `zip`, `compress`), and when every node shape fits,
+        as for a pod without node constraints, the list is the nodes as they are."""
+        nodes = list(nodes)
+        shapes = list(map(_SHAPE, nodes))
+        distinct = dict(zip(map(id, shapes), shapes, strict=True))
+        verdicts = {key: self(shape, node_shape) for key, node_shape in distinct.items()}
+        if all(verdicts.values()):
+            return nodes
+        return list(compress(nodes, map(verdicts.__getitem__, map(id, shapes))))
 
 
 # --- inter-pod predicates: the other pods on the cluster's nodes decide ---

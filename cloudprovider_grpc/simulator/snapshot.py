@@ -41,6 +41,7 @@ from cloudprovider_grpc.simulator.cluster_objects import (
     workload_from_manifest,
 )
 from cloudprovider_grpc.simulator.collector import collector_paused
+from cloudprovider_grpc.simulator.dump_json import loads_shared
 from cloudprovider_grpc.simulator.flags import parse_flags
 from cloudprovider_grpc.simulator.model import PODS
 
@@ -74,7 +75,7 @@ def load_dump(path: str | Path) -> list[dict[str, Any]]:
         raise SnapshotError(f"{p}: cannot read: {exc.strerror}") from None
     with collector_paused():  # millions of acyclic dicts: see collector.py
         try:
-            data = json.loads(text)
+            data = loads_shared(text)  # a third smaller than json.loads': see dump_json.py
         except json.JSONDecodeError:
             try:
                 data = yaml.safe_load(text)

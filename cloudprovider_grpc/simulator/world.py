@@ -145,6 +145,9 @@ class World:
         self.pods: dict[str, Pod] = {}
         self._owner: dict[int, _Controller] = {id(c.shape): c for c in self.controllers}
         self._fits = StaticFitCache()
+        #: per scheduling key, each node's LeastAllocated score (None: no fit) at its pod version:
+        #: a loop's heaps rescore only the nodes whose pods changed since the last loop
+        self._scores: dict[tuple[object, ...], dict[str, tuple[Node, int, float | None]]] = {}
         self.completed = 0
         self.waits: list[float] = []  # how long each bound pod was pending, in bind order
 
@@ -243,6 +246,8 @@ class World:
         """The node is gone: DaemonSet pods vanish, controller pods are recreated pending."""
         node = self.nodes.pop(name)
         self.by_provider_id.pop(node.provider_id, None)
+        for scores in self._scores.values():
+            scores.pop(name, None)
         recreated = []
         for pod in list(node.pods.values()):
             node.unbind(pod)
@@ -310,7 +315,7 @@ class World:
                     if by_cpu is None:
                         by_cpu = _ByFreeCpu(nodes)
                     cands = self._fits.fitting(pod.shape, by_cpu.with_room(pod.shape))
-                    heap = heaps[key] = self._score_heap(pod.shape, cands, rank)
+                    heap = heaps[key] = self._score_heap(pod.shape, key, cands, rank)
                 best = self._pop_best(pod.shape, heap)
             if best is None:
                 stuck.add(sid)  # identical pods behind it cannot fit either
@@ -352,31 +357,40 @@ class World:
         return _least_allocated(alloc, used, req.get(CPU, 0), req.get(MEMORY, 0))
 
     def _score_heap(
-        self, shape: PodShape, nodes: list[Node], rank: dict[str, int]
+        self, shape: PodShape, key: tuple[object, ...], nodes: list[Node], rank: dict[str, int]
     ) -> list[tuple[float, int, int, Node]]:
         # `_score`'s fit check and `_least_allocated` inlined, term by term in its order (the same
         # floats): this runs for every node with room for each pending pod spec in every loop,
-        # the scheduler's largest cost at 5,000 nodes
+        # the scheduler's largest cost at 5,000 nodes. A node's score for the key depends only on
+        # its allocatable and its pods, so one kept from an earlier loop at the node's current
+        # version is the score computed again.
         heap = []
+        scores = self._scores.setdefault(key, {})
         needs = [(k, v) for k, v in shape.requests.items() if k not in (CPU, MEMORY)]
         cpu, memory = shape.requests.get(CPU, 0), shape.requests.get(MEMORY, 0)
         # a resource not requested rules no node out, even an overcommitted one
         asks_cpu, asks_mem = CPU in shape.requests, MEMORY in shape.requests
         for n in nodes:
-            alloc, used = n.shape.allocatable, n.used
-            a_cpu, a_mem = alloc.get(CPU, 0), alloc.get(MEMORY, 0)
-            u_cpu, u_mem = used.get(CPU, 0), used.get(MEMORY, 0)
-            if (asks_cpu and cpu > a_cpu - u_cpu) or (asks_mem and memory > a_mem - u_mem):
-                continue
-            for k, v in needs:
-                if v > alloc.get(k, 0) - used.get(k, 0):
-                    break
+            kept = scores.get(n.name)
+            if kept is not None and kept[0] is n and kept[1] == n.version:
+                score = kept[2]
             else:
-                score = 0.0
-                if a_cpu:
-                    score += (a_cpu - u_cpu - cpu) / a_cpu
-                if a_mem:
-                    score += (a_mem - u_mem - memory) / a_mem
+                score = None
+                alloc, used = n.shape.allocatable, n.used
+                a_cpu, a_mem = alloc.get(CPU, 0), alloc.get(MEMORY, 0)
+                u_cpu, u_mem = used.get(CPU, 0), used.get(MEMORY, 0)
+                if not ((asks_cpu and cpu > a_cpu - u_cpu) or (asks_mem and memory > a_mem - u_mem)):
+                    for k, v in needs:
+                        if v > alloc.get(k, 0) - used.get(k, 0):
+                            break
+                    else:
+                        score = 0.0
+                        if a_cpu:
+                            score += (a_cpu - u_cpu - cpu) / a_cpu
+                        if a_mem:
+                            score += (a_mem - u_mem - memory) / a_mem
+                scores[n.name] = (n, n.version, score)
+            if score is not None:
                 heap.append((-score, rank[n.name], n.version, n))
         heapq.heapify(heap)
         return heap
@@ -425,11 +439,11 @@ class _ByFreeCpu:
     whole pass: a shape's heap is built from the nodes with enough cpu, not from every node."""
 
     def __init__(self, nodes: list[Node]) -> None:
-        pairs = sorted(
-            [(n.used.get(CPU, 0) - n.shape.allocatable.get(CPU, 0), i) for i, n in enumerate(nodes)]
-        )
-        self._nodes = [nodes[i] for _, i in pairs]
-        self._free = [f for f, _ in pairs]  # minus free cpu, ascending, for bisect
+        minus_free = [n.used.get(CPU, 0) - n.shape.allocatable.get(CPU, 0) for n in nodes]
+        # a stable sort of the indices: ties stay in node order, as sorting (value, index) pairs
+        order = sorted(range(len(nodes)), key=minus_free.__getitem__)
+        self._nodes = [nodes[i] for i in order]
+        self._free = [minus_free[i] for i in order]  # minus free cpu, ascending, for bisect
 
     def with_room(self, shape: PodShape) -> list[Node]:
         """A superset of the nodes that fit one more pod of `shape` (in no particular order)."""

@@ -196,14 +196,14 @@ class ScaleDownPlanner:
         unneeded/nodes.go), then by name. The others are added to `unremovable` with why."""
         underutilized: list[tuple[Node, float, str]] = []
         group_opts: dict[str, GroupScaleDownOptions] = {}
-        util_cache = self._util
+        util_cache, until = self._util, self.unremovable_until.get  # locals: 5,000 nodes a loop
         for node in candidates:
             if node.to_be_deleted:
                 continue
-            if node.annotations.get(SCALE_DOWN_DISABLED) == "true":
+            if node.annotations and node.annotations.get(SCALE_DOWN_DISABLED) == "true":
                 unremovable.append(Unremovable(node.name, "ScaleDownDisabledAnnotation"))
                 continue
-            if self.unremovable_until.get(node.name, -1.0) > now:
+            if until(node.name, -1.0) > now:
                 unremovable.append(Unremovable(node.name, "RecentlyUnremovable"))
                 continue
             opts = group_opts.get(node.group)
@@ -340,9 +340,12 @@ class ScaleDownPlanner:
             remaining = count
             one_by_one = view is not None and view.relevant(shape)
             full: set[str] = set()
-            for dest in self._open_destinations(shape, destinations, free):
+            opened = self._open_destinations(shape, destinations, free)
+            visited = 0  # the destinations looked at: the full ones are among them
+            for dest in opened:
                 if remaining == 0:
                     break
+                visited += 1
                 if dest.name == node.name or dest.name in removed:
                     continue
                 cur = tentative.get(dest.name)
@@ -366,9 +369,8 @@ class ScaleDownPlanner:
                     tentative[dest.name] = cur
                     landed.append((dest.name, shape, n))
                     remaining -= n
-            if full:
-                key = self._key(shape)
-                self._open[key] = [d for d in self._open[key] if d.name not in full]
+            if full:  # only the part looked at is filtered; the thousands after it are kept
+                opened[:visited] = [d for d in opened[:visited] if d.name not in full]
             if remaining:
                 ok = False
                 break
