@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support import controlplane  # noqa: E402
+from tests.support import controlplane, kubebuilds  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -53,7 +53,7 @@ def main() -> int:
             f"{_children_cpu() - cpu:.0f} s CPU (user+sys of go and its compilers, on {os.cpu_count()} cores)"
         )
         size = bins.apiserver.stat().st_size >> 20
-        print(f"  kube-apiserver {controlplane.kubernetes_version()}: {size} MiB")
+        print(f"  kube-apiserver {kubebuilds.kubernetes_version()}: {size} MiB")
 
         starts: list[float] = []
         for i in range(args.starts):

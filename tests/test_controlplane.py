@@ -9,7 +9,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from tests.support.controlplane import ControlPlane, kubernetes_version
+from tests.support.controlplane import ControlPlane
+from tests.support.kubebuilds import kubernetes_version
 from tests.support.rbac import Grant, wait_allowed
 
 # Slow: the first test of a session waits for the apiserver's build (once per machine) and startup.

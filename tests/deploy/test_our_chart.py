@@ -32,7 +32,7 @@ from tests.deploy_support.rendered import (
     validate,
 )
 from tests.deploy_support.tools import helm_template, helm_template_error, parse_stream, run, tool
-from tests.support.controlplane import HELM
+from tests.support.kubebuilds import HELM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ from tests.deploy_support.layouts import (
 )
 from tests.deploy_support.rendered import CHART_BACKENDS
 from tests.deploy_support.tools import run, tool
-from tests.support.controlplane import HELM, KUSTOMIZE
+from tests.support.kubebuilds import HELM, KUSTOMIZE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

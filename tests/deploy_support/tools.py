@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from tests.support.controlplane import HELM, KUSTOMIZE, KubeTool
 from tests.support.gotools import go_install, go_module_dir, in_ci
+from tests.support.kubebuilds import HELM, KUSTOMIZE, KubeTool
 
 Objects = list[dict[str, Any]]
 #: The cluster version `helm template` renders for (helm's own default is v1.20): the oldest the

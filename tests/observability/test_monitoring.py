@@ -29,7 +29,7 @@ from tests.deploy_support.tools import KUSTOMIZE, kustomize_build, run, tool
 from tests.support import probes
 from tests.support.backends import backend
 from tests.support.clouds import VultrCloud
-from tests.support.controlplane import debian_package
+from tests.support.kubebuilds import debian_package
 from tests.support.promql import Exposition, Selector, grafana_expand, selectors
 from tests.support.servers import channel, sim_server, stub
 

@@ -28,10 +28,10 @@ def _go_tool(package: str, version: str, name: str) -> Maker:
 
 
 def _kube_tool(name: str) -> Maker:
-    """helm or kustomize, from kube-apiserver's Go module (`controlplane.KubeTool`)."""
-    from tests.support import controlplane
+    """helm or kustomize, from kube-apiserver's Go module (`kubebuilds.KubeTool`)."""
+    from tests.support import kubebuilds
 
-    tool: controlplane.KubeTool = getattr(controlplane, name)
+    tool: kubebuilds.KubeTool = getattr(kubebuilds, name)
 
     def make() -> None:
         tool.build()
@@ -59,27 +59,27 @@ def _conformance() -> Maker:
 
 
 def _control_plane() -> Maker:
-    from tests.support import controlplane
+    from tests.support import controlplane, kubebuilds
 
     def cached() -> bool:
-        return controlplane.k8s_built("kube-apiserver", controlplane.SOURCE) and _debian("etcd-server")
+        return kubebuilds.k8s_built("kube-apiserver", kubebuilds.SOURCE) and _debian("etcd-server")
 
     def make() -> None:
         controlplane.binaries()
 
-    return controlplane.kubernetes_version, cached, make
+    return kubebuilds.kubernetes_version, cached, make
 
 
 def _k8s_node() -> Maker:
-    from tests.support import controlplane
+    from tests.support import kubebuilds
 
     def make() -> None:
-        controlplane.build_node_components()
+        kubebuilds.build_node_components()
 
     def cached() -> bool:
-        return controlplane.k8s_built("k8s-node", controlplane.NODE_SOURCE)
+        return kubebuilds.k8s_built("k8s-node", kubebuilds.NODE_SOURCE)
 
-    return controlplane.kubernetes_version, cached, make
+    return kubebuilds.kubernetes_version, cached, make
 
 
 def _crds() -> Maker:
@@ -98,10 +98,10 @@ def _crds() -> Maker:
 
 
 def _promtool() -> Maker:
-    from tests.support import controlplane
+    from tests.support import kubebuilds
 
     def make() -> None:
-        controlplane.debian_package("prometheus", "promtool")
+        kubebuilds.debian_package("prometheus", "promtool")
 
     return (lambda: "Debian prometheus"), lambda: _debian("prometheus"), make
 

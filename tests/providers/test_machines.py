@@ -13,12 +13,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cloudprovider_grpc.config.settings import Settings
 from cloudprovider_grpc.protos import externalgrpc_pb2 as pb
 from cloudprovider_grpc.providers.driver import CloudError, Machine, MachineListing
 from cloudprovider_grpc.providers.machinery.machines.provider import MachineProvider
 from cloudprovider_grpc.providers.sim import SimCloud, SimDriver, SimOptions
-from cloudprovider_grpc.server.assembly import start_server
+from tests.support.machine_worlds import alive as _alive
+from tests.support.machine_worlds import serve as _serve
+from tests.support.machine_worlds import sim_cloud as _cloud
 from tests.support.servers import channel, stub
 
 pytestmark = pytest.mark.integration
@@ -51,26 +52,6 @@ class FlakyDriver(SimDriver):
         if outcome == "lost":
             raise CloudError("read timed out", transient=True)
         return machine
-
-
-def _cloud(max_size: int = 20, initial: int = 0, delay: float = 0.0) -> SimCloud:
-    return SimCloud(
-        SimOptions.model_validate(
-            {
-                "provisioning_delay": delay,
-                "deletion_delay": 0,
-                "groups": [{"id": "g", "min_size": 0, "max_size": max_size, "initial_size": initial}],
-            }
-        )
-    )
-
-
-def _serve(provider: MachineProvider):
-    return start_server(Settings(address="127.0.0.1:0", metrics_address=""), provider=provider)
-
-
-def _alive(cloud: SimCloud) -> list[str]:
-    return sorted(m.id for m in cloud.machines.values() if m.deleted_at is None)
 
 
 def test_lost_responses_and_throttling_never_double_a_machine() -> None:
@@ -315,45 +296,6 @@ def test_a_late_executed_create_is_deduplicated() -> None:
         handle.stop(1)
 
 
-class UntokenedDriver(SimDriver):
-    """A cloud whose create cannot carry a token (SPC): the machine is created without it, and the
-    first create's answer is lost after the cloud carried it out."""
-
-    create_carries_token = False
-
-    def __init__(self, cloud: SimCloud) -> None:
-        super().__init__(cloud)
-        self.creates = 0
-
-    def create_machine(self, group: str, token: str) -> Machine:
-        self.creates += 1
-        machine = super().create_machine(group, "")
-        if self.creates == 1:
-            raise CloudError("read timed out", transient=True)
-        return machine
-
-
-def test_untokened_create_with_a_lost_answer_is_adopted_never_resent() -> None:
-    cloud = _cloud(initial=1)
-    driver = UntokenedDriver(cloud)
-    provider = MachineProvider(driver, inline_workers=True)
-    handle = _serve(provider)
-    try:
-        s = stub(channel(handle))
-        s.Refresh(pb.RefreshRequest())  # the baseline listing
-        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=2))
-        s.Refresh(pb.RefreshRequest())  # both creates run; the first one's answer is lost
-        s.Refresh(pb.RefreshRequest())  # the listing adopts the machine it made
-        s.Refresh(pb.RefreshRequest())
-        assert driver.creates == 2  # never re-sent
-        assert len(_alive(cloud)) == 3
-        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 3
-        ids = sorted(i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances)
-        assert ids == _alive(cloud)  # no placeholder left: the lost one was adopted
-    finally:
-        handle.stop(1)
-
-
 class HalfBrokenDriver(SimDriver):
     """Two groups; listing one of them fails (a project answering 403) while `broken` is set."""
 
@@ -417,109 +359,3 @@ def test_one_broken_group_never_takes_the_others_down() -> None:
         assert victim not in _alive(cloud)
     finally:
         handle.stop(1)
-
-
-def test_untokened_creations_never_sent_are_sent_after_a_restart(tmp_path: Path) -> None:
-    """The journal records whether a create request may have left: one that never did is sent after
-    a restart at once; it does not wait to be adopted (untokened clouds cannot look it up)."""
-    cloud = _cloud()
-    journal = tmp_path / "state.json"
-
-    class Untokened(SimDriver):
-        create_carries_token = False
-
-    first = MachineProvider(Untokened(cloud), inline_workers=True, state_file=journal)
-    handle = _serve(first)
-    stub(channel(handle)).NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=2))
-    handle.stop(0)  # before any Refresh: nothing was sent
-    assert _alive(cloud) == []
-
-    second = MachineProvider(Untokened(cloud), inline_workers=True, state_file=journal)
-    handle = _serve(second)
-    try:
-        s = stub(channel(handle))
-        s.Refresh(pb.RefreshRequest())
-        s.Refresh(pb.RefreshRequest())
-        assert len(_alive(cloud)) == 2
-        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 2
-        ids = sorted(i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances)
-        assert ids == _alive(cloud)
-    finally:
-        handle.stop(0)
-
-
-class LaggingUntokenedDriver(UntokenedDriver):
-    """UntokenedDriver whose listings do not show the machines its own creates made yet (a
-    cloud's listing that lags behind its creates), so no listing of this life adopts them."""
-
-    def __init__(self, cloud: SimCloud) -> None:
-        super().__init__(cloud)
-        self.made: set[str] = set()
-
-    def create_machine(self, group: str, token: str) -> Machine:
-        before = set(_alive(self.cloud))
-        try:
-            return super().create_machine(group, token)
-        finally:
-            self.made |= set(_alive(self.cloud)) - before
-
-    def list_machines(self) -> MachineListing:
-        return MachineListing([m for m in self.cloud.list_machines() if m.id not in self.made])
-
-
-def _restart_after_a_lost_untokened_answer(tmp_path: Path, keep_known: bool) -> tuple[int, list[str], list[str]]:
-    """Life one: a baseline listing, then a scale-up by one whose create the cloud carried out but
-    whose answer was lost, and the process ends before any listing shows the machine (as kill -9
-    right after the cloud acted). Life two starts from the journal (without its `known` list when
-    not `keep_known`, as journals written before it was kept) and lists once. Returns life two's
-    target, the ids CA sees and the cloud's machines."""
-    import json
-
-    cloud = _cloud(initial=1)
-    journal = tmp_path / "state.json"
-    first_driver = LaggingUntokenedDriver(cloud)
-    handle = _serve(MachineProvider(first_driver, inline_workers=True, state_file=journal))
-    s = stub(channel(handle))
-    s.Refresh(pb.RefreshRequest())  # the baseline listing
-    s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
-    s.Refresh(pb.RefreshRequest())  # the create runs, its answer is lost, no listing shows it yet
-    handle.stop(0)
-    assert first_driver.creates == 1 and len(_alive(cloud)) == 2
-    doc = json.loads(journal.read_text())
-    entry = doc["groups"]["g"]
-    assert [c["sent"] for c in entry["creations"]] == [True]
-    assert len(set(_alive(cloud)) - set(entry["known"])) == 1  # the machine the lost answer was about
-    if not keep_known:
-        del entry["known"]
-        journal.write_text(json.dumps(doc))
-
-    second_driver = UntokenedDriver(cloud)
-    second_driver.creates = 1  # its creates answer
-    handle = _serve(MachineProvider(second_driver, inline_workers=True, state_file=journal))
-    try:
-        s = stub(channel(handle))
-        s.Refresh(pb.RefreshRequest())  # the first listing after the restart
-        assert second_driver.creates == 1  # never re-sent
-        target = s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize
-        ids = sorted(i.id for i in s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g")).instances)
-    finally:
-        handle.stop(0)
-    return target, ids, _alive(cloud)
-
-
-def test_an_untokened_create_that_landed_before_a_restart_is_adopted_at_the_first_listing(tmp_path: Path) -> None:
-    """The journal keeps the machines known when a create without a token left, so the first
-    listing after a restart tells the machine that create made from those there before: it is
-    adopted at once, not shown beside a placeholder that would only fail after `failed_ttl`."""
-    target, ids, alive = _restart_after_a_lost_untokened_answer(tmp_path, keep_known=True)
-    assert len(alive) == 2
-    assert target == 2 and ids == alive
-
-
-def test_an_older_journal_without_known_machines_waits_for_a_newcomer(tmp_path: Path) -> None:
-    """A journal written before the known machines were kept still loads; its first listing is the
-    baseline, so the machine that landed is not adopted and its placeholder waits: the target is
-    one over the machines for a while, and nothing is created twice."""
-    target, ids, alive = _restart_after_a_lost_untokened_answer(tmp_path, keep_known=False)
-    assert len(alive) == 2
-    assert target == 3 and ids[:2] == alive and "pending-" in ids[2]

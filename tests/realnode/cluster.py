@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives import serialization
 from tests.preparation.gate import may_build
 from tests.realnode.image import Podman
 from tests.realnode.netns import Forwarder, Netns, forwarder, netns
-from tests.support import controlplane, gotools
+from tests.support import controlplane, gotools, kubebuilds
 from tests.support.certs import issue, pem, pem_key
 from tests.support.controlplane import SERVICE_RANGE, ControlPlane, _process
 from tests.support.ports import free_port
@@ -337,7 +337,7 @@ def cluster(workdir: Path, podman: Podman) -> Iterator[Cluster]:
     """The running one-node cluster (see the module doc), its node Ready when yielded."""
     timings: dict[str, float] = {}
     started = time.monotonic()
-    binary = controlplane.build_node_components()
+    binary = kubebuilds.build_node_components()
     pause = pause_image(podman)
     timings["binaries"] = time.monotonic() - started
     workdir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from tests.realnode import cluster as clusters
 from tests.realnode import figures
 from tests.realnode import image as images
 from tests.realnode.host import cache, require_tools
-from tests.support import controlplane
+from tests.support import controlplane, kubebuilds
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,7 @@ def node(built: images.Built, tmp_path_factory: pytest.TempPathFactory) -> Itera
     not left running beside the rest of the suite until the worker ends."""
     try:
         controlplane.binaries()
-        controlplane.build_node_components()
+        kubebuilds.build_node_components()
     except (controlplane.Unavailable, RuntimeError) as exc:
         unavailable("the realnode cluster's binaries", str(exc))
     workdir = tmp_path_factory.mktemp("realnode")

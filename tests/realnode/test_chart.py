@@ -47,8 +47,9 @@ from tests.realnode.releases import (
     settled,
 )
 from tests.support.certs import write_pki
-from tests.support.controlplane import HELM, SERVICE_RANGE
+from tests.support.controlplane import SERVICE_RANGE
 from tests.support.failover import EveryRpcLoop
+from tests.support.kubebuilds import HELM
 from tests.support.waits import poll
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(3600)]
