@@ -96,7 +96,10 @@ class Writer:
     def __init__(self, directory: Path, header: Header) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / EVENTS
-        self._raw: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        # written under another name until the header is in, then renamed (the open file goes on):
+        # a reader never finds the log without its header, however early it looks
+        partial = directory / f".{EVENTS}.partial"
+        self._raw: IO[bytes] = open(partial, "wb")  # noqa: SIM115 - closed by close()
         self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0)
         self._lock = threading.Lock()
         self._closed = False
@@ -108,7 +111,8 @@ class Writer:
             "kinds": header.kinds,
         }
         self._line(head)
-        self.flush()  # a reader finds the header as soon as the file exists
+        self.flush()
+        partial.replace(self.path)
 
     def _line(self, obj: dict[str, Any]) -> None:
         self._gz.write(json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n")

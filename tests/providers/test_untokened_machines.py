@@ -5,6 +5,7 @@ Everything goes through a real gRPC port."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from tests.support.machine_worlds import alive as _alive
 from tests.support.machine_worlds import serve as _serve
 from tests.support.machine_worlds import sim_cloud as _cloud
 from tests.support.servers import channel, stub
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +168,74 @@ def test_an_older_journal_without_known_machines_waits_for_a_newcomer(tmp_path: 
     target, ids, alive = _restart_after_a_lost_untokened_answer(tmp_path, keep_known=False)
     assert len(alive) == 2
     assert target == 3 and ids[:2] == alive and "pending-" in ids[2]
+
+
+class HeldAnswerDriver(SimDriver):
+    """An untokened cloud whose first create's answer is lost before the cloud acted (no machine),
+    and whose later creates make their machine at once but answer only when the test says so: a
+    listing taken meanwhile already shows the machine of a create still in flight."""
+
+    create_carries_token = False
+
+    def __init__(self, cloud: SimCloud, *, lose_first: bool) -> None:
+        super().__init__(cloud)
+        self.lose_first = lose_first
+        self.made = threading.Event()
+        self.release = threading.Event()
+        self.answered = threading.Event()
+
+    def create_machine(self, group: str, token: str) -> Machine:
+        if self.lose_first:
+            self.lose_first = False
+            raise CloudError("read timed out", transient=True)
+        machine = super().create_machine(group, "")
+        self.made.set()
+        assert self.release.wait(30), "the test never released the create's answer"
+        self.answered.set()
+        return machine
+
+
+def test_a_machine_of_a_create_in_flight_is_never_adopted_for_a_lost_one(tmp_path: Path) -> None:
+    """After a restart, a create whose answer was lost (its machine never appeared) waits to adopt
+    a newcomer. A create of this life whose machine is listed before its answer arrives makes such
+    a newcomer too: it must stay that create's, or the two placeholders would collapse into one
+    machine and CA's target would drop by one it never asked to remove."""
+    cloud = _cloud(initial=1)
+    journal = tmp_path / "state.json"
+    handle = _serve(
+        MachineProvider(HeldAnswerDriver(cloud, lose_first=True), inline_workers=True, state_file=journal)
+    )
+    s = stub(channel(handle))
+    s.Refresh(pb.RefreshRequest())  # the baseline listing
+    s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
+    s.Refresh(pb.RefreshRequest())  # the create is sent, its answer lost, the cloud made nothing
+    handle.stop(0)
+    assert len(_alive(cloud)) == 1
+    assert [c["sent"] for c in json.loads(journal.read_text())["groups"]["g"]["creations"]] == [True]
+
+    driver = HeldAnswerDriver(cloud, lose_first=False)
+    handle = _serve(MachineProvider(driver, state_file=journal))
+    try:
+        s = stub(channel(handle))
+        s.Refresh(pb.RefreshRequest())  # the first listing after the restart: nothing new
+        s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
+        s.Refresh(pb.RefreshRequest())
+        assert driver.made.wait(30), "the second create never ran"
+        s.Refresh(pb.RefreshRequest())  # lists the new machine while its create has not answered
+        driver.release.set()
+        assert driver.answered.wait(30)
+
+        def settled() -> pb.NodeGroupNodesResponse | None:
+            s.Refresh(pb.RefreshRequest())
+            nodes = s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g"))
+            return nodes if len([i for i in nodes.instances if "pending-" not in i.id]) == 2 else None
+
+        nodes = poll(settled, 30, "the second create's machine to be shown")
+        assert len(_alive(cloud)) == 2
+        # two machines and the lost create's placeholder, which still waits for its own machine
+        assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 3
+        ids = sorted(i.id for i in nodes.instances)
+        assert ids[:2] == _alive(cloud) and "pending-" in ids[2]
+    finally:
+        driver.release.set()
+        handle.stop(0)

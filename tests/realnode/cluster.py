@@ -128,7 +128,7 @@ def pause_image(podman: Podman) -> str:
             shutil.copy2(PAUSE_SOURCE / name, scratch / name)
         return scratch
 
-    built = gotools.go_build("pause", key, prepare, ["."], ldflags="-s -w", env={"CGO_ENABLED": "0"})
+    built = gotools.go_build("pause", key, prepare, ["."], env={"CGO_ENABLED": "0"})
     context = built / "context"
     context.mkdir(exist_ok=True)
     shutil.copy2(built / "pause", context / "pause")

@@ -39,7 +39,9 @@ CA_RELEASE = "cluster-autoscaler"
 
 
 def standin_key() -> str:
-    return gotools.tree_key(*conformance._sources(), STANDIN_SOURCE, conformance.PROTO_ROOT)
+    return gotools.tree_key(
+        *conformance._sources(), STANDIN_SOURCE, conformance.PROTO_ROOT, extra=gotools.GCFLAGS
+    )
 
 
 def standin_built() -> bool:
@@ -63,7 +65,6 @@ def standin_binary() -> Path:
         standin_key(),
         prepare,
         ["./standin"],
-        ldflags="-s -w",
         env={"CGO_ENABLED": "0"},
         step="standin",
     )

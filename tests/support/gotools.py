@@ -26,9 +26,21 @@ def cache_root() -> Path:
     return go_cache()
 
 
+#: The Go compiler's collector at a quarter of its default frequency: the suite's builds (thousands
+#: of Kubernetes packages on 2 cores, 24 GiB) spent about 5 % less CPU compiling k8s.io/apiserver's
+#: server package this way (181 s against 190 s of user and system time, fresh build caches).
+BUILD_GOGC = "400"
+#: No DWARF from the compiler (the linker's `-w` drops it anyway): about 9 % less compiler CPU on the
+#: same build. Every suite build uses these unless it names its own.
+GCFLAGS = "all=-dwarf=false"
+#: No symbol table or DWARF in the executable: a shorter link.
+LDFLAGS = "-s -w"
+
+
 def go_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for `go` commands: shared caches, no toolchain downloads."""
-    return _go_env(extra)
+    """The environment for `go` commands: shared caches, no toolchain downloads, and the
+    compiler's collector set for build speed (BUILD_GOGC)."""
+    return _go_env({"GOGC": BUILD_GOGC, **(extra or {})})
 
 
 def installed(version: str, binary: str) -> Path:
@@ -168,8 +180,8 @@ def go_build(
     packages: Sequence[str],
     *,
     tags: Sequence[str] = (),
-    ldflags: str = "",
-    gcflags: str = "",
+    ldflags: str = LDFLAGS,
+    gcflags: str = GCFLAGS,
     env: Mapping[str, str] | None = None,
     timeout: float = 3600,
     step: str | None = None,

@@ -96,11 +96,17 @@ class MachineListingFold:
         """Clouds whose create carries no token: each creation whose outcome is unknown adopts one
         machine of the group that no listing showed before and no create of ours returned (oldest
         id first). A machine someone else created at the same moment can be adopted instead of
-        ours; that is the price of an API without idempotency, and it never doubles a machine."""
+        ours; that is the price of an API without idempotency, and it never doubles a machine.
+        While a create of ours is in flight, nothing is adopted: the cloud may list its machine
+        before its answer names it, and that machine is the running create's, not the lost one's
+        (taken for the lost one's, two creations would collapse into one machine and the target
+        CA sees would drop by one)."""
         waiting = [c for c in state.creations.values() if c.status == CreationStatus.UNKNOWN]
         if not waiting or (not state.listed_once and state.baseline is None):
             # the first listing of a group after a start is the baseline newcomers are told from,
             # unless the journal kept the one from before the restart
+            return
+        if any(c.status == CreationStatus.INFLIGHT for c in state.creations.values()):
             return
         known = known_machines(state)
         newcomers = sorted(
