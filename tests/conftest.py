@@ -18,6 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support import bytecode  # noqa: E402
+
+#: before anything else is imported, and before xdist starts its workers (they inherit it)
+_BYTECODE = bytecode.share_for_this_run()
+
 from tests.deploy_support.tools import unavailable  # noqa: E402
 from tests.preparation import gate  # noqa: E402
 from tests.preparation import runner as preparation  # noqa: E402
@@ -162,6 +167,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         realnode_figures.discard_if_empty()
+        bytecode.discard(_BYTECODE)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -22,6 +22,7 @@ see identical bytes and the same request path.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,13 +75,26 @@ class GrpcTransport:
         self._stub = pb_grpc.CloudProviderStub(self._channel)
 
     def wait_ready(self, timeout: float = GRPC_TIMEOUT) -> None:
-        """Fail fast (UNAVAILABLE) when nothing answers at `address`."""
+        """Fail fast (UNAVAILABLE) when nothing answers at `address`: at the first failed connection
+        attempt (a refused port fails at once, as CA's first call without wait-for-ready would), or
+        after `timeout` when attempts hang."""
+        settled = threading.Event()
+        states: list[grpc.ChannelConnectivity] = []
+
+        def seen(state: grpc.ChannelConnectivity) -> None:
+            if state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE):
+                states.append(state)
+                settled.set()
+
+        self._channel.subscribe(seen, try_to_connect=True)
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
+            settled.wait(timeout)
+        finally:
+            self._channel.unsubscribe(seen)
+        if not states or states[0] != grpc.ChannelConnectivity.READY:
             raise RpcError(
                 "connect", grpc.StatusCode.UNAVAILABLE, f"no gRPC server reachable at {self.address}"
-            ) from None
+            )
 
     def call(self, method: str, request: Any) -> Any:
         try:
