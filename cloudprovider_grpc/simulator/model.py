@@ -212,6 +212,7 @@ class Node:
         "ready",
         "ready_override",
         "registered",
+        "seq",
         "shape",
         "to_be_deleted",
         "used",
@@ -224,6 +225,8 @@ class Node:
         self.group = shape.group
         self.shape = shape
         self.registered = registered
+        #: the world's registration number: the scheduler's ties go to the lower (the earlier node)
+        self.seq = 0
         self.pods: dict[str, Pod] = {}
         self.used: Resources = {}
         self.ds_used: Resources = {}
