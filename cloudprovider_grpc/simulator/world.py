@@ -17,6 +17,7 @@ module plays those parts, deterministically:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from operator import attrgetter
 
@@ -126,6 +127,18 @@ class _Controller:
         self.job_started = False
         #: when a Job's last pod completed (or its `end` removed them): the report draws it
         self.job_finished: float | None = None
+        # the schedule's steps (in time order) for a bisection: a recorded hour rescales each
+        # Deployment every minute, 60 steps read by every loop
+        self._step_at = [s.at for s in workload.schedule]
+        self._step_replicas = [s.replicas for s in workload.schedule]
+
+    def replicas_at(self, t: float) -> int:
+        """`Workload.replicas_at`: the last step at or before t wins, else `replicas`."""
+        w = self.workload
+        if t < w.start or (w.end is not None and t >= w.end):
+            return 0
+        i = bisect_right(self._step_at, t)
+        return self._step_replicas[i - 1] if i else w.replicas
 
 
 class World:
@@ -174,7 +187,7 @@ class World:
             if w.kind == "Job":
                 self._job(c, now)
                 continue
-            wanted = w.replicas_at(now)
+            wanted = c.replicas_at(now)
             while len(c.pods) < wanted:
                 self._new_pod(c, now)
             if len(c.pods) > wanted:
@@ -219,7 +232,7 @@ class World:
             if pdb is None:
                 continue
             healthy = sum(1 for p in c.pods.values() if p.node is not None and self.nodes[p.node].ready)
-            expected = len(c.pods) if c.workload.kind == "Job" else c.workload.replicas_at(now)
+            expected = len(c.pods) if c.workload.kind == "Job" else c.replicas_at(now)
             if pdb.min_available is not None:
                 desired = pdb.min_available
             else:
