@@ -262,9 +262,12 @@ class Node:
         self.pods[pod.name] = pod
         self.version += 1
         pod.node = self.name
-        add_into(self.used, pod.shape.requests)
-        if pod.shape.is_daemonset:
-            add_into(self.ds_used, pod.shape.requests)
+        shape = pod.shape
+        used = self.used
+        for k, v in shape.requests.items():  # add_into, inline: every bind runs this
+            used[k] = used.get(k, 0) + v
+        if shape.kind == "DaemonSet":
+            add_into(self.ds_used, shape.requests)
 
     def unbind(self, pod: Pod) -> None:
         del self.pods[pod.name]

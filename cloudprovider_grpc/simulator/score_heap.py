@@ -24,11 +24,11 @@ world's node dict does.
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from itertools import compress
 from operator import ne
 
-from cloudprovider_grpc.simulator.model import CPU, MEMORY, Node, PodShape
+from cloudprovider_grpc.simulator.model import CPU, MEMORY, Node, Pod, PodShape
 from cloudprovider_grpc.simulator.predicates import StaticFitCache
 
 #: (minus the score, the node's registration number, the node version it was scored at, the node)
@@ -118,24 +118,54 @@ class ScoreHeap:
         self._heap = [e for e in self._heap if e[3] is not n]
         heapify(self._heap)
 
+    def place(self, pod: Pod) -> Node | None:
+        """Bind `pod` (of the key) to the best node and return it, None when no node fits:
+        `pop_best` and `bound` in one, the node's new entry taking the old one's place at the top
+        (one sift of the heap instead of two)."""
+        heap, judged = self._heap, self._judged
+        while heap:
+            _, seq, version, n = heap[0]
+            if judged.get(n) != version:
+                heappop(heap)  # superseded, or its node is gone
+                continue
+            current = version == n.version
+            if current:
+                n.bind(pod)
+            # bound now, or a pod was bound there earlier in this pass: its score fell
+            version = judged[n] = n.version
+            score = self._score(n)
+            if score is None:
+                heappop(heap)
+            else:
+                heapreplace(heap, (-score, seq, version, n))
+            if current:
+                return n
+        return None
+
     def _judge(self, n: Node, version: int) -> None:
         """Score `n` (statically fitting) at its current pods and push its entry if it fits."""
         self._judged[n] = version
+        score = self._score(n)
+        if score is not None:
+            heappush(self._heap, (-score, n.seq, version, n))
+
+    def _score(self, n: Node) -> float | None:
+        """`least_allocated` for the key's requests, None when `n` has no room for one more pod."""
         alloc, used = n.shape.allocatable, n.used
         a_cpu, a_mem = alloc.get(CPU, 0), alloc.get(MEMORY, 0)
         u_cpu, u_mem = used.get(CPU, 0), used.get(MEMORY, 0)
         cpu, memory = self._cpu, self._memory
         if (self._asks_cpu and cpu > a_cpu - u_cpu) or (self._asks_memory and memory > a_mem - u_mem):
-            return
+            return None
         for k, v in self._needs:
             if v > alloc.get(k, 0) - used.get(k, 0):
-                return
+                return None
         score = 0.0
         if a_cpu:
             score += (a_cpu - u_cpu - cpu) / a_cpu
         if a_mem:
             score += (a_mem - u_mem - memory) / a_mem
-        heappush(self._heap, (-score, n.seq, version, n))
+        return score
 
     def _compact(self) -> None:
         judged = self._judged

@@ -299,6 +299,9 @@ class World:
             return 0
         order = sorted(self.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
         nodes = [n for n in self.nodes.values() if n.schedulable]
+        interpod = any(p.shape.interpod for p in order) or self._anti_affinity_bound()
+        if not interpod and not self.most_allocated:
+            return self._schedule_by_heaps(order, nodes, now)
         bound = 0
         stuck: set[int] = set()
         candidates: dict[int, list[Node]] = {}
@@ -310,7 +313,7 @@ class World:
         keys: dict[int, tuple[object, ...]] = {}
         versions: list[int] | None = None  # the schedulable nodes' versions, for the syncs
         view: Placement | None = None  # built only when an inter-pod predicate can matter
-        if any(p.shape.interpod for p in order) or self._anti_affinity_bound():
+        if interpod:
             view = Placement.of(nodes)
         for pod in order:
             sid = id(pod.shape)
@@ -349,6 +352,44 @@ class World:
             pod.started = now
             self.waits.append(now - pod.created)
             del self.pending[pod.name]
+            bound += 1
+        return bound
+
+    def _schedule_by_heaps(self, order: list[Pod], nodes: list[Node], now: float) -> int:
+        """`schedule` when resources and node constraints alone decide (no inter-pod predicate,
+        LeastAllocated): every pod takes the top of its scheduling key's heap. The same picks as
+        the general loop, with the per-pod steps cut to the heap's and the bind's (a snapshot's
+        first loop binds 100,000 pods here)."""
+        stuck: set[int] = set()
+        by_shape: dict[int, ScoreHeap] = {}  # this pass's synced heap of each pod shape
+        synced: dict[tuple[object, ...], ScoreHeap] = {}
+        versions: list[int] | None = None
+        waits, pending = self.waits, self.pending
+        bound = 0
+        for pod in order:
+            sid = id(pod.shape)
+            heap = by_shape.get(sid)
+            if heap is None:
+                if sid in stuck:
+                    continue
+                key = scheduling_key(pod.shape)
+                heap = synced.get(key)
+                if heap is None:
+                    if versions is None:
+                        versions = list(map(_VERSION, nodes))
+                    heap = self._heaps.get(key)
+                    if heap is None:
+                        heap = self._heaps[key] = ScoreHeap(pod.shape, self._fits)
+                    heap.sync(nodes, versions)
+                    synced[key] = heap
+                by_shape[sid] = heap
+            if heap.place(pod) is None:
+                stuck.add(sid)  # identical pods behind it cannot fit either
+                del by_shape[sid]
+                continue
+            pod.started = now
+            waits.append(now - pod.created)
+            del pending[pod.name]
             bound += 1
         return bound
 

@@ -35,7 +35,8 @@ def _node(seq, cpu, tainted=False):
     return n
 
 
-def test_picks_match_a_full_scan_across_passes():
+@pytest.mark.parametrize("placing", [False, True], ids=["pop-and-bind", "place"])
+def test_picks_match_a_full_scan_across_passes(placing):
     rng = random.Random(3)
     pod = pod_shape(cpu="500m", memory="1Gi")
     other = pod_shape("other", cpu="250m", memory="256Mi")
@@ -61,13 +62,21 @@ def test_picks_match_a_full_scan_across_passes():
         heap.sync(schedulable, [n.version for n in schedulable])
         for _ in range(rng.randrange(5, 60)):
             expected = _best(pod, schedulable)
-            got = heap.pop_best()
-            assert got is expected
-            if got is None:
-                break
             serial += 1
-            got.bind(Pod(f"p{serial}", pod, 0.0))
-            heap.bound(got)
+            if placing:
+                p = Pod(f"p{serial}", pod, 0.0)
+                got = heap.place(p)
+                assert got is expected
+                if got is None:
+                    break
+                assert p.node == got.name
+            else:
+                got = heap.pop_best()
+                assert got is expected
+                if got is None:
+                    break
+                got.bind(Pod(f"p{serial}", pod, 0.0))
+                heap.bound(got)
             picks += 1
             if rng.random() < 0.2:  # a pod of another key lands within the pass
                 target = rng.choice(schedulable)
