@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from operator import attrgetter
+from itertools import compress, islice, repeat
+from operator import attrgetter, is_, is_not
 
 from cloudprovider_grpc.simulator.model import (
     PODS,
@@ -193,8 +194,11 @@ class World:
             if len(c.pods) > wanted:
                 excess = len(c.pods) - wanted
                 live = list(c.pods.values())
-                victims = [p for p in live if p.node is None][:excess]
-                victims += [p for p in reversed(live) if p.node is not None][: excess - len(victims)]
+                on = list(map(_NODE, live))  # each pod's node (None: pending), read once, in C
+                victims = list(islice(compress(live, map(is_, on, repeat(None))), excess))
+                if len(victims) < excess:  # then the newest bound pods
+                    newest = compress(reversed(live), map(is_not, reversed(on), repeat(None)))
+                    victims += islice(newest, excess - len(victims))
                 for p in victims:
                     self._delete_pod(p)
 
@@ -420,3 +424,4 @@ class World:
 
 
 _VERSION = attrgetter("version")
+_NODE = attrgetter("node")

@@ -215,7 +215,7 @@ class ScaleDownPlanner:
             # the verdict only changes when the node's pods or its group's options do: a day of
             # 500 busy nodes re-judges only the nodes whose pods changed
             cached = util_cache.get(name)
-            if cached is not None and cached[0] == node.version and cached[1] == opts:
+            if cached is not None and cached[0] == node.version and (cached[1] is opts or cached[1] == opts):
                 verdict = cached[4]
                 if verdict is not None:
                     unremovable.append(verdict)
