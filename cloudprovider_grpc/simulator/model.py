@@ -212,6 +212,7 @@ class Node:
         "ready",
         "ready_override",
         "registered",
+        "seq",
         "shape",
         "to_be_deleted",
         "used",
@@ -224,6 +225,8 @@ class Node:
         self.group = shape.group
         self.shape = shape
         self.registered = registered
+        #: the world's registration number: the scheduler's ties go to the lower (the earlier node)
+        self.seq = 0
         self.pods: dict[str, Pod] = {}
         self.used: Resources = {}
         self.ds_used: Resources = {}
@@ -259,9 +262,12 @@ class Node:
         self.pods[pod.name] = pod
         self.version += 1
         pod.node = self.name
-        add_into(self.used, pod.shape.requests)
-        if pod.shape.is_daemonset:
-            add_into(self.ds_used, pod.shape.requests)
+        shape = pod.shape
+        used = self.used
+        for k, v in shape.requests.items():  # add_into, inline: every bind runs this
+            used[k] = used.get(k, 0) + v
+        if shape.kind == "DaemonSet":
+            add_into(self.ds_used, shape.requests)
 
     def unbind(self, pod: Pod) -> None:
         del self.pods[pod.name]

@@ -17,13 +17,12 @@ module plays those parts, deterministically:
 
 from __future__ import annotations
 
-import bisect
-import heapq
+from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import compress, islice, repeat
+from operator import attrgetter, is_, is_not
 
 from cloudprovider_grpc.simulator.model import (
-    CPU,
-    MEMORY,
     PODS,
     Node,
     NodeShape,
@@ -31,7 +30,6 @@ from cloudprovider_grpc.simulator.model import (
     Pod,
     PodShape,
     Requirement,
-    Resources,
     SpreadConstraint,
     Taint,
     Term,
@@ -54,6 +52,7 @@ from cloudprovider_grpc.simulator.scenario import (
     Workload,
 )
 from cloudprovider_grpc.simulator.scenario import Toleration as TolerationSpec
+from cloudprovider_grpc.simulator.score_heap import ScoreHeap, least_allocated
 
 
 def _tolerations(items: Iterable[TolerationSpec]) -> tuple[Toleration, ...]:
@@ -129,6 +128,18 @@ class _Controller:
         self.job_started = False
         #: when a Job's last pod completed (or its `end` removed them): the report draws it
         self.job_finished: float | None = None
+        # the schedule's steps (in time order) for a bisection: a recorded hour rescales each
+        # Deployment every minute, 60 steps read by every loop
+        self._step_at = [s.at for s in workload.schedule]
+        self._step_replicas = [s.replicas for s in workload.schedule]
+
+    def replicas_at(self, t: float) -> int:
+        """`Workload.replicas_at`: the last step at or before t wins, else `replicas`."""
+        w = self.workload
+        if t < w.start or (w.end is not None and t >= w.end):
+            return 0
+        i = bisect_right(self._step_at, t)
+        return self._step_replicas[i - 1] if i else w.replicas
 
 
 class World:
@@ -145,9 +156,10 @@ class World:
         self.pods: dict[str, Pod] = {}
         self._owner: dict[int, _Controller] = {id(c.shape): c for c in self.controllers}
         self._fits = StaticFitCache()
-        #: per scheduling key, each node's LeastAllocated score (None: no fit) at its pod version:
-        #: a loop's heaps rescore only the nodes whose pods changed since the last loop
-        self._scores: dict[tuple[object, ...], dict[str, tuple[Node, int, float | None]]] = {}
+        #: per scheduling key, the nodes ranked by LeastAllocated score, kept from pass to pass:
+        #: a loop's scheduling rescores only the nodes whose pods changed since the last one
+        self._heaps: dict[tuple[object, ...], ScoreHeap] = {}
+        self._registered = 0  # registration numbers (`Node.seq`), in the order of `nodes`
         self.completed = 0
         self.waits: list[float] = []  # how long each bound pod was pending, in bind order
 
@@ -176,14 +188,17 @@ class World:
             if w.kind == "Job":
                 self._job(c, now)
                 continue
-            wanted = w.replicas_at(now)
+            wanted = c.replicas_at(now)
             while len(c.pods) < wanted:
                 self._new_pod(c, now)
             if len(c.pods) > wanted:
                 excess = len(c.pods) - wanted
                 live = list(c.pods.values())
-                victims = [p for p in live if p.node is None][:excess]
-                victims += [p for p in reversed(live) if p.node is not None][: excess - len(victims)]
+                on = list(map(_NODE, live))  # each pod's node (None: pending), read once, in C
+                victims = list(islice(compress(live, map(is_, on, repeat(None))), excess))
+                if len(victims) < excess:  # then the newest bound pods
+                    newest = compress(reversed(live), map(is_not, reversed(on), repeat(None)))
+                    victims += islice(newest, excess - len(victims))
                 for p in victims:
                     self._delete_pod(p)
 
@@ -221,7 +236,7 @@ class World:
             if pdb is None:
                 continue
             healthy = sum(1 for p in c.pods.values() if p.node is not None and self.nodes[p.node].ready)
-            expected = len(c.pods) if c.workload.kind == "Job" else c.workload.replicas_at(now)
+            expected = len(c.pods) if c.workload.kind == "Job" else c.replicas_at(now)
             if pdb.min_available is not None:
                 desired = pdb.min_available
             else:
@@ -233,6 +248,14 @@ class World:
     def register(self, name: str, provider_id: str, shape: NodeShape, now: float, ready: bool = True) -> Node:
         node = Node(name, provider_id, shape, now)
         node.ready = ready
+        old = self.nodes.get(name)
+        if old is not None:  # the name keeps its place in `nodes`, so its number too
+            node.seq = old.seq
+            for heap in self._heaps.values():
+                heap.forget(old)
+        else:
+            self._registered += 1
+            node.seq = self._registered
         self.nodes[name] = node
         self.by_provider_id[provider_id] = node
         for ds in self.daemonsets:
@@ -246,8 +269,6 @@ class World:
         """The node is gone: DaemonSet pods vanish, controller pods are recreated pending."""
         node = self.nodes.pop(name)
         self.by_provider_id.pop(node.provider_id, None)
-        for scores in self._scores.values():
-            scores.pop(name, None)
         recreated = []
         for pod in list(node.pods.values()):
             node.unbind(pod)
@@ -282,18 +303,21 @@ class World:
             return 0
         order = sorted(self.pending.values(), key=lambda p: (-p.shape.priority, p.created, p.name))
         nodes = [n for n in self.nodes.values() if n.schedulable]
+        interpod = any(p.shape.interpod for p in order) or self._anti_affinity_bound()
+        if not interpod and not self.most_allocated:
+            return self._schedule_by_heaps(order, nodes, now)
         bound = 0
         stuck: set[int] = set()
         candidates: dict[int, list[Node]] = {}
         # one heap per scheduling signature, not per workload: shapes asking the same requests
         # under the same node constraints rank the nodes identically, so 100 Deployments of one
-        # pod spec share one heap instead of building 100 over every node
-        heaps: dict[tuple[object, ...], list[tuple[float, int, int, Node]]] = {}
+        # pod spec share one heap instead of building 100 over every node; the heaps outlive the
+        # pass (`score_heap.py`), each synced once per pass in which it is used
+        heaps: dict[tuple[object, ...], ScoreHeap] = {}
         keys: dict[int, tuple[object, ...]] = {}
-        rank = {n.name: i for i, n in enumerate(nodes)}  # heap ties go to the earliest node
+        versions: list[int] | None = None  # the schedulable nodes' versions, for the syncs
         view: Placement | None = None  # built only when an inter-pod predicate can matter
-        by_cpu: _ByFreeCpu | None = None  # built when the first heap is
-        if any(p.shape.interpod for p in order) or self._anti_affinity_bound():
+        if interpod:
             view = Placement.of(nodes)
         for pod in order:
             sid = id(pod.shape)
@@ -312,11 +336,14 @@ class World:
                     key = keys[sid] = scheduling_key(pod.shape)
                 heap = heaps.get(key)
                 if heap is None:
-                    if by_cpu is None:
-                        by_cpu = _ByFreeCpu(nodes)
-                    cands = self._fits.fitting(pod.shape, by_cpu.with_room(pod.shape))
-                    heap = heaps[key] = self._score_heap(pod.shape, key, cands, rank)
-                best = self._pop_best(pod.shape, heap)
+                    if versions is None:
+                        versions = list(map(_VERSION, nodes))
+                    heap = self._heaps.get(key)
+                    if heap is None:
+                        heap = self._heaps[key] = ScoreHeap(pod.shape, self._fits)
+                    heap.sync(nodes, versions)
+                    heaps[key] = heap
+                best = heap.pop_best()
             if best is None:
                 stuck.add(sid)  # identical pods behind it cannot fit either
                 continue
@@ -325,12 +352,48 @@ class World:
             best.bind(pod)
             heap = heaps.get(keys[sid]) if sid in keys else None
             if heap is not None:  # the node's score for this shape changed with the bind
-                score = self._score(pod.shape, best)
-                if score is not None:
-                    heapq.heappush(heap, (-score, rank[best.name], best.version, best))
+                heap.bound(best)
             pod.started = now
             self.waits.append(now - pod.created)
             del self.pending[pod.name]
+            bound += 1
+        return bound
+
+    def _schedule_by_heaps(self, order: list[Pod], nodes: list[Node], now: float) -> int:
+        """`schedule` when resources and node constraints alone decide (no inter-pod predicate,
+        LeastAllocated): every pod takes the top of its scheduling key's heap. The same picks as
+        the general loop, with the per-pod steps cut to the heap's and the bind's (a snapshot's
+        first loop binds 100,000 pods here)."""
+        stuck: set[int] = set()
+        by_shape: dict[int, ScoreHeap] = {}  # this pass's synced heap of each pod shape
+        synced: dict[tuple[object, ...], ScoreHeap] = {}
+        versions: list[int] | None = None
+        waits, pending = self.waits, self.pending
+        bound = 0
+        for pod in order:
+            sid = id(pod.shape)
+            heap = by_shape.get(sid)
+            if heap is None:
+                if sid in stuck:
+                    continue
+                key = scheduling_key(pod.shape)
+                heap = synced.get(key)
+                if heap is None:
+                    if versions is None:
+                        versions = list(map(_VERSION, nodes))
+                    heap = self._heaps.get(key)
+                    if heap is None:
+                        heap = self._heaps[key] = ScoreHeap(pod.shape, self._fits)
+                    heap.sync(nodes, versions)
+                    synced[key] = heap
+                by_shape[sid] = heap
+            if heap.place(pod) is None:
+                stuck.add(sid)  # identical pods behind it cannot fit either
+                del by_shape[sid]
+                continue
+            pod.started = now
+            waits.append(now - pod.created)
+            del pending[pod.name]
             bound += 1
         return bound
 
@@ -346,86 +409,13 @@ class World:
             for p in c.pods.values()
         )
 
-    @staticmethod
-    def _score(shape: PodShape, n: Node) -> float | None:
-        """LeastAllocated's score of `n` for one more pod of `shape`, None when it does not fit
-        (the same arithmetic as `_best_node`, so both pick the same node)."""
-        req, alloc, used = shape.requests, n.shape.allocatable, n.used
-        for k, v in req.items():
-            if v > alloc.get(k, 0) - used.get(k, 0):
-                return None
-        return _least_allocated(alloc, used, req.get(CPU, 0), req.get(MEMORY, 0))
-
-    def _score_heap(
-        self, shape: PodShape, key: tuple[object, ...], nodes: list[Node], rank: dict[str, int]
-    ) -> list[tuple[float, int, int, Node]]:
-        # `_score`'s fit check and `_least_allocated` inlined, term by term in its order (the same
-        # floats): this runs for every node with room for each pending pod spec in every loop,
-        # the scheduler's largest cost at 5,000 nodes. A node's score for the key depends only on
-        # its allocatable and its pods, so one kept from an earlier loop at the node's current
-        # version is the score computed again.
-        heap = []
-        scores = self._scores.setdefault(key, {})
-        needs = [(k, v) for k, v in shape.requests.items() if k not in (CPU, MEMORY)]
-        cpu, memory = shape.requests.get(CPU, 0), shape.requests.get(MEMORY, 0)
-        # a resource not requested rules no node out, even an overcommitted one
-        asks_cpu, asks_mem = CPU in shape.requests, MEMORY in shape.requests
-        for n in nodes:
-            kept = scores.get(n.name)
-            if kept is not None and kept[0] is n and kept[1] == n.version:
-                score = kept[2]
-            else:
-                score = None
-                alloc, used = n.shape.allocatable, n.used
-                a_cpu, a_mem = alloc.get(CPU, 0), alloc.get(MEMORY, 0)
-                u_cpu, u_mem = used.get(CPU, 0), used.get(MEMORY, 0)
-                if not ((asks_cpu and cpu > a_cpu - u_cpu) or (asks_mem and memory > a_mem - u_mem)):
-                    for k, v in needs:
-                        if v > alloc.get(k, 0) - used.get(k, 0):
-                            break
-                    else:
-                        score = 0.0
-                        if a_cpu:
-                            score += (a_cpu - u_cpu - cpu) / a_cpu
-                        if a_mem:
-                            score += (a_mem - u_mem - memory) / a_mem
-                scores[n.name] = (n, n.version, score)
-            if score is not None:
-                heap.append((-score, rank[n.name], n.version, n))
-        heapq.heapify(heap)
-        return heap
-
-    def _pop_best(self, shape: PodShape, heap: list[tuple[float, int, int, Node]]) -> Node | None:
-        """The best node for `shape` from its heap: the highest score, ties to the earliest node,
-        as `_best_node` picks. Within one scheduling pass a node's free resources only shrink, so
-        its LeastAllocated score only falls: an entry older than its node (another pod was bound
-        there since) is rescored and pushed back, and the first current entry on top is the best.
-        Identical pods (thousands of replicas) then cost log(nodes) each instead of a full scan."""
-        while heap:
-            _, i, version, n = heap[0]
-            if version == n.version:
-                heapq.heappop(heap)
-                return n
-            heapq.heappop(heap)
-            score = self._score(shape, n)
-            if score is not None:
-                heapq.heappush(heap, (-score, i, n.version, n))
-        return None
-
     def _best_node(self, shape: PodShape, nodes: list[Node]) -> Node | None:
-        req = shape.requests
         best: Node | None = None
         best_score = 0.0
         for n in nodes:
-            alloc, used = n.shape.allocatable, n.used
-            ok = True
-            for k, v in req.items():
-                if v > alloc.get(k, 0) - used.get(k, 0):
-                    ok = False
-                    break
-            if not ok:
+            score = least_allocated(shape, n)
+            if score is None:
                 continue
-            score = _least_allocated(alloc, used, req.get(CPU, 0), req.get(MEMORY, 0))
             if self.most_allocated:
                 score = -score
             if best is None or score > best_score:
@@ -433,34 +423,5 @@ class World:
         return best
 
 
-class _ByFreeCpu:
-    """Schedulable nodes sorted by free cpu at the start of a scheduling pass. Binds only shrink
-    a node's free cpu, so the nodes short of a pod's cpu request at the start stay short for the
-    whole pass: a shape's heap is built from the nodes with enough cpu, not from every node."""
-
-    def __init__(self, nodes: list[Node]) -> None:
-        minus_free = [n.used.get(CPU, 0) - n.shape.allocatable.get(CPU, 0) for n in nodes]
-        # a stable sort of the indices: ties stay in node order, as sorting (value, index) pairs
-        order = sorted(range(len(nodes)), key=minus_free.__getitem__)
-        self._nodes = [nodes[i] for i in order]
-        self._free = [minus_free[i] for i in order]  # minus free cpu, ascending, for bisect
-
-    def with_room(self, shape: PodShape) -> list[Node]:
-        """A superset of the nodes that fit one more pod of `shape` (in no particular order)."""
-        cpu = shape.requests.get(CPU)
-        if cpu is None:  # not asking for cpu: a node's cpu does not rule it out
-            return self._nodes
-        return self._nodes[: bisect.bisect_right(self._free, -cpu)]
-
-
-def _least_allocated(alloc: Resources, used: Resources, cpu: int, memory: int) -> float:
-    """LeastAllocated's score once the pod (cpu, memory requests) is added: `World._score`'s
-    arithmetic, in the same order so the floats are the same."""
-    score = 0.0
-    a = alloc.get(CPU, 0)
-    if a:
-        score += (a - used.get(CPU, 0) - cpu) / a
-    a = alloc.get(MEMORY, 0)
-    if a:
-        score += (a - used.get(MEMORY, 0) - memory) / a
-    return score
+_VERSION = attrgetter("version")
+_NODE = attrgetter("node")

@@ -229,18 +229,31 @@ class SimCloud:
 
     def list_machines(self) -> list[Machine]:
         now = self.clock()
+        # `state_of` inlined: every machine is listed on every Refresh (5,000-6,500 of them, 361
+        # times in a simulated hour of the largest cluster)
+        provisioning, deletion = self.options.provisioning_delay, self.options.deletion_delay
+        running, creating, deleting = InstanceState.RUNNING, InstanceState.CREATING, InstanceState.DELETING
         with self._lock:
             self.calls["list"] += 1
             out = []
-            for mid, m in list(self.machines.items()):
-                st = self.state_of(m, now)
-                if st is None:
-                    del self.machines[mid]
-                    continue
+            gone = []
+            for m in self.machines.values():
+                deleted_at = m.deleted_at
+                if deleted_at is not None:
+                    if now >= deleted_at + deletion:
+                        gone.append(m.id)
+                        continue
+                    st = deleting
+                elif now < m.created_at + provisioning:
+                    st = creating
+                else:
+                    st = running
                 listed = m.listed
                 if listed is None or listed.state is not st:
                     listed = m.listed = Machine(m.id, m.group, st, m.name, m.token)
                 out.append(listed)
+            for mid in gone:
+                del self.machines[mid]
             return out
 
     def create(self, group: str, token: str) -> Machine:

@@ -78,6 +78,9 @@ class ClusterState:
         self.initialized = False  # CA's cleanUpIfRequired runs once, in the first loop
         self.healthy = True
         self.startup_times: dict[str, float] = {}  # per group, asked once (MaxNodeStartupTime)
+        #: per group, its cached listing and the ids in it not terminating: whether every such
+        #: instance is a registered node is then one set comparison, not a loop over the listing
+        self._waiting: dict[str, tuple[list[InstanceInfo], frozenset[str]]] = {}
 
     def invalidate(self, gid: str) -> None:
         """The group's listing is read again next loop (CA changed the group, or someone did)."""
@@ -210,7 +213,7 @@ class ClusterState:
                 or g.id in self.invalid
                 or g.id in self.scale_ups.in_flight
                 or t - self.instances_at.get(g.id, -math.inf) >= INSTANCES_CACHE_REFRESH
-                or any(i.state != DELETING and i.id not in self.world.by_provider_id for i in cached)
+                or not self._all_registered(g.id, cached)
             )
             if not due:
                 continue
@@ -221,8 +224,16 @@ class ClusterState:
                 self.rec.line(f"Failed to list instances of node group {g.id}: {exc}")
         self.invalid.clear()
 
+    def _all_registered(self, gid: str, listing: list[InstanceInfo]) -> bool:
+        """Whether every instance of the group's listing that is not terminating is a node."""
+        kept = self._waiting.get(gid)
+        if kept is None or kept[0] is not listing:
+            kept = self._waiting[gid] = (listing, frozenset(i.id for i in listing if i.state != DELETING))
+        return self.world.by_provider_id.keys() >= kept[1]
+
     def kubelets(self, groups: list[GroupInfo], t: float) -> None:
         """Machines the cloud reports running join the cluster; vanished machines leave it."""
+        by_group: dict[str, list[Node]] | None = None  # the nodes per group, when a listing is new
         for g in groups:
             listing = self.instances.get(g.id, [])
             if self.kubelet_listing.get(g.id) is listing:
@@ -243,7 +254,12 @@ class ClusterState:
                 self.rec.line(f"world: node {name} registered ({inst.id} is running)")
             if self.instances_at.get(g.id) == t:
                 alive = {i.id for i in listing if i.state != DELETING}
-                for node in [n for n in self.world.nodes.values() if n.group == g.id]:
+                if by_group is None:
+                    # nodes registered from later groups' listings are in their machines' listings
+                    by_group = {}
+                    for n in self.world.nodes.values():
+                        by_group.setdefault(n.group, []).append(n)
+                for node in by_group.get(g.id, []):
                     if node.provider_id not in alive:
                         self.rec.line(f"world: node {node.name} left the cluster (its machine is gone)")
                         self.drop_node(node, t)
@@ -332,7 +348,10 @@ class ClusterState:
     def unregistered(self, groups: list[GroupInfo], targets: dict[str, int], t: float) -> None:
         limit = self.o.max_node_provision_time
         for g in groups:
-            for inst in self.instances.get(g.id, []):
+            listing = self.instances.get(g.id, [])
+            if self._all_registered(g.id, listing):
+                continue  # the usual case, no loop over the listing
+            for inst in listing:
                 if inst.state == DELETING or inst.error_code or inst.id in self.world.by_provider_id:
                     continue
                 if inst.id in self.removed_ids or t - self.first_seen.get(inst.id, t) < limit:

@@ -188,9 +188,12 @@ class Simulation:
     ) -> dict[str, int]:
         """clusterstate.go calculateUpcomingNodesInNodeGroup: target - (ready + unready); nodes
         still starting (NotReady for less than MaxNodeStartupTime since registering) stay upcoming."""
-        nodes = self.ctx.world.nodes
+        nodes, not_started = self.ctx.world.nodes, self.cluster.not_started
+        # a Ready node has started: only the NotReady ones need the group's startup time
         started = Counter(
-            gid for name, gid in node_group.items() if gid and not self.cluster.not_started(nodes[name], t)
+            gid
+            for name, gid in node_group.items()
+            if gid and (nodes[name].ready or not not_started(nodes[name], t))
         )
         return {gid: max(0, targets[gid] - started[gid]) for gid in targets}
 

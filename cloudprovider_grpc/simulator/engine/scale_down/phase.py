@@ -55,6 +55,9 @@ class ScaleDownPhase:
         self.group_options = group_options
         self._last_cooldown = ""
         self._skip_logged: set[tuple[str, str]] = set()
+        #: every distinct options value answered so far, so that a loop's equal answer is the same
+        #: object: the planner's kept verdicts then match by identity, not by comparing fields
+        self._options_seen: dict[GroupScaleDownOptions, GroupScaleDownOptions] = {}
 
     def scale_down(
         self,
@@ -66,7 +69,7 @@ class ScaleDownPhase:
     ) -> None:
         """ScaleDown of static_autoscaler.go: update the unneeded nodes, then, outside the
         cooldowns, delete those unneeded long enough."""
-        opts = _LoopOptions(self.group_options)
+        opts = _LoopOptions(self.group_options, self._options_seen)
         candidates = self._candidates(groups, targets, node_group)
         destinations = [n for n in self.world.nodes.values() if n.schedulable]
         result = self.planner.update(
@@ -89,16 +92,13 @@ class ScaleDownPhase:
         """The nodes CA considers for removal: in a group it knows the target of, not being
         deleted, Ready (unless scale-down-unready-enabled), in a group above its min size."""
         gmap = {g.id: g for g in groups}
+        # the groups above their min size, once: the loop below runs over every node
+        above_min = {gid for gid, target in targets.items() if target > gmap[gid].min_size}
+        unready_ok = self.o.scale_down_unready_enabled
         candidates = []
         for n in self.world.nodes.values():
-            gid = node_group.get(n.name)
-            if gid is None or gid not in targets or n.to_be_deleted:
-                continue
-            if not n.ready and not self.o.scale_down_unready_enabled:
-                continue
-            if targets[gid] <= gmap[gid].min_size:
-                continue
-            candidates.append(n)
+            if node_group.get(n.name) in above_min and not n.to_be_deleted and (n.ready or unready_ok):
+                candidates.append(n)
         return candidates
 
     def _log_unneeded(self, result: PassResult, opts: _Options) -> None:
@@ -259,21 +259,27 @@ _Options = Callable[[str], GroupScaleDownOptions]
 class _LoopOptions:
     """Each group's scale-down options, asked once per loop (GetOptions) for eligibility."""
 
-    def __init__(self, group_options: GroupOptionsCache) -> None:
+    def __init__(
+        self,
+        group_options: GroupOptionsCache,
+        seen: dict[GroupScaleDownOptions, GroupScaleDownOptions],
+    ) -> None:
         self.group_options = group_options
         self.memo: dict[str, GroupScaleDownOptions] = {}
+        self._seen = seen
 
     def get(self, gid: str) -> GroupScaleDownOptions:
         hit = self.memo.get(gid)
         if hit is None:
             got = self.group_options.ask(gid)
-            hit = self.memo[gid] = GroupScaleDownOptions(
+            made = GroupScaleDownOptions(
                 got.scale_down_utilization_threshold,
                 got.scale_down_gpu_utilization_threshold,
                 got.scale_down_unneeded_time,
                 got.ignore_daemonsets_utilization,
                 got.scale_down_unready_time,
             )
+            hit = self.memo[gid] = self._seen.setdefault(made, made)
         return hit
 
 
