@@ -195,11 +195,15 @@ class HeldAnswerDriver(SimDriver):
         return machine
 
 
-def test_a_machine_of_a_create_in_flight_is_never_adopted_for_a_lost_one(tmp_path: Path) -> None:
-    """After a restart, a create whose answer was lost (its machine never appeared) waits to adopt
-    a newcomer. A create of this life whose machine is listed before its answer arrives makes such
-    a newcomer too: it must stay that create's, or the two placeholders would collapse into one
-    machine and CA's target would drop by one it never asked to remove."""
+@pytest.mark.parametrize("late_landing", [False, True], ids=["lost", "lands-late"])
+def test_a_machine_of_a_create_in_flight_is_never_adopted_for_a_lost_one(
+    tmp_path: Path, late_landing: bool
+) -> None:
+    """After a restart, a create whose answer was lost waits to adopt a newcomer. A create of this
+    life whose machine is listed before its answer arrives makes such a newcomer too: it must stay
+    that create's, or the two placeholders would collapse into one machine and CA's target would
+    drop by one it never asked to remove. The listing taken meanwhile adopts nothing; a machine the
+    lost create made that appears in it (`lands-late`) is adopted once the running create answered."""
     cloud = _cloud(initial=1)
     journal = tmp_path / "state.json"
     handle = _serve(
@@ -221,21 +225,28 @@ def test_a_machine_of_a_create_in_flight_is_never_adopted_for_a_lost_one(tmp_pat
         s.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="g", delta=1))
         s.Refresh(pb.RefreshRequest())
         assert driver.made.wait(30), "the second create never ran"
-        s.Refresh(pb.RefreshRequest())  # lists the new machine while its create has not answered
+        if late_landing:
+            SimDriver(cloud).create_machine("g", "")  # the lost create's machine, at last
+        s.Refresh(pb.RefreshRequest())  # lists the new machine(s) while the create has not answered
         driver.release.set()
         assert driver.answered.wait(30)
+        machines = 3 if late_landing else 2
 
         def settled() -> pb.NodeGroupNodesResponse | None:
             s.Refresh(pb.RefreshRequest())
             nodes = s.NodeGroupNodes(pb.NodeGroupNodesRequest(id="g"))
-            return nodes if len([i for i in nodes.instances if "pending-" not in i.id]) == 2 else None
+            return nodes if len([i for i in nodes.instances if "pending-" not in i.id]) == machines else None
 
-        nodes = poll(settled, 30, "the second create's machine to be shown")
-        assert len(_alive(cloud)) == 2
-        # two machines and the lost create's placeholder, which still waits for its own machine
+        nodes = poll(settled, 30, "the machines to be shown")
+        assert len(_alive(cloud)) == machines
+        # the initial machine, the running create's and the lost create's: as a machine once it
+        # landed, else as the placeholder that still waits for it
         assert s.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 3
         ids = sorted(i.id for i in nodes.instances)
-        assert ids[:2] == _alive(cloud) and "pending-" in ids[2]
+        if late_landing:
+            assert ids == _alive(cloud)
+        else:
+            assert ids[:2] == _alive(cloud) and "pending-" in ids[2]
     finally:
         driver.release.set()
         handle.stop(0)

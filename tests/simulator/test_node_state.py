@@ -5,7 +5,8 @@ constraints. Each test names the cluster-autoscaler test (or source) it translat
 import pytest
 
 from cloudprovider_grpc.simulator import parse_scenario, run
-from cloudprovider_grpc.simulator.engine.scale_down.planner import Unneeded, pdb_blocked, select_removals
+from cloudprovider_grpc.simulator.engine.scale_down.drain import pdb_blocked
+from cloudprovider_grpc.simulator.engine.scale_down.planner import Unneeded, select_removals
 from cloudprovider_grpc.simulator.model import Pod, PodShape
 
 pytestmark = pytest.mark.integration

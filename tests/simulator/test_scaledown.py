@@ -8,14 +8,12 @@ the empty-first, bounded removal (`core/scaledown/budgets/budgets.go`)."""
 
 import pytest
 
+from cloudprovider_grpc.simulator.engine.scale_down.drain import DrainRules, blocking_reason, utilization
 from cloudprovider_grpc.simulator.engine.scale_down.planner import (
-    DrainRules,
     GroupScaleDownOptions,
     ScaleDownPlanner,
     Unneeded,
-    blocking_reason,
     select_removals,
-    utilization,
 )
 from cloudprovider_grpc.simulator.model import Pod
 

@@ -31,8 +31,9 @@ from cloudprovider_grpc.simulator.engine.context import RunContext
 from cloudprovider_grpc.simulator.engine.costs import NodeCosts
 from cloudprovider_grpc.simulator.engine.group_options import GroupOptionsCache
 from cloudprovider_grpc.simulator.engine.node_events import NodeEvents
+from cloudprovider_grpc.simulator.engine.scale_down.drain import DrainRules
 from cloudprovider_grpc.simulator.engine.scale_down.phase import ScaleDownPhase
-from cloudprovider_grpc.simulator.engine.scale_down.planner import DrainRules, ScaleDownPlanner
+from cloudprovider_grpc.simulator.engine.scale_down.planner import ScaleDownPlanner
 from cloudprovider_grpc.simulator.engine.scale_up.phase import ScaleUpPhase
 from cloudprovider_grpc.simulator.engine.scale_up.requests import ScaleUpRequests
 from cloudprovider_grpc.simulator.engine.summary import build_report

@@ -59,6 +59,9 @@ class MachineGroupState(GroupStateBase):
     #: when it was last written, so that the first listing can tell a machine a create sent before
     #: the restart made from one that was there before (machines/listing.py); None once listed
     baseline: set[str] | None = None
+    #: untokened clouds: ids of machines no listing could adopt yet because a create of ours was in
+    #: flight (the machine may be that create's); they stay newcomers until claimed or adopted
+    unadopted: set[str] = field(default_factory=set)
 
     def target(self) -> int:
         wanted = sum(1 for c in self.creations.values() if not c.cancelled) if self.creations else 0

@@ -105,8 +105,7 @@ class MachineListingFold:
         if not waiting or (not state.listed_once and state.baseline is None):
             # the first listing of a group after a start is the baseline newcomers are told from,
             # unless the journal kept the one from before the restart
-            return
-        if any(c.status == CreationStatus.INFLIGHT for c in state.creations.values()):
+            state.unadopted = set()
             return
         known = known_machines(state)
         newcomers = sorted(
@@ -117,6 +116,10 @@ class MachineListingFold:
             ),
             key=lambda m: _natural(m.id),
         )
+        if any(c.status == CreationStatus.INFLIGHT for c in state.creations.values()):
+            state.unadopted = {m.id for m in newcomers}  # still newcomers at the next listing
+            return
+        state.unadopted = set()
         for creation, machine in zip(waiting, newcomers, strict=False):
             log.info(
                 "node group %s: adopting %s for the create whose outcome was unknown",
@@ -200,10 +203,11 @@ def _key(m: Machine) -> str:
 
 
 def known_machines(state: MachineGroupState) -> set[str]:
-    """The ids and handles of every machine of the group this process knows of: listed, made by a
-    create of ours, deleted meanwhile, or (before the first listing after a restart) named by the
-    journal. A machine outside this set that appears in a listing is a newcomer."""
-    seen = [*state.machines.values()]
+    """The ids and handles of every machine of the group this process knows of: listed (and not
+    left unadopted), made by a create of ours, deleted meanwhile, or (before the first listing after
+    a restart) named by the journal. A machine outside this set that appears in a listing is a
+    newcomer."""
+    seen = [m for m in state.machines.values() if m.id not in state.unadopted]
     known = {_key(m) for m in seen} | {m.id for m in seen}
     known |= set(state.resolved.values()) | set(state.tombstones)
     if state.baseline is not None:
