@@ -40,7 +40,7 @@ CA_RELEASE = "cluster-autoscaler"
 
 def standin_key() -> str:
     return gotools.tree_key(
-        *conformance._sources(), STANDIN_SOURCE, conformance.PROTO_ROOT, extra=gotools.GCFLAGS
+        *conformance._sources(), STANDIN_SOURCE, conformance.PROTO_ROOT, extra=gotools.LDFLAGS
     )
 
 

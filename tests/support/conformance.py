@@ -90,9 +90,10 @@ def prepare(scratch: Path) -> Path:
 
 
 def client_key() -> str:
-    flags = f"{gotools.GCFLAGS} {gotools.LDFLAGS}"
     return gotools.tree_key(
-        *_sources(), PROTO_ROOT, extra=" ".join([*(v for _, v in (PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC)), flags])
+        *_sources(),
+        PROTO_ROOT,
+        extra=" ".join([*(v for _, v in (PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC)), gotools.LDFLAGS]),
     )
 
 

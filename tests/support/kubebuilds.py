@@ -24,7 +24,9 @@ SOURCE = Path(__file__).resolve().parent.parent / "controlplane"
 BUILD_ENV = {"CGO_ENABLED": "0"}
 #: No optimization or inlining in any package: measured (benchmarks/controlplane.py and a build of
 #: k8s.io/api/... with and without) to cut the compilers' CPU time by about a fifth, for a server
-#: that only ever sees test traffic; and no DWARF, as for every suite build (gotools.GCFLAGS).
+#: that only ever sees test traffic; and no DWARF from the compiler (the linker drops it anyway):
+#: about 9 % less compiler CPU (190 s against 209 s of user and system time for k8s.io/apiserver's
+#: server package, fresh build caches).
 GCFLAGS = "all=-N -l -dwarf=false"
 #: A cold build of kube-apiserver on 2 cores (Go modules, ~2,000 packages, the link).
 BUILD_TIMEOUT = 3600.0
