@@ -338,11 +338,7 @@ class World:
                 if heap is None:
                     if versions is None:
                         versions = list(map(_VERSION, nodes))
-                    heap = self._heaps.get(key)
-                    if heap is None:
-                        heap = self._heaps[key] = ScoreHeap(pod.shape, self._fits)
-                    heap.sync(nodes, versions)
-                    heaps[key] = heap
+                    heap = heaps[key] = self._synced_heap(key, pod.shape, nodes, versions)
                 best = heap.pop_best()
             if best is None:
                 stuck.add(sid)  # identical pods behind it cannot fit either
@@ -358,6 +354,17 @@ class World:
             del self.pending[pod.name]
             bound += 1
         return bound
+
+    def _synced_heap(
+        self, key: tuple[object, ...], shape: PodShape, nodes: list[Node], versions: list[int]
+    ) -> ScoreHeap:
+        """The heap kept for scheduling key `key` (made for `shape` the first time), brought up to
+        this pass's schedulable `nodes` (their `versions`): once per key and pass."""
+        heap = self._heaps.get(key)
+        if heap is None:
+            heap = self._heaps[key] = ScoreHeap(shape, self._fits)
+        heap.sync(nodes, versions)
+        return heap
 
     def _schedule_by_heaps(self, order: list[Pod], nodes: list[Node], now: float) -> int:
         """`schedule` when resources and node constraints alone decide (no inter-pod predicate,
@@ -381,11 +388,7 @@ class World:
                 if heap is None:
                     if versions is None:
                         versions = list(map(_VERSION, nodes))
-                    heap = self._heaps.get(key)
-                    if heap is None:
-                        heap = self._heaps[key] = ScoreHeap(pod.shape, self._fits)
-                    heap.sync(nodes, versions)
-                    synced[key] = heap
+                    heap = synced[key] = self._synced_heap(key, pod.shape, nodes, versions)
                 by_shape[sid] = heap
             if heap.place(pod) is None:
                 stuck.add(sid)  # identical pods behind it cannot fit either
